@@ -1,0 +1,1 @@
+"""CompCap offline pipeline: SceneWorld, training, ONNX export and the Triton model repository."""

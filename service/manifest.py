@@ -1,0 +1,147 @@
+"""The model contract: ``model_repo/manifest.json``, written by ``export.repo`` and read by the service.
+
+Tensor dims exclude the implicit batch dimension for models with ``max_batch_size > 0`` and use -1 for
+variable sizes, as in Triton's ``config.pbtxt``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+MANIFEST_NAME = "manifest.json"
+FORMAT_VERSION = 1
+
+Role = Literal["visual_encoder", "captioner_init", "captioner_step", "ranker_image", "ranker_text"]
+DType = Literal["UINT8", "FP32", "INT64"]
+
+
+class TensorSpec(BaseModel):
+    name: str
+    dtype: DType
+    dims: list[int]
+
+
+class ModelEntry(BaseModel):
+    """One ONNX model in the repository: ``<repo>/<name>/1/model.onnx`` + ``config.pbtxt``."""
+
+    name: str
+    role: Role
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    max_batch_size: int = Field(ge=0)
+    owner: str = Field(description="the captioner or ranker this model belongs to ('' for shared)")
+
+    def path(self, repo: str | Path) -> Path:
+        return Path(repo) / self.name / "1" / "model.onnx"
+
+
+class HeldOutPair(BaseModel):
+    kind: Literal["adjective", "verb"]
+    modifier: str
+    noun: str
+
+
+class Training(BaseModel):
+    split: str = Field(description="'full' or e.g. 'systematicity/1'")
+    held_out_pairs: list[HeldOutPair] = []
+    dataset: str = ""
+    images: int = 0
+    epochs: int = 0
+    seconds: float = 0.0
+
+
+class CaptionerEntry(BaseModel):
+    name: str
+    architecture: str
+    init: str
+    step: str
+    reads: Literal["last_token", "prefix"] = Field(description="what <cap>_step reads from `tokens`")
+    memory_dims: list[int] = Field(description="[M, Dm]")
+    state_dim: int
+    max_length: int = Field(description="longest caption in words the model was trained for")
+    ranker: str | None = Field(default=None, description="jointly trained ranking head, if any")
+    training: Training
+    quality: dict[str, float] = Field(default_factory=dict, description="BLEU-4, CIDEr-D, ... on test")
+
+
+class RankerEntry(BaseModel):
+    name: str
+    architecture: str
+    image: str
+    text: str
+    embedding_dim: int
+    text_tokens: Literal["bos_words"] = Field(
+        default="bos_words", description="text input: BOS w1..wn right-padded with PAD, length = n + 1"
+    )
+    joint_with: str | None = None
+    training: Training
+
+
+class ImageSpec(BaseModel):
+    height: int
+    width: int
+
+
+class VocabularySpec(BaseModel):
+    file: str = "vocab.json"
+    size: int
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+    unk_id: int = 3
+
+
+class Manifest(BaseModel):
+    format_version: int = FORMAT_VERSION
+    preset: str
+    image: ImageSpec
+    vocabulary: VocabularySpec
+    default_captioner: str
+    models: list[ModelEntry]
+    captioners: list[CaptionerEntry]
+    rankers: list[RankerEntry]
+
+    @model_validator(mode="after")
+    def _references_resolve(self) -> Manifest:
+        names = {m.name for m in self.models}
+        for cap in self.captioners:
+            for ref in (cap.init, cap.step):
+                if ref not in names:
+                    raise ValueError(f"captioner {cap.name!r} names unknown model {ref!r}")
+            if cap.ranker is not None and cap.ranker not in {r.name for r in self.rankers}:
+                raise ValueError(f"captioner {cap.name!r} names unknown ranker {cap.ranker!r}")
+        for rk in self.rankers:
+            for ref in (rk.image, rk.text):
+                if ref not in names:
+                    raise ValueError(f"ranker {rk.name!r} names unknown model {ref!r}")
+        if self.default_captioner not in {c.name for c in self.captioners}:
+            raise ValueError(f"default_captioner {self.default_captioner!r} is not a captioner")
+        if "visual_encoder" not in names:
+            raise ValueError("the repository has no visual_encoder")
+        return self
+
+    def model(self, name: str) -> ModelEntry:
+        for entry in self.models:
+            if entry.name == name:
+                return entry
+        raise KeyError(name)
+
+    def captioner(self, name: str) -> CaptionerEntry:
+        for entry in self.captioners:
+            if entry.name == name:
+                return entry
+        raise KeyError(name)
+
+    def ranker(self, name: str) -> RankerEntry:
+        for entry in self.rankers:
+            if entry.name == name:
+                return entry
+        raise KeyError(name)
+
+
+def load_manifest(repo: str | Path) -> Manifest:
+    path = Path(repo) / MANIFEST_NAME
+    return Manifest.model_validate_json(path.read_text(encoding="utf-8"))

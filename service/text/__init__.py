@@ -1,0 +1,1 @@
+"""Vocabulary, tokenisation and the concept inventory shared by service and export."""
