@@ -29,8 +29,10 @@ def _build(args: argparse.Namespace) -> int:
     from export.build import build_repo
 
     manifest = build_repo(Path(args.out), preset=args.preset, seed=args.seed, work=args.work)
-    print(f"wrote {args.out}: captioners {[c.name for c in manifest.captioners]}, "
-          f"rankers {[r.name for r in manifest.rankers]}")
+    print(
+        f"wrote {args.out}: captioners {[c.name for c in manifest.captioners]}, "
+        f"rankers {[r.name for r in manifest.rankers]}"
+    )
     return 0
 
 

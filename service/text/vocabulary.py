@@ -73,7 +73,9 @@ class Vocabulary:
         return cls(tuple(json.loads(Path(path).read_text(encoding="utf-8"))["words"]))
 
 
-def encode_batch(vocab: Vocabulary, captions: Sequence[str], max_length: int) -> tuple[np.ndarray, np.ndarray]:
+def encode_batch(
+    vocab: Vocabulary, captions: Sequence[str], max_length: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Encode captions as ``tokens`` int64 [B, max_length + 2] = BOS w1..wn EOS PAD..., and ``lengths``
     int64 [B] = n + 2 (BOS and EOS counted). Captions longer than ``max_length`` words are cut."""
     tokens = np.zeros((len(captions), max_length + 2), dtype=np.int64)

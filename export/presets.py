@@ -1,0 +1,62 @@
+"""Build presets: dataset size, model widths and training lengths for ``compcap build``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    train_images: int
+    test_images: int
+    image_size: int = 96
+    grid: int = 6
+    encoder_channels: tuple[int, int, int] = (24, 48, 96)
+    region_dim: int = 128
+    encoder_epochs: int = 4
+    word_dim: int = 128
+    hidden_dim: int = 256
+    joint_dim: int = 256
+    attention_dim: int = 128
+    caption_epochs: int = 5
+    ranker_epochs: int = 5
+    batch_size: int = 128
+    max_length: int = 16
+    learning_rate: float = 2e-3
+    gradnorm_alpha: float = 2.5
+    gradnorm_every: int = 8
+    margin: float = 0.2
+    eval_images: int = 500
+
+    def __post_init__(self) -> None:
+        for field in ("train_images", "test_images", "region_dim", "hidden_dim", "joint_dim", "batch_size"):
+            if getattr(self, field) <= 0:
+                raise ValueError(f"{field} must be positive")
+
+
+PRESETS: dict[str, Preset] = {
+    "tiny": Preset(
+        name="tiny",
+        train_images=240,
+        test_images=40,
+        encoder_channels=(8, 16, 16),
+        region_dim=16,
+        encoder_epochs=1,
+        word_dim=16,
+        hidden_dim=24,
+        joint_dim=16,
+        attention_dim=16,
+        caption_epochs=1,
+        ranker_epochs=1,
+        batch_size=64,
+        eval_images=20,
+    ),
+    "default": Preset(name="default", train_images=6000, test_images=1000),
+}
+
+
+def get_preset(name: str) -> Preset:
+    if name not in PRESETS:
+        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {name!r}")
+    return PRESETS[name]

@@ -1,0 +1,227 @@
+"""Training loops (torch, CPU): the visual encoder with per-cell auxiliary labels, BUTR/BUTD with GradNorm
+loss weighting (seed 000 §5.3), and the VSE++ ranker. Each loop shows a tqdm progress bar."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from export.models.butr import BUTR, ranking_loss
+from export.models.visual_encoder import CellHeads, VisualEncoder
+from export.models.vsepp import VSEPP
+from export.presets import Preset
+from service.text.vocabulary import Vocabulary, encode_batch
+
+
+@dataclass
+class TrainLog:
+    seconds: float = 0.0
+    epochs: int = 0
+    losses: list[float] = field(default_factory=list)
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+def _batches(n: int, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
+    order = rng.permutation(n)
+    return [order[i : i + batch_size] for i in range(0, n, batch_size)]
+
+
+def train_visual_encoder(
+    images: np.ndarray, labels: dict[str, np.ndarray], label_sizes: dict[str, int], preset: Preset, seed: int
+) -> tuple[VisualEncoder, TrainLog]:
+    """images uint8 [N, H, W, 3]; labels name → int64 [N, g, g] (0 = none). Returns the frozen encoder."""
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    encoder = VisualEncoder(preset.encoder_channels, preset.region_dim, preset.grid, preset.image_size)
+    heads = CellHeads(preset.region_dim, label_sizes)
+    params = list(encoder.parameters()) + list(heads.parameters())
+    optimizer = torch.optim.AdamW(params, lr=preset.learning_rate, weight_decay=1e-4)
+    steps = preset.encoder_epochs * math.ceil(len(images) / preset.batch_size)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=preset.learning_rate, total_steps=steps)
+    flat = {k: torch.from_numpy(v.reshape(len(v), -1)) for k, v in labels.items()}
+    log, start = TrainLog(), time.perf_counter()
+    encoder.train()
+    with tqdm(total=steps, desc="visual_encoder", unit="batch") as bar:
+        for _ in range(preset.encoder_epochs):
+            for idx in _batches(len(images), preset.batch_size, rng):
+                batch = torch.from_numpy(images[idx])
+                if rng.random() < 0.5:  # horizontal flip: labels flip with the grid
+                    batch = batch.flip(2)
+                    targets = {
+                        k: v[idx].view(len(idx), preset.grid, preset.grid).flip(2).reshape(len(idx), -1)
+                        for k, v in flat.items()
+                    }
+                else:
+                    targets = {k: v[idx] for k, v in flat.items()}
+                logits = heads(encoder(batch))
+                loss = sum(F.cross_entropy(logits[k].flatten(0, 1), targets[k].flatten()) for k in logits)
+                assert isinstance(loss, torch.Tensor)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                schedule.step()
+                log.losses.append(float(loss.detach()))
+                bar.set_postfix(loss=f"{float(loss):.3f}")
+                bar.update()
+    encoder.eval()
+    log.epochs, log.seconds = preset.encoder_epochs, time.perf_counter() - start
+    with torch.no_grad():  # per-head accuracy on cells that hold an object, on the last 512 images
+        sub = slice(max(0, len(images) - 512), len(images))
+        logits = heads(encoder(torch.from_numpy(images[sub])))
+        for k, v in logits.items():
+            target = flat[k][sub]
+            mask = target > 0
+            log.extra[f"{k}_accuracy"] = float((v.argmax(-1)[mask] == target[mask]).float().mean())
+    return encoder, log
+
+
+@torch.no_grad()
+def extract_regions(encoder: VisualEncoder, images: np.ndarray, batch_size: int = 256) -> torch.Tensor:
+    """images uint8 [N, H, W, 3] → regions float32 [N, R, D] (cached for captioner training)."""
+    encoder.eval()
+    parts = [encoder(torch.from_numpy(images[i : i + batch_size])) for i in range(0, len(images), batch_size)]
+    return torch.cat(parts)
+
+
+def _caption_pairs(
+    captions: Sequence[Sequence[str]], vocab: Vocabulary, max_length: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Every (image, caption) pair: image index [P], tokens [P, max_length + 2], lengths [P] (BOS..EOS)."""
+    image_ids = np.repeat(np.arange(len(captions)), [len(c) for c in captions])
+    flat = [c for caps in captions for c in caps]
+    tokens, lengths = encode_batch(vocab, flat, max_length)
+    return torch.from_numpy(image_ids), torch.from_numpy(tokens), torch.from_numpy(lengths)
+
+
+def train_butr(
+    regions: torch.Tensor,
+    captions: Sequence[Sequence[str]],
+    vocab: Vocabulary,
+    preset: Preset,
+    seed: int,
+    rank: bool,
+    desc: str,
+) -> tuple[BUTR, TrainLog]:
+    """Train BUTR (``rank=True``: captioning + ranking with GradNorm) or BUTD (``rank=False``)."""
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    model = BUTR(
+        len(vocab),
+        regions.size(-1),
+        preset.word_dim,
+        preset.hidden_dim,
+        preset.joint_dim,
+        preset.attention_dim,
+    )
+    optimizer = torch.optim.AdamW(model.parameters(), lr=preset.learning_rate, weight_decay=1e-5)
+    image_ids, tokens, lengths = _caption_pairs(captions, vocab, preset.max_length)
+    steps = preset.caption_epochs * math.ceil(len(tokens) / preset.batch_size)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=preset.learning_rate, total_steps=steps)
+    weights = torch.ones(2)  # GradNorm task weights [w_gen, w_rank]
+    initial: torch.Tensor | None = None
+    shared = model.language.get_parameter("weight_hh_l0")  # the last layer both tasks share
+    log, start = TrainLog(), time.perf_counter()
+    model.train()
+    with tqdm(total=steps, desc=desc, unit="batch") as bar:
+        for _ in range(preset.caption_epochs):
+            for idx in _batches(len(tokens), preset.batch_size, rng):
+                width = int(lengths[idx].max())
+                tok = tokens[idx, :width]
+                reg = regions[image_ids[idx]]
+                logprobs = model(reg, tok)
+                target = tok[:, 1:]
+                gen = F.nll_loss(logprobs.flatten(0, 1), target.flatten(), ignore_index=0)
+                if rank:
+                    rnk = ranking_loss(
+                        model.image_embedding(reg),
+                        model.text_embedding(tok, lengths[idx] - 1),
+                        image_ids[idx],
+                        preset.margin,
+                    )
+                    losses = torch.stack([gen, rnk])
+                    if initial is None:
+                        initial = losses.detach().clone()
+                    if bar.n % preset.gradnorm_every == 0:
+                        weights = _gradnorm_update(weights, losses, initial, shared, preset.gradnorm_alpha)
+                    loss = (weights * losses).sum()
+                    log.extra["w_rank"] = float(weights[1])
+                else:
+                    loss = gen
+                optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 2.0)
+                optimizer.step()
+                schedule.step()
+                log.losses.append(float(gen.detach()))
+                bar.set_postfix(
+                    gen=f"{float(gen):.3f}", **({"w_rank": f"{float(weights[1]):.2f}"} if rank else {})
+                )
+                bar.update()
+    model.eval()
+    log.epochs, log.seconds = preset.caption_epochs, time.perf_counter() - start
+    return model, log
+
+
+def _gradnorm_update(
+    weights: torch.Tensor,
+    losses: torch.Tensor,
+    initial: torch.Tensor,
+    shared: torch.Tensor,
+    alpha: float,
+    lr: float = 0.025,
+) -> torch.Tensor:
+    """One GradNorm step (Chen et al. 2018) on the task weights. G_i = w_i·‖∇_W L_i‖ is linear in w_i, so
+    ∂|G_i − target_i|/∂w_i = sign(G_i − target_i)·‖∇_W L_i‖ with the target held constant; weights are then
+    renormalised to sum to the number of tasks."""
+    norms = torch.stack(
+        [torch.autograd.grad(loss, shared, retain_graph=True)[0].norm() for loss in losses]
+    ).detach()
+    grads = weights * norms
+    ratios = (losses.detach() / initial).clamp(min=1e-8)
+    target = grads.mean() * (ratios / ratios.mean()) ** alpha
+    updated = (weights - lr * torch.sign(grads - target) * norms / norms.mean().clamp(min=1e-12)).clamp(
+        min=0.05
+    )
+    return updated * len(weights) / updated.sum()
+
+
+def train_vsepp(
+    regions: torch.Tensor, captions: Sequence[Sequence[str]], vocab: Vocabulary, preset: Preset, seed: int
+) -> tuple[VSEPP, TrainLog]:
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    model = VSEPP(len(vocab), regions.size(-1), preset.word_dim, preset.hidden_dim, preset.joint_dim)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=preset.learning_rate, weight_decay=1e-5)
+    image_ids, tokens, lengths = _caption_pairs(captions, vocab, preset.max_length)
+    steps = preset.ranker_epochs * math.ceil(len(tokens) / preset.batch_size)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=preset.learning_rate, total_steps=steps)
+    log, start = TrainLog(), time.perf_counter()
+    model.train()
+    with tqdm(total=steps, desc="vsepp", unit="batch") as bar:
+        for _ in range(preset.ranker_epochs):
+            for idx in _batches(len(tokens), preset.batch_size, rng):
+                width = int(lengths[idx].max())
+                loss = ranking_loss(
+                    model.image_embedding(regions[image_ids[idx]]),
+                    model.text_embedding(tokens[idx, :width], lengths[idx] - 1),
+                    image_ids[idx],
+                    preset.margin,
+                )
+                optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 2.0)
+                optimizer.step()
+                schedule.step()
+                log.losses.append(float(loss.detach()))
+                bar.set_postfix(loss=f"{float(loss):.3f}")
+                bar.update()
+    model.eval()
+    log.epochs, log.seconds = preset.ranker_epochs, time.perf_counter() - start
+    return model, log

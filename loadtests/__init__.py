@@ -1,0 +1,1 @@
+"""Benchmarks that print figures (latency, later throughput under load)."""

@@ -1,0 +1,93 @@
+"""Embedded backend: one onnxruntime ``InferenceSession`` per model, run off the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from service.backends.base import BackendError
+from service.manifest import Manifest
+from service.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+def providers() -> list[str]:
+    """CUDA first when this onnxruntime build has it, CPU always."""
+    available = ort.get_available_providers()
+    chosen = ["CUDAExecutionProvider"] if "CUDAExecutionProvider" in available else []
+    return [*chosen, "CPUExecutionProvider"]
+
+
+class OnnxRuntimeBackend:
+    """Loads ``<repo>/<model>/1/model.onnx`` for every model in the manifest (synchronously: construct
+    it off the event loop) and runs ``infer`` calls in a small thread pool."""
+
+    def __init__(
+        self,
+        repo: str | Path,
+        manifest: Manifest,
+        threads: int = 0,
+        metrics: Metrics | None = None,
+        executor_threads: int = 4,
+    ) -> None:
+        if threads < 0:
+            raise ValueError(f"threads must be >= 0, got {threads}")
+        if executor_threads < 1:
+            raise ValueError(f"executor_threads must be >= 1, got {executor_threads}")
+        repo = Path(repo)
+        if not repo.is_dir():
+            raise ValueError(f"repo {repo} is not a directory")
+        self.metrics = metrics
+        self.providers = providers()
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.sessions: dict[str, ort.InferenceSession] = {}
+        self.outputs: dict[str, list[str]] = {}
+        for entry in manifest.models:
+            path = entry.path(repo)
+            if not path.is_file():
+                raise ValueError(f"model {entry.name!r}: {path} does not exist")
+            session = ort.InferenceSession(str(path), sess_options=options, providers=self.providers)
+            self.sessions[entry.name] = session
+            self.outputs[entry.name] = [o.name for o in session.get_outputs()]
+        self._executor = ThreadPoolExecutor(max_workers=executor_threads, thread_name_prefix="ort")
+        log.info("onnxruntime backend: %d models on %s", len(self.sessions), self.providers)
+
+    def _run(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        session = self.sessions[model]
+        start = time.perf_counter()
+        try:
+            values = session.run(self.outputs[model], inputs)
+        except (ort.capi.onnxruntime_pybind11_state.InvalidArgument, ValueError) as exc:
+            self._count(model, "bad_input")
+            raise BackendError(model, "bad_input", str(exc)) from exc
+        except Exception as exc:
+            self._count(model, "runtime")
+            raise BackendError(model, "runtime", str(exc)) from exc
+        if self.metrics is not None:
+            self.metrics.model_call.labels(model=model).observe(time.perf_counter() - start)
+        return dict(zip(self.outputs[model], values, strict=True))
+
+    def _count(self, model: str, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.backend_errors.labels(model=model, reason=reason).inc()
+
+    async def infer(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if model not in self.sessions:
+            self._count(model, "unknown_model")
+            raise BackendError(model, "unknown_model", "no such model in the repository")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._run, model, inputs)
+
+    async def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self.sessions.clear()

@@ -1,0 +1,267 @@
+"""The per-request captioning pipeline: encode → init → beam loop → optional re-rank.
+
+``CaptionEngine.resolve`` turns request options into validated ``CaptionParams``;
+``CaptionEngine.caption`` runs one request. Each beam iteration makes one ``<cap>_step`` call for
+all live rows of all images of the request (a cross-request scheduler can later drive
+``beam.BeamSearch.rows/advance`` of many requests instead of ``beam_search_async``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from service.backends.base import Backend
+from service.engine.beam import AsyncStepFn, Hypothesis, beam_search_async, length_norm
+from service.engine.rerank import fixed_dim, ranker_scores
+from service.manifest import CaptionerEntry, Manifest
+from service.metrics import Metrics
+from service.text.vocabulary import Vocabulary
+
+
+class EngineError(Exception):
+    """A request the engine refuses. ``code`` is a stable reason; ``field`` the parameter at fault."""
+
+    code = "invalid_parameter"
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+class InvalidParameterError(EngineError):
+    code = "invalid_parameter"
+
+
+class UnknownModelError(EngineError):
+    code = "unknown_model"
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    default_beam_size: int = 5
+    max_beam_size: int = 10
+    max_length_cap: int = 40
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.default_beam_size <= self.max_beam_size:
+            raise ValueError(f"default_beam_size must be in [1, max_beam_size], got {self.default_beam_size}")
+        if self.max_length_cap < 1:
+            raise ValueError(f"max_length_cap must be >= 1, got {self.max_length_cap}")
+
+
+@dataclass(frozen=True)
+class CaptionParams:
+    captioner: str
+    beam_size: int
+    max_length: int
+    n_best: int
+    length_penalty: float
+    ranker: str | None
+
+
+@dataclass(frozen=True)
+class Caption:
+    text: str
+    tokens: list[int]
+    logprob: float
+    normalized_logprob: float
+    ranker_score: float | None
+    beam_rank: int  # 1 = best by normalised log-prob
+
+
+@dataclass
+class CaptionOutput:
+    params: CaptionParams
+    results: list[list[Caption]]  # per image, final order (ranker score if re-ranked)
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+class CaptionEngine:
+    def __init__(
+        self,
+        backend: Backend,
+        manifest: Manifest,
+        vocab: Vocabulary,
+        metrics: Metrics | None = None,
+        limits: EngineLimits | None = None,
+    ) -> None:
+        if len(vocab) != manifest.vocabulary.size:
+            raise ValueError(
+                f"vocab has {len(vocab)} words but manifest.vocabulary.size is {manifest.vocabulary.size}"
+            )
+        self.backend = backend
+        self.manifest = manifest
+        self.vocab = vocab
+        self.metrics = metrics
+        self.limits = limits or EngineLimits()
+        spec = manifest.vocabulary
+        self.banned = tuple(sorted({spec.pad_id, spec.bos_id, spec.unk_id} - {spec.eos_id}))
+
+    # -- parameters -------------------------------------------------------------------------------
+
+    def max_length_for(self, captioner: CaptionerEntry) -> int:
+        return min(self.limits.max_length_cap, captioner.max_length)
+
+    def resolve(
+        self,
+        model: str | None = None,
+        beam_size: int | None = None,
+        max_length: int | None = None,
+        n_best: int | None = None,
+        rerank: str | bool | None = None,
+        length_penalty: float = 1.0,
+    ) -> CaptionParams:
+        """Validate request options against the manifest and limits; defaults documented in the API."""
+        name = model or self.manifest.default_captioner
+        try:
+            cap = self.manifest.captioner(name)
+        except KeyError:
+            known = ", ".join(c.name for c in self.manifest.captioners)
+            raise UnknownModelError("model", f"unknown model {name!r}; captioners: {known}") from None
+        beam = self.limits.default_beam_size if beam_size is None else beam_size
+        if not 1 <= beam <= self.limits.max_beam_size:
+            raise InvalidParameterError("beam_size", f"beam_size must be in [1, {self.limits.max_beam_size}]")
+        cap_len = self.max_length_for(cap)
+        length = cap_len if max_length is None else max_length
+        if not 1 <= length <= cap_len:
+            raise InvalidParameterError("max_length", f"max_length must be in [1, {cap_len}] for {cap.name}")
+        best = beam if n_best is None else n_best
+        if not 1 <= best <= beam:
+            raise InvalidParameterError("n_best", f"n_best must be in [1, beam_size={beam}]")
+        if not 0.0 <= length_penalty <= 2.0:
+            raise InvalidParameterError("length_penalty", "length_penalty must be in [0, 2]")
+        ranker: str | None
+        if rerank is None or rerank is True:
+            ranker = cap.ranker
+            if rerank is True and ranker is None:
+                raise InvalidParameterError(
+                    "rerank", f"{cap.name} has no ranker of its own; name one of {self._rankers()}"
+                )
+        elif rerank is False:
+            ranker = None
+        else:
+            if rerank not in {r.name for r in self.manifest.rankers}:
+                raise UnknownModelError("rerank", f"unknown ranker {rerank!r}; rankers: {self._rankers()}")
+            ranker = rerank
+        return CaptionParams(cap.name, beam, length, best, float(length_penalty), ranker)
+
+    def _rankers(self) -> str:
+        return ", ".join(r.name for r in self.manifest.rankers) or "(none)"
+
+    # -- pipeline ---------------------------------------------------------------------------------
+
+    async def caption(self, images: np.ndarray, params: CaptionParams) -> CaptionOutput:
+        """Caption uint8 [B, H, W, 3] images."""
+        h, w = self.manifest.image.height, self.manifest.image.width
+        if images.dtype != np.uint8 or images.ndim != 4 or images.shape[1:] != (h, w, 3) or not len(images):
+            raise ValueError(f"images must be uint8 [B>=1, {h}, {w}, 3], got {images.dtype} {images.shape}")
+        cap = self.manifest.captioner(params.captioner)
+        timings: dict[str, float] = {}
+        t0 = time.perf_counter()
+        regions = (await self.backend.infer("visual_encoder", {"image": images}))["regions"]
+        init = await self.backend.infer(cap.init, {"regions": regions})
+        memory = np.ascontiguousarray(init["memory"], dtype=np.float32)
+        state0 = np.ascontiguousarray(init["state"], dtype=np.float32)
+        t1 = time.perf_counter()
+        timings["encode"] = (t1 - t0) * 1e3
+
+        hyps = await beam_search_async(
+            self._step_fn(cap, memory),
+            n_images=len(images),
+            beam_size=params.beam_size,
+            max_length=params.max_length,
+            bos=self.manifest.vocabulary.bos_id,
+            eos=self.manifest.vocabulary.eos_id,
+            n_best=params.n_best,
+            length_penalty=params.length_penalty,
+            initial_state=state0,
+            banned_ids=self.banned,
+            on_step=self._observe_rows(cap.step),
+        )
+        t2 = time.perf_counter()
+        timings["decode"] = (t2 - t1) * 1e3
+
+        scores: list[list[float]] | None = None
+        if params.ranker is not None:
+            ranker = self.manifest.ranker(params.ranker)
+            scores = await ranker_scores(
+                self.backend, self.manifest, ranker, regions, [[h.tokens for h in per] for per in hyps]
+            )
+        timings["rerank"] = (time.perf_counter() - t2) * 1e3
+        results = [self._order(per, None if scores is None else scores[i]) for i, per in enumerate(hyps)]
+        if self.metrics is not None:
+            self.metrics.captions_served.labels(model=cap.name).inc(len(images))
+        return CaptionOutput(params=params, results=results, timings_ms=timings)
+
+    def _step_fn(self, cap: CaptionerEntry, memory: np.ndarray) -> AsyncStepFn:
+        backend, model = self.backend, cap.step
+        last_token = cap.reads == "last_token"
+        fixed_t = None if last_token else fixed_dim(self.manifest, cap.step, "tokens", 1)
+        pad = self.manifest.vocabulary.pad_id
+
+        async def step(
+            tokens: np.ndarray, lengths: np.ndarray, state: np.ndarray, image_index: np.ndarray
+        ) -> tuple[np.ndarray, np.ndarray]:
+            if last_token:  # the LSTM reads only the last real token: send T = 1
+                tokens = tokens[np.arange(len(tokens)), lengths - 1][:, None]
+                lengths = np.ones_like(lengths)
+            elif fixed_t is not None and tokens.shape[1] < fixed_t:
+                padded = np.full((len(tokens), fixed_t), pad, dtype=np.int64)
+                padded[:, : tokens.shape[1]] = tokens
+                tokens = padded
+            out = await backend.infer(
+                model,
+                {
+                    "memory": memory,
+                    "image_index": image_index,
+                    "tokens": np.ascontiguousarray(tokens, dtype=np.int64),
+                    "length": lengths,
+                    "state": np.ascontiguousarray(state, dtype=np.float32),
+                },
+            )
+            return out["logprobs"], out["state_out"]
+
+        return step
+
+    def _observe_rows(self, model: str) -> Callable[[int], None]:
+        metrics = self.metrics
+
+        def observe(rows: int) -> None:
+            if metrics is not None:
+                metrics.beam_rows.labels(model=model).observe(rows)
+
+        return observe
+
+    def _order(self, hyps: list[Hypothesis], scores: list[float] | None) -> list[Caption]:
+        captions = [
+            Caption(
+                text=self.vocab.decode(h.tokens),
+                tokens=h.tokens,
+                logprob=h.logprob,
+                normalized_logprob=h.score,
+                ranker_score=None if scores is None else scores[rank],
+                beam_rank=rank + 1,
+            )
+            for rank, h in enumerate(hyps)
+        ]
+        if scores is not None:
+            captions.sort(key=lambda c: -(c.ranker_score or 0.0))
+        return captions
+
+
+__all__ = [
+    "Caption",
+    "CaptionEngine",
+    "CaptionOutput",
+    "CaptionParams",
+    "EngineError",
+    "EngineLimits",
+    "InvalidParameterError",
+    "UnknownModelError",
+    "length_norm",
+]

@@ -1,0 +1,114 @@
+"""Decoding and validation of uploaded images.
+
+``decode_image`` turns untrusted bytes into a uint8 [H, W, 3] array at the model's input size.
+It checks the size of the upload, opens only a few safe formats, rejects images whose header
+announces too many pixels *before* decoding them (decompression bombs), forces a full decode so
+truncated files fail here, and converts any mode to RGB. Failures raise ``ImageError`` with a
+reason code and a message naming the problem.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF")
+
+# The pixel limit is ours (``max_pixels``, checked before decoding); PIL's own warning is noise.
+warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
+
+
+class ImageError(ValueError):
+    """A rejected image. ``code`` is a stable reason, ``status`` the HTTP status it maps to."""
+
+    def __init__(self, code: str, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = status
+
+
+def decode_image(
+    data: bytes, height: int, width: int, *, max_bytes: int, max_pixels: int, label: str = "image"
+) -> np.ndarray:
+    """Decode ``data`` and resize it (bilinear) to uint8 [height, width, 3]."""
+    if height < 1 or width < 1:
+        raise ValueError(f"height and width must be >= 1, got {height}x{width}")
+    if not data:
+        raise ImageError("empty_image", f"{label} is empty (0 bytes)")
+    if len(data) > max_bytes:
+        raise ImageError(
+            "image_too_large", f"{label} is {len(data)} bytes; the limit is {max_bytes} bytes", status=413
+        )
+    try:
+        img = Image.open(io.BytesIO(data), formats=FORMATS)
+    except UnidentifiedImageError:
+        raise ImageError(
+            "not_an_image", f"{label} is not an image in a supported format ({', '.join(FORMATS)})"
+        ) from None
+    except Image.DecompressionBombError:
+        raise ImageError("too_many_pixels", f"{label} has too many pixels", status=413) from None
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise ImageError("corrupt_image", f"{label} could not be read: {exc}") from None
+    with img:
+        w, h = img.size
+        if w < 1 or h < 1:
+            raise ImageError("corrupt_image", f"{label} has an empty size {w}x{h}")
+        if w * h > max_pixels:
+            raise ImageError(
+                "too_many_pixels",
+                f"{label} is {w}x{h} = {w * h} pixels; the limit is {max_pixels} pixels",
+                status=413,
+            )
+        try:
+            img.load()  # force the full decode: truncated or corrupt data fails here
+        except Image.DecompressionBombError:
+            raise ImageError("too_many_pixels", f"{label} has too many pixels", status=413) from None
+        except (OSError, SyntaxError, ValueError, EOFError) as exc:
+            raise ImageError(
+                "corrupt_image", f"{label} is truncated or corrupt ({img.format}): {exc}"
+            ) from None
+        try:
+            rgb = _to_rgb(ImageOps.exif_transpose(img) or img)
+        except (OSError, ValueError) as exc:
+            raise ImageError(
+                "unsupported_mode", f"{label} has unsupported mode {img.mode!r}: {exc}"
+            ) from None
+    if rgb.size != (width, height):
+        rgb = rgb.resize((width, height), Image.Resampling.BILINEAR)
+    out = np.asarray(rgb, dtype=np.uint8)
+    if out.shape != (height, width, 3):  # pragma: no cover - guarded by _to_rgb
+        raise ImageError("unsupported_mode", f"{label} decoded to shape {out.shape}")
+    return out
+
+
+def _to_rgb(img: Image.Image) -> Image.Image:
+    """RGB copy of ``img``; transparent pixels are composited on white."""
+    if img.mode == "RGB":
+        return img
+    if img.mode in ("I;16", "I;16B", "I;16L", "I"):
+        arr = np.asarray(img, dtype=np.float64)
+        hi = float(arr.max()) or 1.0
+        img = Image.fromarray((arr * (255.0 / hi)).clip(0, 255).astype(np.uint8), mode="L")
+    if img.mode == "P" and "transparency" in img.info:
+        img = img.convert("RGBA")
+    if img.mode in ("RGBA", "LA", "PA", "RGBa", "La"):
+        rgba = img.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(background, rgba).convert("RGB")
+    return img.convert("RGB")
+
+
+def decode_images(
+    blobs: Sequence[bytes], height: int, width: int, *, max_bytes: int, max_pixels: int
+) -> np.ndarray:
+    """Decode every blob into one uint8 [B, height, width, 3] batch; errors name the image index."""
+    arrays = [
+        decode_image(b, height, width, max_bytes=max_bytes, max_pixels=max_pixels, label=f"image {i}")
+        for i, b in enumerate(blobs)
+    ]
+    return np.stack(arrays) if arrays else np.zeros((0, height, width, 3), dtype=np.uint8)

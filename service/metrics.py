@@ -1,0 +1,47 @@
+"""Prometheus metrics of the gateway, on a registry of their own (one per app)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 7.5, 10.0)
+ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+MODEL_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class Metrics:
+    """All gateway metrics. Names start with ``compcap_``."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.request_latency = Histogram(
+            "compcap_request_latency_seconds",
+            "HTTP request latency",
+            ["route", "method", "status"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.captions_served = Counter("compcap_captions_served", "Images captioned", ["model"], registry=r)
+        self.errors = Counter("compcap_errors", "Failed requests by reason", ["reason"], registry=r)
+        self.beam_rows = Histogram(
+            "compcap_beam_rows_per_decoder_call",
+            "Rows in one <cap>_step call",
+            ["model"],
+            buckets=ROW_BUCKETS,
+            registry=r,
+        )
+        self.model_call = Histogram(
+            "compcap_model_call_seconds",
+            "Backend model call time",
+            ["model"],
+            buckets=MODEL_BUCKETS,
+            registry=r,
+        )
+        self.backend_errors = Counter(
+            "compcap_backend_errors", "Backend failures by model and reason", ["model", "reason"], registry=r
+        )
+        self.ready = Gauge("compcap_ready", "1 once the models are loaded", registry=r)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

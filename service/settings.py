@@ -1,0 +1,45 @@
+"""Gateway settings: one ``Settings`` object (env prefix ``COMPCAP_``), validated at start-up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from service.manifest import MANIFEST_NAME
+
+MAX_BEAM_SIZE = 10
+
+
+class Settings(BaseSettings):
+    """Every knob of the gateway. Environment variables are ``COMPCAP_<FIELD>``, e.g. ``COMPCAP_PORT``."""
+
+    model_config = SettingsConfigDict(env_prefix="COMPCAP_", extra="ignore", validate_default=True)
+
+    repo: Path = Field(default=Path("model_repo"), description="model repository with manifest.json")
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    backend: Literal["onnxruntime"] = "onnxruntime"
+    intra_op_threads: int = Field(
+        default=0, ge=0, le=256, description="onnxruntime intra-op threads; 0 = its default"
+    )
+    executor_threads: int = Field(
+        default=4, ge=1, le=64, description="threads that run model calls off the loop"
+    )
+    max_upload_bytes: int = Field(default=8 * 1024 * 1024, ge=1, description="largest accepted encoded image")
+    max_image_pixels: int = Field(default=25_000_000, ge=1, description="largest accepted width * height")
+    max_images_per_request: int = Field(default=16, ge=1, le=1024)
+    default_beam_size: int = Field(default=5, ge=1, le=MAX_BEAM_SIZE)
+    max_length_cap: int = Field(
+        default=40, ge=1, le=512, description="upper bound for a request's max_length"
+    )
+    request_deadline_s: float = Field(default=10.0, gt=0, le=3600)
+
+    @field_validator("repo")
+    @classmethod
+    def _repo_has_manifest(cls, value: Path) -> Path:
+        if not (value / MANIFEST_NAME).is_file():
+            raise ValueError(f"{value} has no {MANIFEST_NAME} (build one with `compcap build --out {value}`)")
+        return value
