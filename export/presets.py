@@ -14,19 +14,23 @@ class Preset:
     grid: int = 6
     encoder_channels: tuple[int, int, int] = (24, 48, 96)
     region_dim: int = 128
-    encoder_epochs: int = 4
+    encoder_epochs: int = 6
     word_dim: int = 128
-    hidden_dim: int = 256
-    joint_dim: int = 256
+    hidden_dim: int = 192
+    joint_dim: int = 192
     attention_dim: int = 128
     caption_epochs: int = 5
     ranker_epochs: int = 5
-    batch_size: int = 128
+    batch_size: int = 256
     max_length: int = 16
-    learning_rate: float = 2e-3
+    learning_rate: float = 3e-3
+    ranker_learning_rate: float = 5e-4
     gradnorm_alpha: float = 2.5
     gradnorm_every: int = 8
     margin: float = 0.2
+    hardest_negative_weight: float = 0.5
+    encoder_batch_size: int = 128
+    encoder_learning_rate: float = 2e-3
     eval_images: int = 500
 
     def __post_init__(self) -> None:

@@ -13,11 +13,13 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from export.models.butr import BUTR, ranking_loss
+from export.models.butr import BUTR, not_negatives, ranking_loss
 from export.models.visual_encoder import CellHeads, VisualEncoder
 from export.models.vsepp import VSEPP
 from export.presets import Preset
 from service.text.vocabulary import Vocabulary, encode_batch
+
+OBJECT_CELL_WEIGHT = 4.0
 
 
 @dataclass
@@ -42,15 +44,17 @@ def train_visual_encoder(
     encoder = VisualEncoder(preset.encoder_channels, preset.region_dim, preset.grid, preset.image_size)
     heads = CellHeads(preset.region_dim, label_sizes)
     params = list(encoder.parameters()) + list(heads.parameters())
-    optimizer = torch.optim.AdamW(params, lr=preset.learning_rate, weight_decay=1e-4)
-    steps = preset.encoder_epochs * math.ceil(len(images) / preset.batch_size)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=preset.learning_rate, total_steps=steps)
+    optimizer = torch.optim.AdamW(params, lr=preset.encoder_learning_rate, weight_decay=1e-4)
+    steps = preset.encoder_epochs * math.ceil(len(images) / preset.encoder_batch_size)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=preset.encoder_learning_rate, total_steps=steps
+    )
     flat = {k: torch.from_numpy(v.reshape(len(v), -1)) for k, v in labels.items()}
     log, start = TrainLog(), time.perf_counter()
     encoder.train()
     with tqdm(total=steps, desc="visual_encoder", unit="batch") as bar:
         for _ in range(preset.encoder_epochs):
-            for idx in _batches(len(images), preset.batch_size, rng):
+            for idx in _batches(len(images), preset.encoder_batch_size, rng):
                 batch = torch.from_numpy(images[idx])
                 if rng.random() < 0.5:  # horizontal flip: labels flip with the grid
                     batch = batch.flip(2)
@@ -61,7 +65,15 @@ def train_visual_encoder(
                 else:
                     targets = {k: v[idx] for k, v in flat.items()}
                 logits = heads(encoder(batch))
-                loss = sum(F.cross_entropy(logits[k].flatten(0, 1), targets[k].flatten()) for k in logits)
+                # object cells count OBJECT_CELL_WEIGHT times a background cell: most cells are background
+                weight = 1.0 + (OBJECT_CELL_WEIGHT - 1.0) * (targets["noun"] > 0).float().flatten()
+                loss = sum(
+                    (
+                        F.cross_entropy(logits[k].flatten(0, 1), targets[k].flatten(), reduction="none")
+                        * weight
+                    ).mean()
+                    for k in logits
+                )
                 assert isinstance(loss, torch.Tensor)
                 optimizer.zero_grad()
                 loss.backward()
@@ -125,6 +137,7 @@ def train_butr(
     steps = preset.caption_epochs * math.ceil(len(tokens) / preset.batch_size)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=preset.learning_rate, total_steps=steps)
     weights = torch.ones(2)  # GradNorm task weights [w_gen, w_rank]
+    warmup = math.ceil(len(tokens) / preset.batch_size)  # one epoch of VSE0 before hardest negatives
     initial: torch.Tensor | None = None
     shared = model.language.get_parameter("weight_hh_l0")  # the last layer both tasks share
     log, start = TrainLog(), time.perf_counter()
@@ -142,8 +155,9 @@ def train_butr(
                     rnk = ranking_loss(
                         model.image_embedding(reg),
                         model.text_embedding(tok, lengths[idx] - 1),
-                        image_ids[idx],
+                        not_negatives(image_ids[idx], tok),
                         preset.margin,
+                        hardest=preset.hardest_negative_weight if bar.n >= warmup else 0.0,
                     )
                     losses = torch.stack([gen, rnk])
                     if initial is None:
@@ -198,10 +212,13 @@ def train_vsepp(
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     model = VSEPP(len(vocab), regions.size(-1), preset.word_dim, preset.hidden_dim, preset.joint_dim)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=preset.learning_rate, weight_decay=1e-5)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=preset.ranker_learning_rate, weight_decay=1e-5)
     image_ids, tokens, lengths = _caption_pairs(captions, vocab, preset.max_length)
-    steps = preset.ranker_epochs * math.ceil(len(tokens) / preset.batch_size)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=preset.learning_rate, total_steps=steps)
+    warmup = math.ceil(len(tokens) / preset.batch_size)  # one epoch of VSE0 before hardest negatives
+    steps = preset.ranker_epochs * warmup
+    schedule = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=preset.ranker_learning_rate, total_steps=steps
+    )
     log, start = TrainLog(), time.perf_counter()
     model.train()
     with tqdm(total=steps, desc="vsepp", unit="batch") as bar:
@@ -211,8 +228,9 @@ def train_vsepp(
                 loss = ranking_loss(
                     model.image_embedding(regions[image_ids[idx]]),
                     model.text_embedding(tokens[idx, :width], lengths[idx] - 1),
-                    image_ids[idx],
+                    not_negatives(image_ids[idx], tokens[idx, :width]),
                     preset.margin,
+                    hardest=preset.hardest_negative_weight if bar.n >= warmup else 0.0,
                 )
                 optimizer.zero_grad()
                 loss.backward()

@@ -118,14 +118,27 @@ class BUTR(nn.Module):
         return logprobs, state_out, alpha.squeeze(1)
 
 
+def not_negatives(image_ids: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """[B, B] bool: pairs that must not count as negatives of each other — the same image, or captions with
+    identical tokens (word-for-word duplicates from different images cannot be told apart by any ranker)."""
+    same_image = image_ids.unsqueeze(0) == image_ids.unsqueeze(1)
+    same_text = (tokens.unsqueeze(0) == tokens.unsqueeze(1)).all(-1)
+    return same_image | same_text
+
+
 def ranking_loss(
-    images: torch.Tensor, texts: torch.Tensor, image_ids: torch.Tensor, margin: float
+    images: torch.Tensor, texts: torch.Tensor, excluded: torch.Tensor, margin: float, hardest: float = 1.0
 ) -> torch.Tensor:
-    """VSE++ hinge loss with the hardest negatives (seed 000 eq. 14). images, texts [B, J] L2-normalised,
-    image_ids [B]: rows sharing an image are not negatives of each other."""
+    """VSE++ hinge loss (seed 000 eq. 14). images, texts [B, J] L2-normalised; excluded [B, B] bool marks
+    pairs that are not negatives (``not_negatives``). ``hardest`` in [0, 1] weighs the hardest negative per
+    row (VSE++, 1.0) against the mean violation (VSE0, 0.0); VSE0 first and a share of it afterwards keep
+    max-violation training from collapsing to equal scores when many captions fit many images."""
     scores = images @ texts.t()  # [B, B]
     positive = scores.diag().unsqueeze(1)
-    same = image_ids.unsqueeze(0) == image_ids.unsqueeze(1)
-    cost_text = (margin + scores - positive).clamp(min=0).masked_fill(same, 0)
-    cost_image = (margin + scores - positive.t()).clamp(min=0).masked_fill(same, 0)
-    return (cost_text.max(dim=1).values + cost_image.max(dim=0).values).mean()
+    cost_text = (margin + scores - positive).clamp(min=0).masked_fill(excluded, 0)
+    cost_image = (margin + scores - positive.t()).clamp(min=0).masked_fill(excluded, 0)
+    if not 0.0 <= hardest <= 1.0:
+        raise ValueError(f"hardest must be in [0, 1], got {hardest}")
+    max_violation = (cost_text.max(dim=1).values + cost_image.max(dim=0).values).mean()
+    mean_violation = (cost_text.sum() + cost_image.sum()) / (~excluded).sum().clamp(min=1)
+    return hardest * max_violation + (1.0 - hardest) * mean_violation

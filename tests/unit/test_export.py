@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from export.models.butr import BUTR, ranking_loss
+from export.models.butr import BUTR, not_negatives, ranking_loss
 from export.models.vsepp import VSEPP
 from export.onnx import GraphSpec, export_graph, parity
 from export.repo import config_pbtxt, parse_config
@@ -86,10 +86,15 @@ def test_ranker_text_onnx_parity_and_padding_invariance(butr: BUTR, ranker: str,
 
 def test_ranking_loss_prefers_matching_pairs() -> None:
     emb = torch.nn.functional.normalize(torch.randn(6, 10), dim=-1)
-    ids = torch.arange(6)
-    assert ranking_loss(emb, emb, ids, 0.2) < ranking_loss(emb, emb.roll(1, 0), ids, 0.2)
-    same = torch.zeros(6, dtype=torch.long)  # all rows from one image: no negatives, no loss
-    assert float(ranking_loss(emb, emb.roll(1, 0), same, 0.2)) == 0.0
+    tokens = torch.arange(6).unsqueeze(1).repeat(1, 3)
+    excluded = not_negatives(torch.arange(6), tokens)
+    for hardest in (1.0, 0.0, 0.5):
+        matched = ranking_loss(emb, emb, excluded, 0.2, hardest)
+        assert matched < ranking_loss(emb, emb.roll(1, 0), excluded, 0.2, hardest)
+    one_image = not_negatives(torch.zeros(6, dtype=torch.long), tokens)  # no negatives at all: no loss
+    assert float(ranking_loss(emb, emb.roll(1, 0), one_image, 0.2)) == 0.0
+    same_text = not_negatives(torch.arange(6), torch.zeros(6, 3, dtype=torch.long))  # duplicate captions
+    assert same_text.all() and float(ranking_loss(emb, emb.roll(1, 0), same_text, 0.2)) == 0.0
 
 
 def test_config_pbtxt_parses_with_triton_protobuf() -> None:
