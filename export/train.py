@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 from tqdm import tqdm
 
 from export.models.butr import BUTR, not_negatives, ranking_loss
@@ -123,7 +124,6 @@ def train_butr(
 ) -> tuple[BUTR, TrainLog]:
     """Train BUTR (``rank=True``: captioning + ranking with GradNorm) or BUTD (``rank=False``)."""
     torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
     model = BUTR(
         len(vocab),
         regions.size(-1),
@@ -132,14 +132,33 @@ def train_butr(
         preset.joint_dim,
         preset.attention_dim,
     )
-    optimizer = torch.optim.AdamW(model.parameters(), lr=preset.learning_rate, weight_decay=1e-5)
+    return model, train_captioner(model, regions, captions, vocab, preset, seed, desc, rank=rank)
+
+
+def train_captioner(
+    model: nn.Module,
+    regions: torch.Tensor,
+    captions: Sequence[Sequence[str]],
+    vocab: Vocabulary,
+    preset: Preset,
+    seed: int,
+    desc: str,
+    rank: bool = False,
+    learning_rate: float | None = None,
+) -> TrainLog:
+    """Teacher-forced cross-entropy for any captioner with ``forward(regions, tokens) -> logprobs``; with
+    ``rank`` (BUTR) also the ranking loss of its ``image_embedding``/``text_embedding``, weighted by GradNorm
+    on the shared language LSTM."""
+    rng = np.random.default_rng(seed)
+    lr = learning_rate or preset.learning_rate
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-5)
     image_ids, tokens, lengths = _caption_pairs(captions, vocab, preset.max_length)
     steps = preset.caption_epochs * math.ceil(len(tokens) / preset.batch_size)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=preset.learning_rate, total_steps=steps)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, total_steps=steps)
     weights = torch.ones(2)  # GradNorm task weights [w_gen, w_rank]
     warmup = math.ceil(len(tokens) / preset.batch_size)  # one epoch of VSE0 before hardest negatives
     initial: torch.Tensor | None = None
-    shared = model.language.get_parameter("weight_hh_l0")  # the last layer both tasks share
+    shared = model.get_parameter("language.weight_hh_l0") if rank else None  # the last layer both tasks share
     log, start = TrainLog(), time.perf_counter()
     model.train()
     with tqdm(total=steps, desc=desc, unit="batch") as bar:
@@ -151,7 +170,8 @@ def train_butr(
                 logprobs = model(reg, tok)
                 target = tok[:, 1:]
                 gen = F.nll_loss(logprobs.flatten(0, 1), target.flatten(), ignore_index=0)
-                if rank:
+                if shared is not None:
+                    assert isinstance(model, BUTR), "the ranking loss needs BUTR's ranking head"
                     rnk = ranking_loss(
                         model.image_embedding(reg),
                         model.text_embedding(tok, lengths[idx] - 1),
@@ -180,7 +200,7 @@ def train_butr(
                 bar.update()
     model.eval()
     log.epochs, log.seconds = preset.caption_epochs, time.perf_counter() - start
-    return model, log
+    return log
 
 
 def _gradnorm_update(

@@ -119,3 +119,39 @@ def test_config_pbtxt_parses_with_triton_protobuf() -> None:
     ]
     with pytest.raises(Exception, match="bogus"):
         parse_config(config_pbtxt(step) + "bogus_field: 1\n")
+
+
+@pytest.mark.parametrize("name", ["sat", "transformer", "m2"])
+def test_zoo_captioner_step_parity_and_teacher_forcing(name: str, tmp_path: Path) -> None:
+    from export.models.sat import SAT
+    from export.models.transformer import TransformerCaptioner
+
+    torch.manual_seed(1)
+    model: torch.nn.Module
+    if name == "sat":
+        model = SAT(V, D, word_dim=8, hidden_dim=12, attention_dim=6)
+    else:
+        model = TransformerCaptioner(V, D, R, dim=16, heads=2, layers=3, memory_slots=4 if name == "m2" else 0,
+                                     meshed=name == "m2")
+    model.eval()
+    regions = torch.rand(3, R, D)
+    tokens = torch.randint(4, V, (3, 6))
+    tokens[:, 0] = 1
+    full = model(regions, tokens)
+    memory, state = model.init(regions)
+    index = torch.tensor([0, 1, 2])
+    for t in range(1, 5):  # the contract step reproduces teacher forcing
+        logprobs, next_state, attention = model.step(memory, index, tokens[:, :t], torch.full((3,), t), state)
+        assert torch.allclose(logprobs, full[:, t - 1], atol=1e-5)
+        assert torch.allclose(attention.sum(-1), torch.ones(3), atol=1e-5)
+        state = next_state
+    rows = torch.tensor([2, 0, 0, 1])
+    inputs = {"memory": memory, "image_index": rows, "tokens": tokens[rows, :5], "length": torch.tensor([5, 2, 3, 1]),
+              "state": state[rows]}
+    dyn = {"memory": {0: "i"}, "image_index": {0: "n"}, "tokens": {0: "n", 1: "t"}, "length": {0: "n"}, "state": {0: "n"}}
+    path = tmp_path / f"{name}_step.onnx"
+    export_graph(model, model.step, GraphSpec(inputs, ["logprobs", "state_out", "attention"], dyn), path)
+    other = {**inputs, "image_index": rows[:2], "tokens": tokens[rows[:2], :3], "length": torch.tensor([3, 1]),
+             "state": state[rows[:2]]}
+    assert parity(model, model.step, path, inputs) <= 1e-4
+    assert parity(model, model.step, path, other) <= 1e-4
