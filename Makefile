@@ -8,7 +8,7 @@ PRESET    ?= default
 HOST      ?= 127.0.0.1
 PORT      ?= 8080
 
-.PHONY: install run build models test test-unit lint clean
+.PHONY: install run build models report test test-unit lint clean
 
 $(STAMP): requirements.lock requirements-models.lock pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
@@ -41,3 +41,11 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache
+
+ZOO ?= model_zoo
+
+models: $(STAMP)
+	$(VENV)/bin/compcap models --preset $(PRESET) --out $(ZOO)
+
+report: $(STAMP)
+	$(VENV)/bin/compcap report --zoo $(ZOO) --out reports

@@ -18,7 +18,7 @@ from export.presets import Preset, get_preset
 from export.quality import evaluate_repository
 from export.train import TrainLog, extract_regions, train_butr, train_visual_encoder, train_vsepp
 from export.world import labels as world_labels
-from export.world.dataset import load_dataset, write_dataset
+from export.world.dataset import GENERATOR, load_dataset, write_dataset
 from service.manifest import Manifest, Training
 from service.text.vocabulary import Vocabulary
 
@@ -38,9 +38,21 @@ def _data(work: Path, preset: Preset, seed: int) -> tuple[tuple[Any, ...], tuple
         (train_dir, preset.train_images, seed),
         (test_dir, preset.test_images, seed + TEST_SEED_OFFSET),
     ):
-        if not (folder / "captions.json").is_file():
+        if not _is_current(folder, n, s):
+            shutil.rmtree(folder, ignore_errors=True)
             write_dataset(folder, images=n, seed=s, image_size=preset.image_size)
     return load_dataset(train_dir), load_dataset(test_dir)
+
+
+def _is_current(folder: Path, images: int, seed: int) -> bool:
+    """Whether ``folder`` holds a dataset of this generator version, seed and size (else it is rebuilt)."""
+    try:
+        info = json.loads((folder / "captions.json").read_text(encoding="utf-8"))["info"]
+    except (OSError, ValueError, KeyError):
+        return False
+    return bool(
+        info.get("generator") == GENERATOR and info.get("seed") == seed and info.get("images") == images
+    )
 
 
 def _cell_labels(graphs: list[dict[str, Any]], preset: Preset) -> dict[str, np.ndarray]:

@@ -32,6 +32,13 @@ class Preset:
     encoder_batch_size: int = 128
     encoder_learning_rate: float = 2e-3
     eval_images: int = 500
+    transformer_dim: int = 128
+    transformer_heads: int = 4
+    transformer_layers: int = 3
+    memory_slots: int = 16
+    transformer_learning_rate: float = 1e-3
+    zoo_caption_epochs: int = 4
+    zoo_eval_images: int = 5000
 
     def __post_init__(self) -> None:
         for field in ("train_images", "test_images", "region_dim", "hidden_dim", "joint_dim", "batch_size"):
@@ -55,6 +62,11 @@ PRESETS: dict[str, Preset] = {
         ranker_epochs=1,
         batch_size=64,
         eval_images=20,
+        transformer_dim=16,
+        transformer_heads=2,
+        memory_slots=4,
+        zoo_caption_epochs=1,
+        zoo_eval_images=200,
     ),
     "default": Preset(name="default", train_images=6000, test_images=1000),
 }

@@ -36,6 +36,40 @@ def _build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _splits(args: argparse.Namespace) -> int:
+    from export.data.splits import run_splits_cli
+
+    summary = run_splits_cli(Path(args.data), args.kind, args.group, Path(args.out), by=args.by)
+    print(json.dumps(summary, indent=2, default=str))
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from export.evaluate import run_evaluate_cli
+
+    split_path = Path(args.split_file) if args.split_file else None
+    json_out = Path(args.json) if args.json else None
+    return run_evaluate_cli(Path(args.repo), Path(args.data), split_path, args.split, args.group, json_out)
+
+
+def _models(args: argparse.Namespace) -> int:
+    from export.zoo import build_zoo
+
+    manifest = build_zoo(Path(args.out), preset=args.preset, seed=args.seed, work=args.work)
+    print(f"wrote {args.out}: captioners {[c.name for c in manifest.captioners]}")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from export.report import write_report
+    from export.zoo import EVAL_SEED
+
+    data = Path(args.data) if args.data else Path(args.zoo + ".work") / "data" / f"eval_{EVAL_SEED}"
+    write_report(Path(args.zoo), data, Path(args.out), groups=[int(g) for g in args.groups.split(",")])
+    print(f"wrote {Path(args.out) / 'reproduction.md'}")
+    return 0
+
+
 def _serve(args: argparse.Namespace) -> int:
     from service.api.server import serve
 
@@ -67,6 +101,45 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--seed", type=int, default=0)
     build.add_argument("--work", default=None, help="folder for data and checkpoints (default: <out>/.work)")
     build.set_defaults(func=_build)
+
+    splits = sub.add_parser("splits", help="build a compositional split of a COCO-format dataset")
+    splits.add_argument("--data", required=True, help="folder with captions.json (SceneWorld or COCO format)")
+    splits.add_argument(
+        "--kind", required=True, choices=["systematicity", "productivity", "substitutivity", "full"]
+    )
+    splits.add_argument("--group", type=int, default=None, help="held-out pair group 1-4 (systematicity)")
+    splits.add_argument("--by", default="length", choices=["length", "density"], help="productivity measure")
+    splits.add_argument("--out", required=True)
+    splits.set_defaults(func=_splits)
+
+    evaluate = sub.add_parser("evaluate", help="evaluate every captioner of a repository on a split")
+    evaluate.add_argument("--repo", required=True)
+    evaluate.add_argument("--data", required=True)
+    evaluate.add_argument(
+        "--split", required=True, choices=["systematicity", "productivity", "substitutivity", "full"]
+    )
+    evaluate.add_argument("--group", type=int, default=None)
+    evaluate.add_argument(
+        "--split-file", default=None, help="split.json (default: <data>/splits/<kind>[_<group>])"
+    )
+    evaluate.add_argument("--json", default=None, help="write the results JSON here")
+    evaluate.set_defaults(func=_evaluate)
+
+    models = sub.add_parser("models", help="train and package the model zoo (make models)")
+    models.add_argument("--preset", choices=["tiny", "default"], default="default")
+    models.add_argument("--out", default="model_zoo")
+    models.add_argument("--seed", type=int, default=0)
+    models.add_argument("--work", default=None)
+    models.set_defaults(func=_models)
+
+    report = sub.add_parser("report", help="evaluate the zoo and write reports/reproduction.md")
+    report.add_argument("--zoo", default="model_zoo")
+    report.add_argument(
+        "--data", default=None, help="evaluation world (default: <zoo>.work/data/eval_<seed>)"
+    )
+    report.add_argument("--groups", default="1,2,3,4")
+    report.add_argument("--out", default="reports")
+    report.set_defaults(func=_report)
 
     serve = sub.add_parser("serve", help="serve the HTTP gateway")
     serve.add_argument("--host", default="127.0.0.1")

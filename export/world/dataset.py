@@ -19,7 +19,7 @@ from export.world.captions import caption_scene, present_pairs
 from export.world.render import render
 from export.world.scene import scene_graph
 
-GENERATOR = "compcap.sceneworld/1"
+GENERATOR = "compcap.sceneworld/2"  # bump when the generated data change
 CAPTIONS_PER_IMAGE = 5
 
 

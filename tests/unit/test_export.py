@@ -131,8 +131,9 @@ def test_zoo_captioner_step_parity_and_teacher_forcing(name: str, tmp_path: Path
     if name == "sat":
         model = SAT(V, D, word_dim=8, hidden_dim=12, attention_dim=6)
     else:
-        model = TransformerCaptioner(V, D, R, dim=16, heads=2, layers=3, memory_slots=4 if name == "m2" else 0,
-                                     meshed=name == "m2")
+        model = TransformerCaptioner(
+            V, D, R, dim=16, heads=2, layers=3, memory_slots=4 if name == "m2" else 0, meshed=name == "m2"
+        )
     model.eval()
     regions = torch.rand(3, R, D)
     tokens = torch.randint(4, V, (3, 6))
@@ -146,12 +147,28 @@ def test_zoo_captioner_step_parity_and_teacher_forcing(name: str, tmp_path: Path
         assert torch.allclose(attention.sum(-1), torch.ones(3), atol=1e-5)
         state = next_state
     rows = torch.tensor([2, 0, 0, 1])
-    inputs = {"memory": memory, "image_index": rows, "tokens": tokens[rows, :5], "length": torch.tensor([5, 2, 3, 1]),
-              "state": state[rows]}
-    dyn = {"memory": {0: "i"}, "image_index": {0: "n"}, "tokens": {0: "n", 1: "t"}, "length": {0: "n"}, "state": {0: "n"}}
+    inputs = {
+        "memory": memory,
+        "image_index": rows,
+        "tokens": tokens[rows, :5],
+        "length": torch.tensor([5, 2, 3, 1]),
+        "state": state[rows],
+    }
+    dyn = {
+        "memory": {0: "i"},
+        "image_index": {0: "n"},
+        "tokens": {0: "n", 1: "t"},
+        "length": {0: "n"},
+        "state": {0: "n"},
+    }
     path = tmp_path / f"{name}_step.onnx"
     export_graph(model, model.step, GraphSpec(inputs, ["logprobs", "state_out", "attention"], dyn), path)
-    other = {**inputs, "image_index": rows[:2], "tokens": tokens[rows[:2], :3], "length": torch.tensor([3, 1]),
-             "state": state[rows[:2]]}
+    other = {
+        **inputs,
+        "image_index": rows[:2],
+        "tokens": tokens[rows[:2], :3],
+        "length": torch.tensor([3, 1]),
+        "state": state[rows[:2]],
+    }
     assert parity(model, model.step, path, inputs) <= 1e-4
     assert parity(model, model.step, path, other) <= 1e-4

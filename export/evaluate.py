@@ -1,0 +1,289 @@
+"""``compcap evaluate``: compositional generalisation, caption quality and diversity of every captioner
+of a model repository on one split, decoded through the service's own engine on the embedded
+onnxruntime backend (what users get).
+
+For each captioner there is one run without re-ranking and, when a ranker applies, one run re-ranked
+by it: the captioner's own ranker (``captioner.ranker``, e.g. BUTR+RR), or ``vsepp`` when the
+captioner has none and the repository has one. Each run decodes the split's evaluation images with
+beam search, ``n_best = beam_size`` captions per image in final order (ranker order when re-ranked):
+
+- Recall@1..5 of the split's held-out pairs (seed 000 Eq. 1) on the top-K captions, with the
+  "at least b references" buckets and the Table 3 categories (``service.evaluation.recall``) —
+  only for splits that hold pairs out (systematicity); otherwise the recall fields are ``null``;
+- BLEU-1/4, METEOR, ROUGE-L, CIDEr-D of the top-1 caption (``service.evaluation.metrics``), CIDEr-D
+  with document frequencies from the split's *training* references;
+- ASL, Types, TTR1, TTR2, %Novel of the top-1 captions against the training captions
+  (``service.evaluation.diversity``; ``novel`` is a fraction).
+
+Data layout: ``--data DIR`` is a COCO-format dataset folder (``export.data.coco.load_folder``); the
+split is read from ``<data>/splits/<kind>/split.json``, or ``<data>/splits/<kind>_<group>/split.json``
+when a group is given (e.g. ``splits/systematicity_1/split.json``), unless a split path is passed.
+Images are decoded and resized to the manifest's input size with ``service.images.decode_image``.
+
+The JSON written (and returned)::
+
+    {"split": kind, "group": group, "images": N,
+     "results": [{"captioner": ..., "ranker": ... | null, "trained_on": ...,
+                  "recall_at_k": {"1": r, ..., "5": r} | null, "recall_at_5_mean": r | null,
+                  "per_pair": {...} | null, "by_bucket": {...} | null, "per_category": {...} | null,
+                  "bleu1": x, "bleu4": x, "meteor": x | null, "rouge_l": x, "cider_d": x,
+                  "asl": x, "types": n, "ttr1": x, "ttr2": x, "novel": x}, ...]}
+
+METEOR needs Java; without it ``meteor`` is ``null`` and a warning says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from service.backends.onnxruntime import OnnxRuntimeBackend
+from service.engine.captioning import CaptionEngine
+from service.evaluation.cider import CiderD
+from service.evaluation.diversity import diversity, training_index
+from service.evaluation.metrics import caption_metrics, java_available
+from service.evaluation.recall import CachedPairs, PairsFn, recall_at_k
+from service.images import decode_image
+from service.manifest import Manifest, load_manifest
+from service.text.vocabulary import Vocabulary
+
+KS = (1, 2, 3, 4, 5)
+FALLBACK_RANKER = "vsepp"
+_ROUND = 6
+
+
+def split_path_for(data: Path, kind: str, group: int | None) -> Path:
+    """Where a split lives in a data folder: ``<data>/splits/<kind>[_<group>]/split.json``."""
+    name = kind if group is None else f"{kind}_{group}"
+    return Path(data) / "splits" / name / "split.json"
+
+
+def runs_for(manifest: Manifest) -> list[tuple[str, str | None]]:
+    """(captioner, ranker) runs: each captioner plain, then re-ranked by its own ranker or by vsepp."""
+    rankers = {r.name for r in manifest.rankers}
+    runs: list[tuple[str, str | None]] = []
+    for cap in manifest.captioners:
+        runs.append((cap.name, None))
+        if cap.ranker is not None:
+            runs.append((cap.name, cap.ranker))
+        elif FALLBACK_RANKER in rankers:
+            runs.append((cap.name, FALLBACK_RANKER))
+    return runs
+
+
+def load_images(root: Path, file_names: Sequence[str], height: int, width: int) -> np.ndarray:
+    """uint8 [N, height, width, 3] from image files under ``root`` (resized when needed)."""
+    out = np.empty((len(file_names), height, width, 3), dtype=np.uint8)
+    for n, name in enumerate(tqdm(file_names, desc="load images", unit="img", leave=False)):
+        path = Path(root) / name
+        data = path.read_bytes()
+        out[n] = decode_image(
+            data, height, width, max_bytes=max(len(data), 1), max_pixels=1 << 30, label=str(path)
+        )
+    return out
+
+
+async def _decode(
+    engine: CaptionEngine, images: np.ndarray, captioner: str, ranker: str | None, beam_size: int, chunk: int
+) -> list[list[str]]:
+    params = engine.resolve(model=captioner, beam_size=beam_size, n_best=beam_size, rerank=ranker or False)
+    texts: list[list[str]] = []
+    with tqdm(total=len(images), desc=f"decode {captioner}+{ranker or 'none'}", unit="img") as bar:
+        for start in range(0, len(images), chunk):
+            output = await engine.caption(images[start : start + chunk], params)
+            texts.extend([c.text for c in per] for per in output.results)
+            bar.update(len(output.results))
+    return texts
+
+
+async def _decode_all(
+    repo: Path,
+    manifest: Manifest,
+    images: np.ndarray,
+    runs: Sequence[tuple[str, str | None]],
+    beam_size: int,
+    chunk: int,
+) -> list[list[list[str]]]:
+    backend = OnnxRuntimeBackend(repo, manifest)
+    try:
+        engine = CaptionEngine(backend, manifest, Vocabulary.load(repo / manifest.vocabulary.file))
+        return [await _decode(engine, images, cap, rk, beam_size, chunk) for cap, rk in runs]
+    finally:
+        await backend.close()
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(float(x), _ROUND)
+
+
+def _round_tree(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return round(obj, _ROUND)
+    if isinstance(obj, dict):
+        return {k: _round_tree(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_round_tree(v) for v in obj]
+    return obj
+
+
+def _default_pairs_fn() -> PairsFn:
+    from service.text.attachment import AttachmentChecker
+
+    checker = AttachmentChecker()
+    return checker.pairs_batch
+
+
+def evaluate(
+    repo: Path,
+    data: Path,
+    split_path: Path | None,
+    kind: str,
+    group: int | None,
+    json_out: Path | None,
+    set_name: str = "test",
+    beam_size: int = 5,
+    limit: int | None = None,
+    *,
+    pairs_fn: PairsFn | None = None,
+    chunk: int = 64,
+    captioners: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """Evaluate every captioner of ``repo`` on set ``set_name`` of a split of the dataset in ``data``.
+
+    ``limit`` keeps the first N evaluation images; ``pairs_fn`` replaces the spaCy attachment checker
+    (``service.text.attachment.AttachmentChecker().pairs_batch``); ``json_out`` also writes the result;
+    ``captioners`` restricts the runs to those captioners (default: all)."""
+    from export.data.coco import load_folder
+    from export.data.splits import load_split
+
+    repo, data = Path(repo), Path(data)
+    split_file = Path(split_path) if split_path is not None else split_path_for(data, kind, group)
+    if not split_file.is_file():
+        raise FileNotFoundError(f"split file not found: {split_file}")
+    split = load_split(split_file)
+    if set_name not in split.sets:
+        raise KeyError(f"split {split_file} has no set {set_name!r}; sets: {', '.join(sorted(split.sets))}")
+    dataset = load_folder(data)
+    eval_ids = [int(i) for i in split.sets[set_name]]
+    if limit is not None:
+        eval_ids = eval_ids[:limit]
+    if not eval_ids:
+        raise ValueError(f"set {set_name!r} of {split_file} is empty")
+    train_ids = [int(i) for i in split.sets.get("train", [])]
+
+    references = {i: list(dataset.captions[i]) for i in eval_ids}
+    train_refs = {i: list(dataset.captions[i]) for i in train_ids if dataset.captions.get(i)}
+    if not train_refs:
+        print(
+            "warning: the split has no training references; CIDEr-D DF from the evaluation references",
+            file=sys.stderr,
+        )
+    cider = CiderD.from_references(train_refs or references)
+    novel_index = training_index(c for caps in train_refs.values() for c in caps) if train_refs else None
+    held_out = list(split.pairs)
+    if not java_available():
+        print("warning: java not found: METEOR is null", file=sys.stderr)
+
+    manifest = load_manifest(repo)
+    images = load_images(
+        Path(dataset.root),
+        [dataset.file_names[i] for i in eval_ids],
+        manifest.image.height,
+        manifest.image.width,
+    )
+    runs = [run for run in runs_for(manifest) if captioners is None or run[0] in captioners]
+    if not runs:
+        raise ValueError(f"none of {list(captioners or [])} is a captioner of {repo}")
+    decoded = asyncio.run(_decode_all(repo, manifest, images, runs, beam_size, chunk))
+
+    parse: PairsFn | None = None
+    if held_out:
+        parse = CachedPairs(pairs_fn if pairs_fn is not None else _default_pairs_fn())
+
+    results: list[dict[str, Any]] = []
+    for (captioner, ranker), texts in tqdm(list(zip(runs, decoded, strict=True)), desc="score", unit="run"):
+        generated = dict(zip(eval_ids, texts, strict=True))
+        top1 = {i: caps[0] if caps else "" for i, caps in generated.items()}
+        row: dict[str, Any] = {
+            "captioner": captioner,
+            "ranker": ranker,
+            "trained_on": manifest.captioner(captioner).training.split,
+            "recall_at_k": None,
+            "recall_at_5_mean": None,
+            "per_pair": None,
+            "by_bucket": None,
+            "per_category": None,
+        }
+        if parse is not None:
+            report = recall_at_k(generated, references, held_out, parse, ks=KS).to_dict()
+            row.update(
+                recall_at_k=_round_tree(report["recall_at_k"]),
+                recall_at_5_mean=_r(report["recall_at_k"]["5"]),
+                per_pair=_round_tree(report["per_pair"]),
+                by_bucket=_round_tree(report["by_bucket"]),
+                per_category=_round_tree(report["per_category"]),
+            )
+        scores = caption_metrics(references, top1, cider=cider)
+        div = diversity(list(top1.values()), novel_index)
+        row.update(
+            bleu1=_r(scores.bleu1),
+            bleu4=_r(scores.bleu4),
+            meteor=_r(scores.meteor),
+            rouge_l=_r(scores.rouge_l),
+            cider_d=_r(scores.cider_d),
+            asl=_r(div.asl),
+            types=div.types,
+            ttr1=_r(div.ttr1),
+            ttr2=_r(div.ttr2),
+            novel=_r(div.novel),
+        )
+        results.append(row)
+
+    out = {"split": kind, "group": group, "images": len(eval_ids), "results": results}
+    if json_out is not None:
+        Path(json_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_out).write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+    return out
+
+
+def _fmt(x: float | None, scale: float = 1.0) -> str:
+    return "-" if x is None else f"{x * scale:.1f}"
+
+
+def run_evaluate_cli(
+    repo: Path, data: Path, split_path: Path | None, kind: str, group: int | None, json_out: Path | None
+) -> int:
+    """``compcap evaluate --repo DIR --data DIR --split KIND [--group N] --json OUT``: evaluate and print
+    a summary table (recall and metrics ×100 as in seed 000's tables; CIDEr-D ×100). Returns the exit code."""
+    try:
+        out = evaluate(repo, data, split_path, kind, group, json_out)
+    except (FileNotFoundError, KeyError, ValueError) as exc:
+        print(f"compcap evaluate: {exc}", file=sys.stderr)
+        return 2
+    title = f"{kind}" + (f" group {group}" if group is not None else "") + f", {out['images']} images"
+    print(title)
+    header = f"{'model':<18}{'trained_on':<18}{'R@1':>6}{'R@5':>6}{'B1':>6}{'B4':>6}{'M':>6}{'R-L':>6}"
+    header += f"{'C-D':>7}{'ASL':>6}{'Types':>6}{'TTR1':>6}{'TTR2':>6}{'Nov%':>6}"
+    print(header)
+    for r in out["results"]:
+        name = r["captioner"] + (f"+{r['ranker']}" if r["ranker"] else "")
+        rk = r["recall_at_k"] or {}
+        print(
+            f"{name:<18}{r['trained_on']:<18}{_fmt(rk.get('1'), 100):>6}{_fmt(rk.get('5'), 100):>6}"
+            f"{_fmt(r['bleu1'], 100):>6}{_fmt(r['bleu4'], 100):>6}{_fmt(r['meteor'], 100):>6}"
+            f"{_fmt(r['rouge_l'], 100):>6}{_fmt(r['cider_d'], 100):>7}{_fmt(r['asl']):>6}{r['types']:>6}"
+            f"{r['ttr1']:>6.2f}{r['ttr2']:>6.2f}{_fmt(r['novel'], 100):>6}"
+        )
+    if json_out is not None:
+        print(f"wrote {json_out}")
+    return 0
+
+
+__all__ = ["evaluate", "load_images", "run_evaluate_cli", "runs_for", "split_path_for"]

@@ -1,0 +1,198 @@
+"""``compcap report``: evaluate the model zoo on every held-out group of the evaluation world and write
+``reports/reproduction.md`` with its JSON and PNG plots, shaped like seed 000 Tables 2–3 and seed 001
+Table 2. Rows: SAT, BUTD, BUTR, BUTR+RR, Transformer, M2, FULL; Recall@5 on the held-out pairs ("Test
+Comb"), caption metrics on Test Comb and on Test no Comb (in-distribution)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from export.evaluate import evaluate
+from service.manifest import Manifest, load_manifest
+
+METRICS = ("recall_at_5_mean", "bleu4", "meteor", "rouge_l", "cider_d")
+CATEGORIES = (
+    "colour_animate",
+    "colour_inanimate",
+    "size_animate",
+    "size_inanimate",
+    "verb_transitive",
+    "verb_intransitive",
+)
+SETS = {"test": "Test Comb (held-out pairs)", "test_no_comb": "Test no Comb (in-distribution)"}
+
+
+def _rows(manifest: Manifest, groups: Sequence[int]) -> dict[str, list[tuple[int, str, str | None]]]:
+    """Table row → [(group, captioner, ranker)] whose results are averaged into it."""
+    names = {c.name for c in manifest.captioners}
+    rows: dict[str, list[tuple[int, str, str | None]]] = {}
+    for label, arch, rerank in (
+        ("SAT", "sat", False),
+        ("BUTD", "butd", False),
+        ("BUTR", "butr", False),
+        ("BUTR+RR", "butr", True),
+        ("Transformer", "transformer", False),
+        ("M2", "m2", False),
+    ):
+        rows[label] = [
+            (g, f"{arch}_g{g}", f"{arch}_g{g}" if rerank else None) for g in groups if f"{arch}_g{g}" in names
+        ]
+    rows["FULL"] = [(g, "butd_full", None) for g in groups] if "butd_full" in names else []
+    return {k: v for k, v in rows.items() if v}
+
+
+def _find(results: list[dict[str, Any]], captioner: str, ranker: str | None) -> dict[str, Any]:
+    for row in results:
+        if row["captioner"] == captioner and row["ranker"] == ranker:
+            return row
+    raise KeyError(f"no result for {captioner}+{ranker}")
+
+
+def _mean(values: list[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return sum(kept) / len(kept) if kept else None
+
+
+def collect(zoo: Path, data: Path, groups: Sequence[int], out: Path) -> dict[str, Any]:
+    """Evaluate each group's captioners (and FULL) on both sets; write and return the raw results."""
+    manifest = load_manifest(zoo)
+    rows = _rows(manifest, groups)
+    raw: dict[str, Any] = {}
+    for g in groups:
+        caps = sorted({cap for entries in rows.values() for grp, cap, _ in entries if grp == g})
+        for set_name in SETS:
+            key = f"group{g}/{set_name}"
+            raw[key] = evaluate(
+                zoo,
+                data,
+                None,
+                "systematicity",
+                g,
+                out / f"systematicity_{g}_{set_name}.json",
+                set_name=set_name,
+                captioners=caps,
+            )
+    return {"rows": {k: [list(e) for e in v] for k, v in rows.items()}, "raw": raw}
+
+
+def summarise(collected: dict[str, Any], groups: Sequence[int]) -> dict[str, Any]:
+    """Average each table row over its groups: metrics per set, Recall@K curve, per-category Recall@5."""
+    table: dict[str, Any] = {}
+    for label, entries in collected["rows"].items():
+        summary: dict[str, Any] = {"groups": sorted({g for g, _, _ in entries})}
+        for set_name in SETS:
+            found = [_find(collected["raw"][f"group{g}/{set_name}"]["results"], c, r) for g, c, r in entries]
+            summary[set_name] = {m: _mean([f[m] for f in found]) for m in METRICS}
+            if set_name == "test":
+                summary["recall_at_k"] = {k: _mean([f["recall_at_k"][k] for f in found]) for k in "12345"}
+                summary["per_category"] = {
+                    c: _mean(
+                        [
+                            f["per_category"][c]["recall"]["5"]
+                            for f in found
+                            if f["per_category"] and f["per_category"].get(c, {}).get("recall")
+                        ]
+                    )
+                    for c in CATEGORIES
+                }
+                summary["images"] = [collected["raw"][f"group{g}/test"]["images"] for g, _, _ in entries]
+        table[label] = summary
+    return table
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:.1f}"
+
+
+def _plots(table: dict[str, Any], out: Path) -> list[str]:
+    labels = list(table)
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.bar(labels, [100 * (table[k]["test"]["recall_at_5_mean"] or 0) for k in labels], color="#4477aa")
+    ax.set_ylabel("mean Recall@5 (%)")
+    ax.set_title("Held-out concept pairs (Test Comb), mean over groups")
+    fig.tight_layout()
+    fig.savefig(out / "recall_at_5.png", dpi=120)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for k in labels:
+        ax.plot(
+            range(1, 6),
+            [100 * (table[k]["recall_at_k"][str(i)] or 0) for i in range(1, 6)],
+            marker="o",
+            label=k,
+        )
+    ax.set_xlabel("K (captions from the beam)")
+    ax.set_ylabel("mean Recall@K (%)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "recall_at_k.png", dpi=120)
+    plt.close(fig)
+    return ["recall_at_5.png", "recall_at_k.png"]
+
+
+def render(table: dict[str, Any], collected: dict[str, Any], zoo: Path, data: Path, plots: list[str]) -> str:
+    build = (
+        json.loads((zoo / "build_report.json").read_text(encoding="utf-8"))
+        if (zoo / "build_report.json").is_file()
+        else {}
+    )
+    lines = [
+        "# Reproduction report: compositional generalisation on SceneWorld",
+        "",
+        f"Model zoo `{zoo}`, evaluated on `{data}` (a world seed never used for training or development: "
+        f"{build.get('eval_seed', '?')}). Generated by `compcap report`; raw per-group JSON beside it.",
+        "",
+        "## Seed 000 Table 2 / seed 001 Table 2 shape (values ×100; CIDEr-D ×100)",
+        "",
+        "| model | groups | R@5 (TC) | BLEU-4 TC | METEOR TC | ROUGE-L TC | CIDEr-D TC | BLEU-4 TNC "
+        "| CIDEr-D TNC |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for label, s in table.items():
+        tc, tnc = s["test"], s["test_no_comb"]
+        lines.append(
+            f"| {label} | {','.join(map(str, s['groups']))} | {_pct(tc['recall_at_5_mean'])} | "
+            f"{_pct(tc['bleu4'])} | "
+            f"{_pct(tc['meteor'])} | {_pct(tc['rouge_l'])} | {_pct(tc['cider_d'])} | {_pct(tnc['bleu4'])} | "
+            f"{_pct(tnc['cider_d'])} |"
+        )
+    lines += [
+        "",
+        "## Seed 000 Table 3 shape: Recall@5 by category of held-out pair",
+        "",
+        "| model | " + " | ".join(CATEGORIES) + " |",
+        "|---" * (len(CATEGORIES) + 1) + "|",
+    ]
+    for label, s in table.items():
+        lines.append(f"| {label} | " + " | ".join(_pct(s["per_category"][c]) for c in CATEGORIES) + " |")
+    lines += [
+        "",
+        "## Recall@K",
+        "",
+        "| model | " + " | ".join(f"R@{k}" for k in "12345") + " |",
+        "|---" * 6 + "|",
+    ]
+    for label, s in table.items():
+        lines.append(f"| {label} | " + " | ".join(_pct(s["recall_at_k"][k]) for k in "12345") + " |")
+    lines += [""] + [f"![{p}]({p})" for p in plots] + [""]
+    return "\n".join(lines)
+
+
+def write_report(zoo: Path, data: Path, out: Path, groups: Sequence[int] = (1, 2, 3, 4)) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    collected = collect(zoo, data, groups, out)
+    table = summarise(collected, groups)
+    (out / "reproduction.json").write_text(
+        json.dumps({"table": table, **collected}, indent=2), encoding="utf-8"
+    )
+    plots = _plots(table, out)
+    (out / "reproduction.md").write_text(render(table, collected, zoo, data, plots), encoding="utf-8")
+    return table

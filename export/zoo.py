@@ -1,0 +1,196 @@
+"""``make models``: the model zoo of seeds 000/001/002 in one Triton repository. BUTD and BUTR for each of
+the 4 held-out groups, SAT, Transformer and M2 for group 1, a FULL BUTD (nothing held out) and VSE++ on
+group 1 — all on one frozen visual encoder (the stand-in for bottom-up features, trained on scene graphs,
+not captions). Evaluation data come from a world seed never used for training."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from rich.console import Console
+from torch import nn
+
+from export.build import _cell_labels, _data, _install, label_sizes
+from export.data.coco import load_folder
+from export.data.splits import Split, build_split, write_split
+from export.models.butr import BUTR
+from export.models.sat import SAT
+from export.models.transformer import TransformerCaptioner
+from export.package import TrainedCaptioner, TrainedRanker, export_repository
+from export.presets import Preset, get_preset
+from export.train import TrainLog, extract_regions, train_captioner, train_visual_encoder, train_vsepp
+from export.world.dataset import load_dataset, write_dataset
+from service.manifest import HeldOutPair, Manifest, Training
+from service.text.attachment import AttachmentChecker
+from service.text.vocabulary import Vocabulary
+
+EVAL_SEED = 20261121  # the evaluation world: a seed not used during development
+GROUPS = (1, 2, 3, 4)
+console = Console(stderr=True)
+
+
+def _training(split: Split | None, images: int, log: TrainLog, dataset: str) -> Training:
+    if split is None:
+        return Training(
+            split="full", dataset=dataset, images=images, epochs=log.epochs, seconds=round(log.seconds, 1)
+        )
+    return Training(
+        split=f"{split.kind}/{split.group}",
+        held_out_pairs=[HeldOutPair(kind=p.kind, modifier=p.modifier, noun=p.noun) for p in split.pairs],  # type: ignore[arg-type]
+        dataset=dataset,
+        images=images,
+        epochs=log.epochs,
+        seconds=round(log.seconds, 1),
+    )
+
+
+def _captioner_factory(
+    kind: str, vocab: Vocabulary, region_dim: int, regions: int, p: Preset
+) -> Callable[[], nn.Module]:
+    v = len(vocab)
+    factories: dict[str, Callable[[], nn.Module]] = {
+        "butd": lambda: BUTR(v, region_dim, p.word_dim, p.hidden_dim, p.joint_dim, p.attention_dim),
+        "butr": lambda: BUTR(v, region_dim, p.word_dim, p.hidden_dim, p.joint_dim, p.attention_dim),
+        "sat": lambda: SAT(v, region_dim, p.word_dim, p.hidden_dim, p.attention_dim),
+        "transformer": lambda: TransformerCaptioner(
+            v,
+            region_dim,
+            regions,
+            p.transformer_dim,
+            p.transformer_heads,
+            p.transformer_layers,
+            max_tokens=p.max_length + 2,
+        ),
+        "m2": lambda: TransformerCaptioner(
+            v,
+            region_dim,
+            regions,
+            p.transformer_dim,
+            p.transformer_heads,
+            p.transformer_layers,
+            memory_slots=p.memory_slots,
+            meshed=True,
+            max_tokens=p.max_length + 2,
+        ),
+    }
+    return factories[kind]
+
+
+ARCHITECTURES = {"butd": "BUTD", "butr": "BUTR", "sat": "SAT", "transformer": "Transformer", "m2": "M2"}
+
+
+def zoo_plan(groups: Sequence[int] = GROUPS, extra_group: int = 1) -> list[tuple[str, int | None]]:
+    """(architecture, group or None for FULL) of every captioner the zoo trains."""
+    plan: list[tuple[str, int | None]] = [(arch, g) for g in groups for arch in ("butd", "butr")]
+    plan += [(arch, extra_group) for arch in ("sat", "transformer", "m2")]
+    plan.append(("butd", None))
+    return plan
+
+
+def build_zoo(
+    out: Path,
+    preset: str = "default",
+    seed: int = 0,
+    work: str | Path | None = None,
+    groups: Sequence[int] = GROUPS,
+    eval_seed: int = EVAL_SEED,
+) -> Manifest:
+    """Train and package the zoo at ``out``; write the evaluation world and its splits under the work dir."""
+    p = replace(get_preset(preset), caption_epochs=get_preset(preset).zoo_caption_epochs)
+    started = time.perf_counter()
+    work_dir = Path(work) if work else out.with_name(out.name + ".work")
+    (images, captions, graphs, ids), _ = _data(work_dir, p, seed)
+    eval_dir = work_dir / "data" / f"eval_{eval_seed}"
+    if not (eval_dir / "captions.json").is_file():
+        write_dataset(eval_dir, images=p.zoo_eval_images, seed=eval_seed, image_size=p.image_size)
+    checker = AttachmentChecker()
+    train_ds, eval_ds = load_folder(work_dir / "data" / "train"), load_folder(eval_dir)
+    splits: dict[int, Split] = {}
+    for g in groups:
+        splits[g] = build_split(train_ds, "systematicity", group=g, checker=checker, seed=seed)
+        write_split(splits[g], work_dir / "data" / "train" / "splits" / f"systematicity_{g}")
+        write_split(
+            build_split(eval_ds, "systematicity", group=g, checker=checker, seed=seed),
+            eval_dir / "splits" / f"systematicity_{g}",
+        )
+    write_split(build_split(eval_ds, "full", seed=seed), eval_dir / "splits" / "full")
+    position = {image_id: i for i, image_id in enumerate(ids)}
+    vocab = Vocabulary.build(c for caps in captions for c in caps)
+    encoder, enc_log = train_visual_encoder(images, _cell_labels(graphs, p), label_sizes(), p, seed)
+    regions = extract_regions(encoder, images)
+    dataset = f"sceneworld(seed={seed}, images={len(images)})"
+    trained: list[TrainedCaptioner] = []
+    rankers: list[TrainedRanker] = []
+    logs: dict[str, TrainLog] = {"visual_encoder": enc_log}
+    for arch, group in zoo_plan(groups):
+        split = splits[group] if group is not None else None
+        rows = np.arange(len(ids)) if split is None else np.array([position[i] for i in split.sets["train"]])
+        name = f"{arch}_g{group}" if group is not None else f"{arch}_full"
+        torch.manual_seed(seed + len(trained))
+        model = _captioner_factory(arch, vocab, regions.size(-1), regions.size(1), p)()
+        lr = p.transformer_learning_rate if arch in ("transformer", "m2") else None
+        log = train_captioner(
+            model,
+            regions[rows],
+            [captions[i] for i in rows],
+            vocab,
+            p,
+            seed,
+            name,
+            rank=arch == "butr",
+            learning_rate=lr,
+        )
+        logs[name] = log
+        training = _training(split, len(rows), log, dataset)
+        reads: Literal["last_token", "prefix"] = "prefix" if arch in ("transformer", "m2") else "last_token"
+        trained.append(
+            TrainedCaptioner(
+                name,
+                ARCHITECTURES[arch],
+                model,
+                reads,
+                training,
+                ranker=name if arch == "butr" else None,
+            )
+        )
+        if arch == "butr":
+            rankers.append(TrainedRanker(name, "BUTR ranking head", model, training, joint_with=name))
+    first = splits[groups[0]]
+    rows = np.array([position[i] for i in first.sets["train"]])
+    vsepp, vlog = train_vsepp(regions[rows], [captions[i] for i in rows], vocab, p, seed + 3)
+    logs["vsepp"] = vlog
+    rankers.append(TrainedRanker("vsepp", "VSE++", vsepp, _training(first, len(rows), vlog, dataset)))
+    staging = out.with_name(out.name + ".staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    eval_images = load_dataset(eval_dir)[0][:8]
+    manifest, checks = export_repository(
+        staging, p, encoder, vocab, trained, rankers, eval_images, default_captioner=f"butr_g{groups[0]}"
+    )
+    report: dict[str, Any] = {
+        "preset": p.name,
+        "seed": seed,
+        "eval_seed": eval_seed,
+        "eval_data": str(eval_dir),
+        "seconds": round(time.perf_counter() - started, 1),
+        "parity_max_abs_diff": checks,
+        "splits": {g: {k: len(v) for k, v in s.sets.items()} for g, s in splits.items()},
+        "training": {
+            k: {"seconds": round(v.seconds, 1), "final_loss": v.losses[-1] if v.losses else None, **v.extra}
+            for k, v in logs.items()
+        },
+    }
+    (staging / "build_report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
+    _install(staging, out)
+    console.print(
+        f"[green]built zoo {out}[/] in {report['seconds']} s: {[c.name for c in manifest.captioners]}"
+    )
+    return manifest
