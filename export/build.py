@@ -13,13 +13,16 @@ import numpy as np
 import torch
 from rich.console import Console
 
+from export.data.coco import load_folder
+from export.data.splits import Split, build_split, write_split
 from export.package import TrainedCaptioner, TrainedRanker, export_repository
 from export.presets import Preset, get_preset
 from export.quality import evaluate_repository
 from export.train import TrainLog, extract_regions, train_butr, train_visual_encoder, train_vsepp
 from export.world import labels as world_labels
 from export.world.dataset import GENERATOR, load_dataset, write_dataset
-from service.manifest import Manifest, Training
+from service.manifest import HeldOutPair, Manifest, Training
+from service.text.attachment import AttachmentChecker
 from service.text.vocabulary import Vocabulary
 
 TEST_SEED_OFFSET = 7919  # the test split is drawn from another world seed than training
@@ -70,10 +73,12 @@ def label_sizes() -> dict[str, int]:
 
 
 def train_models(data: Path, preset: str, out: Path, seed: int = 0) -> dict[str, Any]:
-    """``compcap train``: train every model on a SceneWorld dataset folder and save torch checkpoints."""
+    """``compcap train``: train every model on a SceneWorld dataset folder (captioners and rankers on the
+    preset's held-out split of it) and save torch checkpoints."""
     p = get_preset(preset)
-    images, captions, graphs, _ = load_dataset(data)
-    trained = _train_all(images, captions, graphs, p, seed, dataset=str(data))
+    images, captions, graphs, ids = load_dataset(data)
+    split = held_out_split(data, p.held_out_group, seed)
+    trained = _train_all(images, captions, graphs, ids, split, p, seed, dataset=str(data))
     out.mkdir(parents=True, exist_ok=True)
     torch.save(trained["encoder"].state_dict(), out / "encoder.pt")
     for item in [*trained["captioners"], *trained["rankers"]]:
@@ -82,45 +87,62 @@ def train_models(data: Path, preset: str, out: Path, seed: int = 0) -> dict[str,
     return trained
 
 
-def _training(log: TrainLog, p: Preset, dataset: str) -> Training:
-    return Training(
-        split="full",
-        held_out_pairs=[],
-        dataset=dataset,
-        images=p.train_images,
-        epochs=log.epochs,
-        seconds=round(log.seconds, 1),
-    )
+def training_record(split: Split | None, images: int, log: TrainLog, dataset: str) -> Training:
+    """What a model was trained on, for the manifest: the split (or "full") and its held-out pairs."""
+    common = {"dataset": dataset, "images": images, "epochs": log.epochs, "seconds": round(log.seconds, 1)}
+    if split is None:
+        return Training(split="full", **common)  # type: ignore[arg-type]
+    pairs = [HeldOutPair(kind=p.kind, modifier=p.modifier, noun=p.noun) for p in split.pairs]  # type: ignore[arg-type]
+    return Training(split=f"{split.kind}/{split.group}", held_out_pairs=pairs, **common)  # type: ignore[arg-type]
+
+
+def held_out_split(train_dir: Path, group: int | None, seed: int) -> Split | None:
+    """The systematicity split of group ``group`` of the training world (None: train on everything),
+    written to ``<train_dir>/splits/systematicity_<group>``."""
+    if group is None:
+        return None
+    dataset = load_folder(train_dir)
+    split = build_split(dataset, "systematicity", group=group, checker=AttachmentChecker(), seed=seed)
+    write_split(split, train_dir / "splits" / f"systematicity_{group}")
+    return split
 
 
 def _train_all(
     images: np.ndarray,
     captions: list[list[str]],
     graphs: list[dict[str, Any]],
+    ids: list[int],
+    split: Split | None,
     p: Preset,
     seed: int,
     dataset: str,
 ) -> dict[str, Any]:
-    vocab = Vocabulary.build(c for caps in captions for c in caps)
+    """The encoder learns from every image's scene graph (no captions); captioners and rankers learn from
+    the captions of the split's training images only, so they never see a held-out pair."""
     encoder, enc_log = train_visual_encoder(images, _cell_labels(graphs, p), label_sizes(), p, seed)
     regions = extract_regions(encoder, images)
+    if split is not None:
+        position = {image_id: i for i, image_id in enumerate(ids)}
+        rows = np.array([position[i] for i in split.sets["train"]])
+        regions, captions = regions[rows], [captions[i] for i in rows]
+    vocab = Vocabulary.build(c for caps in captions for c in caps)
     butd, butd_log = train_butr(regions, captions, vocab, p, seed + 1, rank=False, desc="butd")
     butr, butr_log = train_butr(regions, captions, vocab, p, seed + 2, rank=True, desc="butr")
     vsepp, vsepp_log = train_vsepp(regions, captions, vocab, p, seed + 3)
+
+    def record(log: TrainLog) -> Training:
+        return training_record(split, len(captions), log, dataset)
+
     return {
         "vocab": vocab,
         "encoder": encoder,
         "captioners": [
-            TrainedCaptioner(
-                "butr", "BUTR", butr, "last_token", _training(butr_log, p, dataset), ranker="butr"
-            ),
-            TrainedCaptioner("butd", "BUTD", butd, "last_token", _training(butd_log, p, dataset)),
+            TrainedCaptioner("butr", "BUTR", butr, "last_token", record(butr_log), ranker="butr"),
+            TrainedCaptioner("butd", "BUTD", butd, "last_token", record(butd_log)),
         ],
         "rankers": [
-            TrainedRanker(
-                "butr", "BUTR ranking head", butr, _training(butr_log, p, dataset), joint_with="butr"
-            ),
-            TrainedRanker("vsepp", "VSE++", vsepp, _training(vsepp_log, p, dataset)),
+            TrainedRanker("butr", "BUTR ranking head", butr, record(butr_log), joint_with="butr"),
+            TrainedRanker("vsepp", "VSE++", vsepp, record(vsepp_log)),
         ],
         "logs": {"visual_encoder": enc_log, "butd": butd_log, "butr": butr_log, "vsepp": vsepp_log},
     }
@@ -133,13 +155,14 @@ def build_repo(out: Path, preset: str = "default", seed: int = 0, work: str | Pa
     work_dir = Path(work) if work else out.with_name(out.name + ".work")
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    (train_images, train_captions, train_graphs, _), (test_images, test_captions, _, _) = _data(
+    (train_images, train_captions, train_graphs, train_ids), (test_images, test_captions, _, _) = _data(
         work_dir, p, seed
     )
     timings["world"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     dataset = f"sceneworld(seed={seed}, images={p.train_images})"
-    trained = _train_all(train_images, train_captions, train_graphs, p, seed, dataset)
+    split = held_out_split(work_dir / "data" / "train", p.held_out_group, seed)
+    trained = _train_all(train_images, train_captions, train_graphs, train_ids, split, p, seed, dataset)
     timings["train"] = time.perf_counter() - t0
     staging = out.with_name(out.name + ".staging")
     shutil.rmtree(staging, ignore_errors=True)

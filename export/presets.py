@@ -32,6 +32,7 @@ class Preset:
     encoder_batch_size: int = 128
     encoder_learning_rate: float = 2e-3
     eval_images: int = 500
+    held_out_group: int | None = 1  # systematicity group the default repository never sees
     transformer_dim: int = 128
     transformer_heads: int = 4
     transformer_layers: int = 3

@@ -18,7 +18,7 @@ import torch
 from rich.console import Console
 from torch import nn
 
-from export.build import _cell_labels, _data, _install, label_sizes
+from export.build import _cell_labels, _data, _install, label_sizes, training_record
 from export.data.coco import load_folder
 from export.data.splits import Split, build_split, write_split
 from export.models.butr import BUTR
@@ -28,28 +28,13 @@ from export.package import TrainedCaptioner, TrainedRanker, export_repository
 from export.presets import Preset, get_preset
 from export.train import TrainLog, extract_regions, train_captioner, train_visual_encoder, train_vsepp
 from export.world.dataset import load_dataset, write_dataset
-from service.manifest import HeldOutPair, Manifest, Training
+from service.manifest import Manifest
 from service.text.attachment import AttachmentChecker
 from service.text.vocabulary import Vocabulary
 
 EVAL_SEED = 20261121  # the evaluation world: a seed not used during development
 GROUPS = (1, 2, 3, 4)
 console = Console(stderr=True)
-
-
-def _training(split: Split | None, images: int, log: TrainLog, dataset: str) -> Training:
-    if split is None:
-        return Training(
-            split="full", dataset=dataset, images=images, epochs=log.epochs, seconds=round(log.seconds, 1)
-        )
-    return Training(
-        split=f"{split.kind}/{split.group}",
-        held_out_pairs=[HeldOutPair(kind=p.kind, modifier=p.modifier, noun=p.noun) for p in split.pairs],  # type: ignore[arg-type]
-        dataset=dataset,
-        images=images,
-        epochs=log.epochs,
-        seconds=round(log.seconds, 1),
-    )
 
 
 def _captioner_factory(
@@ -149,7 +134,7 @@ def build_zoo(
             learning_rate=lr,
         )
         logs[name] = log
-        training = _training(split, len(rows), log, dataset)
+        training = training_record(split, len(rows), log, dataset)
         reads: Literal["last_token", "prefix"] = "prefix" if arch in ("transformer", "m2") else "last_token"
         trained.append(
             TrainedCaptioner(
@@ -167,7 +152,7 @@ def build_zoo(
     rows = np.array([position[i] for i in first.sets["train"]])
     vsepp, vlog = train_vsepp(regions[rows], [captions[i] for i in rows], vocab, p, seed + 3)
     logs["vsepp"] = vlog
-    rankers.append(TrainedRanker("vsepp", "VSE++", vsepp, _training(first, len(rows), vlog, dataset)))
+    rankers.append(TrainedRanker("vsepp", "VSE++", vsepp, training_record(first, len(rows), vlog, dataset)))
     staging = out.with_name(out.name + ".staging")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)

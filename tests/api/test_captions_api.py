@@ -257,6 +257,23 @@ def test_models(client: TestClient, manifest: Manifest) -> None:
         assert "quality" in info
 
 
+def test_models_name_the_pairs_they_never_saw(client: TestClient) -> None:
+    """The default build trains captioners and rankers on systematicity group 1 (seed 000 Table 1)."""
+    body = client.get("/v1/models").json()
+    group_1 = {
+        ("adjective", "black", "cat"),
+        ("adjective", "big", "bird"),
+        ("adjective", "red", "bus"),
+        ("adjective", "small", "plane"),
+        ("verb", "eat", "man"),
+        ("verb", "lie", "woman"),
+    }
+    for entry in [*body["captioners"], *body["rankers"]]:
+        assert entry["training"]["split"] == "systematicity/1", entry["name"]
+        pairs = {(p["kind"], p["modifier"], p["noun"]) for p in entry["training"]["held_out_pairs"]}
+        assert pairs == group_1, entry["name"]
+
+
 def test_metrics(client: TestClient) -> None:
     assert_valid_request_works(client)
     post_images(client, b"junk")
