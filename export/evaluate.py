@@ -154,12 +154,14 @@ def evaluate(
     pairs_fn: PairsFn | None = None,
     chunk: int = 64,
     captioners: Sequence[str] | None = None,
+    meteor: bool = True,
 ) -> dict[str, Any]:
     """Evaluate every captioner of ``repo`` on set ``set_name`` of a split of the dataset in ``data``.
 
     ``limit`` keeps the first N evaluation images; ``pairs_fn`` replaces the spaCy attachment checker
     (``service.text.attachment.AttachmentChecker().pairs_batch``); ``json_out`` also writes the result;
-    ``captioners`` restricts the runs to those captioners (default: all)."""
+    ``captioners`` restricts the runs to those captioners (default: all); ``meteor=False`` skips METEOR
+    (a Java start per run)."""
     from export.data.coco import load_folder
     from export.data.splits import load_split
 
@@ -230,7 +232,7 @@ def evaluate(
                 by_bucket=_round_tree(report["by_bucket"]),
                 per_category=_round_tree(report["per_category"]),
             )
-        scores = caption_metrics(references, top1, cider=cider)
+        scores = caption_metrics(references, top1, cider=cider, meteor=meteor)
         div = diversity(list(top1.values()), novel_index)
         row.update(
             bleu1=_r(scores.bleu1),

@@ -1,0 +1,72 @@
+"""``compcap splits`` and ``compcap evaluate`` end to end on the real tiny repository, a SceneWorld
+dataset written by the test, the real spaCy attachment checker and onnxruntime."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from export.data.splits import load_split
+from export.evaluate import evaluate
+from export.world.dataset import write_dataset
+from service.cli import main
+from service.manifest import load_manifest
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("eval") / "world"
+    write_dataset(folder, images=400, seed=424242, progress=False)
+    return folder
+
+
+def test_splits_cli_then_evaluate_json_shape(world: Path, tiny_repo: Path, tmp_path: Path) -> None:
+    out = world / "splits" / "systematicity_1"
+    assert (
+        main(["splits", "--data", str(world), "--kind", "systematicity", "--group", "1", "--out", str(out)])
+        == 0
+    )
+    split = load_split(out / "split.json")
+    assert [p.label for p in split.pairs] == [
+        "black cat",
+        "big bird",
+        "red bus",
+        "small plane",
+        "eat man",
+        "lie woman",
+    ]
+    assert split.sets["test"] and not set(split.sets["test"]) & set(split.sets["train"])
+
+    json_out = tmp_path / "eval.json"
+    result = evaluate(tiny_repo, world, None, "systematicity", 1, json_out, meteor=False)
+    assert json.loads(json_out.read_text()) == result
+    assert result["split"] == "systematicity" and result["group"] == 1
+    assert result["images"] == len(split.sets["test"])
+    manifest = load_manifest(tiny_repo)
+    expected = [(c.name, None) for c in manifest.captioners] + [
+        (c.name, c.ranker or "vsepp") for c in manifest.captioners
+    ]
+    assert sorted((r["captioner"], str(r["ranker"])) for r in result["results"]) == sorted(
+        (c, str(r)) for c, r in expected
+    )
+    for row in result["results"]:
+        assert row["trained_on"] == "systematicity/1"
+        assert set(row["recall_at_k"]) == {"1", "2", "3", "4", "5"}
+        values = [row["recall_at_k"][k] for k in "12345"]
+        assert all(0.0 <= v <= 1.0 for v in values) and values == sorted(values)  # recall never drops with K
+        assert row["recall_at_5_mean"] == row["recall_at_k"]["5"]
+        assert set(row["per_pair"]) == {p.label for p in split.pairs}
+        for metric in ("bleu1", "bleu4", "rouge_l", "cider_d", "asl", "ttr1", "novel"):
+            assert row[metric] is not None and row[metric] >= 0.0
+        assert row["meteor"] is None  # skipped on request
+
+
+def test_evaluate_restricts_to_named_captioners(world: Path, tiny_repo: Path) -> None:
+    result = evaluate(
+        tiny_repo, world, None, "systematicity", 1, None, meteor=False, captioners=["butd"], limit=5
+    )
+    assert {r["captioner"] for r in result["results"]} == {"butd"} and result["images"] == 5
+    with pytest.raises(ValueError, match="none of"):
+        evaluate(tiny_repo, world, None, "systematicity", 1, None, meteor=False, captioners=["nope"])
