@@ -45,7 +45,7 @@ import numpy as np
 from tqdm import tqdm
 
 from service.backends.onnxruntime import OnnxRuntimeBackend
-from service.engine.captioning import CaptionEngine
+from service.engine.captioning import CaptionEngine, EngineLimits
 from service.evaluation.cider import CiderD
 from service.evaluation.diversity import diversity, training_index
 from service.evaluation.metrics import caption_metrics, java_available
@@ -65,15 +65,16 @@ def split_path_for(data: Path, kind: str, group: int | None) -> Path:
     return Path(data) / "splits" / name / "split.json"
 
 
-def runs_for(manifest: Manifest) -> list[tuple[str, str | None]]:
-    """(captioner, ranker) runs: each captioner plain, then re-ranked by its own ranker or by vsepp."""
+def runs_for(manifest: Manifest, fallback: bool = True) -> list[tuple[str, str | None]]:
+    """(captioner, ranker) runs: each captioner plain, then re-ranked by its own ranker or (``fallback``)
+    by vsepp."""
     rankers = {r.name for r in manifest.rankers}
     runs: list[tuple[str, str | None]] = []
     for cap in manifest.captioners:
         runs.append((cap.name, None))
         if cap.ranker is not None:
             runs.append((cap.name, cap.ranker))
-        elif FALLBACK_RANKER in rankers:
+        elif fallback and FALLBACK_RANKER in rankers:
             runs.append((cap.name, FALLBACK_RANKER))
     return runs
 
@@ -91,14 +92,24 @@ def load_images(root: Path, file_names: Sequence[str], height: int, width: int) 
 
 
 async def _decode(
-    engine: CaptionEngine, images: np.ndarray, captioner: str, ranker: str | None, beam_size: int, chunk: int
+    engine: CaptionEngine,
+    images: np.ndarray,
+    captioner: str,
+    ranker: str | None,
+    beam_size: int,
+    chunk: int,
+    rerank_beam_size: int,
 ) -> list[list[str]]:
-    params = engine.resolve(model=captioner, beam_size=beam_size, n_best=beam_size, rerank=ranker or False)
+    """Top ``beam_size`` captions per image in final order. A re-ranked run decodes ``rerank_beam_size``
+    beams and re-ranks all of them (seed 000 §5.4: B candidates, then the ranker's top K), so that
+    re-ranking can change which K captions Recall@K sees, not only their order."""
+    beam = rerank_beam_size if ranker else beam_size
+    params = engine.resolve(model=captioner, beam_size=beam, n_best=beam, rerank=ranker or False)
     texts: list[list[str]] = []
     with tqdm(total=len(images), desc=f"decode {captioner}+{ranker or 'none'}", unit="img") as bar:
         for start in range(0, len(images), chunk):
             output = await engine.caption(images[start : start + chunk], params)
-            texts.extend([c.text for c in per] for per in output.results)
+            texts.extend([c.text for c in per[:beam_size]] for per in output.results)
             bar.update(len(output.results))
     return texts
 
@@ -110,11 +121,17 @@ async def _decode_all(
     runs: Sequence[tuple[str, str | None]],
     beam_size: int,
     chunk: int,
+    rerank_beam_size: int,
 ) -> list[list[list[str]]]:
     backend = OnnxRuntimeBackend(repo, manifest)
+    limits = EngineLimits(max_beam_size=max(beam_size, rerank_beam_size))
     try:
-        engine = CaptionEngine(backend, manifest, Vocabulary.load(repo / manifest.vocabulary.file))
-        return [await _decode(engine, images, cap, rk, beam_size, chunk) for cap, rk in runs]
+        engine = CaptionEngine(
+            backend, manifest, Vocabulary.load(repo / manifest.vocabulary.file), limits=limits
+        )
+        return [
+            await _decode(engine, images, cap, rk, beam_size, chunk, rerank_beam_size) for cap, rk in runs
+        ]
     finally:
         await backend.close()
 
@@ -155,6 +172,8 @@ def evaluate(
     chunk: int = 64,
     captioners: Sequence[str] | None = None,
     meteor: bool = True,
+    rerank_beam_size: int = 20,
+    fallback_ranker: bool = True,
 ) -> dict[str, Any]:
     """Evaluate every captioner of ``repo`` on set ``set_name`` of a split of the dataset in ``data``.
 
@@ -200,10 +219,10 @@ def evaluate(
         manifest.image.height,
         manifest.image.width,
     )
-    runs = [run for run in runs_for(manifest) if captioners is None or run[0] in captioners]
+    runs = [run for run in runs_for(manifest, fallback_ranker) if captioners is None or run[0] in captioners]
     if not runs:
         raise ValueError(f"none of {list(captioners or [])} is a captioner of {repo}")
-    decoded = asyncio.run(_decode_all(repo, manifest, images, runs, beam_size, chunk))
+    decoded = asyncio.run(_decode_all(repo, manifest, images, runs, beam_size, chunk, rerank_beam_size))
 
     parse: PairsFn | None = None
     if held_out:
@@ -248,7 +267,14 @@ def evaluate(
         )
         results.append(row)
 
-    out = {"split": kind, "group": group, "images": len(eval_ids), "results": results}
+    out = {
+        "split": kind,
+        "group": group,
+        "images": len(eval_ids),
+        "beam_size": beam_size,
+        "rerank_beam_size": rerank_beam_size,
+        "results": results,
+    }
     if json_out is not None:
         Path(json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(json_out).write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")

@@ -79,6 +79,7 @@ def collect(zoo: Path, data: Path, groups: Sequence[int], out: Path) -> dict[str
                 out / f"systematicity_{g}_{set_name}.json",
                 set_name=set_name,
                 captioners=caps,
+                fallback_ranker=False,
             )
     return {"rows": {k: [list(e) for e in v] for k, v in rows.items()}, "raw": raw}
 
@@ -106,6 +107,64 @@ def summarise(collected: dict[str, Any], groups: Sequence[int]) -> dict[str, Any
                 summary["images"] = [collected["raw"][f"group{g}/test"]["images"] for g, _, _ in entries]
         table[label] = summary
     return table
+
+
+def targets(table: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
+    """The issue's targets as (what, measured, met): seed 000's ratios of mean Recall@5 and the
+    in-distribution (Test no Comb) CIDEr-D of BUTR+RR against BUTD."""
+
+    def get(row: str, set_name: str, metric: str) -> float | None:
+        value = table.get(row, {}).get(set_name, {}).get(metric)
+        return None if value is None else float(value)
+
+    out: list[tuple[str, str, bool | None]] = []
+    rr, butd, full = (get(r, "test", "recall_at_5_mean") for r in ("BUTR+RR", "BUTD", "FULL"))
+    if rr is not None and butd:
+        out.append(
+            (
+                "BUTR+RR mean Recall@5 ≥ 2× BUTD's (seed 000: 13.2 vs 6.5)",
+                f"{100 * rr:.1f} vs {100 * butd:.1f} = {rr / butd:.2f}×",
+                rr >= 2 * butd,
+            )
+        )
+    if full is not None and rr:
+        out.append(
+            (
+                "FULL ≥ 1.5× BUTR+RR (seed 000: 33.3 vs 13.2)",
+                f"{100 * full:.1f} vs {100 * rr:.1f} = {full / rr:.2f}×",
+                full >= 1.5 * rr,
+            )
+        )
+    c_rr, c_butd = get("BUTR+RR", "test_no_comb", "cider_d"), get("BUTD", "test_no_comb", "cider_d")
+    if c_rr is not None and c_butd:
+        gap = (c_rr - c_butd) / c_butd
+        out.append(
+            (
+                "BUTR+RR in-distribution CIDEr-D within 10% of BUTD's",
+                f"{100 * c_rr:.1f} vs {100 * c_butd:.1f} ({100 * gap:+.1f}%)",
+                abs(gap) <= 0.10,
+            )
+        )
+    return out
+
+
+WORLD_NOTE = """## About SceneWorld as a benchmark
+
+- Held-out pairs are neither trivial nor impossible here: FULL, which saw every pair, reaches about
+  4–7× the recall of the models that never saw them, as in seed 000 (33.3 vs 6.5 for BUTD).
+- One world change was made for this benchmark, after a first evaluation run (of models trained on
+  everything) showed it: filler prefixes ("a photo of …", "a view of …") were in a third of the
+  captions, so the five beams of a model differed only in the prefix and Recall@K barely grew with K.
+  They are now in about 8% of captions (COCO has them, rarely). No held-out model was trained before
+  the change, and nothing was tuned against the targets. Omission (a present pair named in about 1.5 of 5 captions, as
+  COCO's 1.57), size relative to the class, and distractor colours are unchanged.
+- Verb pairs stay close to 0 for every held-out model and low even for FULL: actions are small poses
+  on 96 × 96 images (the encoder's per-cell action accuracy is about 35%), so SceneWorld's verbs are
+  a harder test than its adjectives. That is a property of the rendering, noted rather than tuned away.
+- Re-ranked rows decode 20 beams and re-rank all of them before taking the top 5 (seed 000 §5.4: B
+  candidates re-ranked); the other rows take the 5 beams of a beam-5 search. With B = K re-ranking only
+  reorders the same K captions and cannot change Recall@K.
+"""
 
 
 def _pct(x: float | None) -> str:
@@ -182,13 +241,24 @@ def render(table: dict[str, Any], collected: dict[str, Any], zoo: Path, data: Pa
     ]
     for label, s in table.items():
         lines.append(f"| {label} | " + " | ".join(_pct(s["recall_at_k"][k]) for k in "12345") + " |")
-    lines += [""] + [f"![{p}]({p})" for p in plots] + [""]
+    lines += ["", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
+    for what, measured, met in targets(table):
+        lines.append(f"| {what} | {measured} | {'yes' if met else 'no'} |")
+    lines += ["", WORLD_NOTE, ""] + [f"![{p}]({p})" for p in plots] + [""]
     return "\n".join(lines)
 
 
-def write_report(zoo: Path, data: Path, out: Path, groups: Sequence[int] = (1, 2, 3, 4)) -> dict[str, Any]:
+def write_report(
+    zoo: Path, data: Path, out: Path, groups: Sequence[int] = (1, 2, 3, 4), reuse: bool = False
+) -> dict[str, Any]:
+    """Evaluate (or, with ``reuse``, read back ``reproduction.json``) and write the report."""
     out.mkdir(parents=True, exist_ok=True)
-    collected = collect(zoo, data, groups, out)
+    saved = out / "reproduction.json"
+    if reuse and saved.is_file():
+        stored = json.loads(saved.read_text(encoding="utf-8"))
+        collected = {"rows": stored["rows"], "raw": stored["raw"]}
+    else:
+        collected = collect(zoo, data, groups, out)
     table = summarise(collected, groups)
     (out / "reproduction.json").write_text(
         json.dumps({"table": table, **collected}, indent=2), encoding="utf-8"

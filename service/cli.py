@@ -65,7 +65,8 @@ def _report(args: argparse.Namespace) -> int:
     from export.zoo import EVAL_SEED
 
     data = Path(args.data) if args.data else Path(args.zoo + ".work") / "data" / f"eval_{EVAL_SEED}"
-    write_report(Path(args.zoo), data, Path(args.out), groups=[int(g) for g in args.groups.split(",")])
+    groups = [int(g) for g in args.groups.split(",")]
+    write_report(Path(args.zoo), data, Path(args.out), groups=groups, reuse=args.reuse)
     print(f"wrote {Path(args.out) / 'reproduction.md'}")
     return 0
 
@@ -139,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report.add_argument("--groups", default="1,2,3,4")
     report.add_argument("--out", default="reports")
+    report.add_argument("--reuse", action="store_true", help="re-render from reports/reproduction.json")
     report.set_defaults(func=_report)
 
     serve = sub.add_parser("serve", help="serve the HTTP gateway")
