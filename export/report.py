@@ -156,8 +156,8 @@ WORLD_NOTE = """## About SceneWorld as a benchmark
   everything) showed it: filler prefixes ("a photo of …", "a view of …") were in a third of the
   captions, so the five beams of a model differed only in the prefix and Recall@K barely grew with K.
   They are now in about 8% of captions (COCO has them, rarely). No held-out model was trained before
-  the change, and nothing was tuned against the targets. Omission (a present pair named in about 1.5 of 5 captions, as
-  COCO's 1.57), size relative to the class, and distractor colours are unchanged.
+  the change, and nothing was tuned against the targets. Omission (a present pair named in about
+  1.5 of 5 captions, as COCO's 1.57), size relative to the class, and distractor colours are unchanged.
 - Verb pairs stay close to 0 for every held-out model and low even for FULL: actions are small poses
   on 96 × 96 images (the encoder's per-cell action accuracy is about 35%), so SceneWorld's verbs are
   a harder test than its adjectives. That is a property of the rendering, noted rather than tuned away.
