@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,6 +29,21 @@ class TrainLog:
     epochs: int = 0
     losses: list[float] = field(default_factory=list)
     extra: dict[str, float] = field(default_factory=dict)
+
+
+def _update(
+    optimizer: torch.optim.Optimizer,
+    schedule: torch.optim.lr_scheduler.LRScheduler,
+    loss: torch.Tensor,
+    clip: Iterable[torch.Tensor] | None = None,
+) -> None:
+    """One optimisation step: backward, optional gradient-norm clipping at 2.0, step, schedule step."""
+    optimizer.zero_grad()
+    loss.backward()
+    if clip is not None:
+        torch.nn.utils.clip_grad_norm_(clip, 2.0)
+    optimizer.step()
+    schedule.step()
 
 
 def _batches(n: int, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -76,10 +91,7 @@ def train_visual_encoder(
                     for k in logits
                 )
                 assert isinstance(loss, torch.Tensor)
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-                schedule.step()
+                _update(optimizer, schedule, loss)
                 log.losses.append(float(loss.detach()))
                 bar.set_postfix(loss=f"{float(loss):.3f}")
                 bar.update()
@@ -188,11 +200,7 @@ def train_captioner(
                     log.extra["w_rank"] = float(weights[1])
                 else:
                     loss = gen
-                optimizer.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 2.0)
-                optimizer.step()
-                schedule.step()
+                _update(optimizer, schedule, loss, clip=model.parameters())
                 log.losses.append(float(gen.detach()))
                 bar.set_postfix(
                     gen=f"{float(gen):.3f}", **({"w_rank": f"{float(weights[1]):.2f}"} if rank else {})
@@ -252,11 +260,7 @@ def train_vsepp(
                     preset.margin,
                     hardest=preset.hardest_negative_weight if bar.n >= warmup else 0.0,
                 )
-                optimizer.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 2.0)
-                optimizer.step()
-                schedule.step()
+                _update(optimizer, schedule, loss, clip=model.parameters())
                 log.losses.append(float(loss.detach()))
                 bar.set_postfix(loss=f"{float(loss):.3f}")
                 bar.update()
