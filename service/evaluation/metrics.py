@@ -1,8 +1,7 @@
 """Corpus caption metrics: BLEU-1..4, METEOR, ROUGE-L (pycocoevalcap) and CIDEr-D (``cider.CiderD``).
 
-Supersedes ``caption_metrics.caption_metrics`` for evaluation: CIDEr-D takes its document frequencies
-from a fixed table (normally built from the split's *training* references) instead of from the
-references being scored, and METEOR and ROUGE-L are added.
+CIDEr-D can take its document frequencies from a fixed table (normally built from the split's
+*training* references) instead of from the references being scored, so one image can be scored.
 
 Captions are tokenised with ``service.text.vocabulary.tokenize`` (lower-case words, punctuation
 dropped) instead of the Java PTB tokenizer. METEOR runs pycocoevalcap's ``meteor-1.5.jar`` in a Java

@@ -15,7 +15,7 @@ def test_service_imports_without_torch() -> None:
     code = (
         "import sys\n"
         "import service.api.app, service.api.server, service.cli, service.engine.captioning\n"
-        "import service.backends.onnxruntime, service.evaluation.caption_metrics\n"
+        "import service.backends.onnxruntime, service.evaluation.metrics\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
         "assert not [m for m in sys.modules if m.startswith('export')], 'export was imported'\n"
     )
