@@ -66,7 +66,9 @@ def _report(args: argparse.Namespace) -> int:
 
     data = Path(args.data) if args.data else Path(args.zoo + ".work") / "data" / f"eval_{EVAL_SEED}"
     groups = [int(g) for g in args.groups.split(",")]
-    write_report(Path(args.zoo), data, Path(args.out), groups=groups, reuse=args.reuse)
+    write_report(
+        Path(args.zoo), data, Path(args.out), groups=groups, reuse=args.reuse, sweep=args.rerank_sweep
+    )
     print(f"wrote {Path(args.out) / 'reproduction.md'}")
     return 0
 
@@ -141,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--groups", default="1,2,3,4")
     report.add_argument("--out", default="reports")
     report.add_argument("--reuse", action="store_true", help="re-render from reports/reproduction.json")
+    report.add_argument(
+        "--rerank-sweep", action="store_true", help="also BUTR+RR Recall@5 for B = 5, 10, 20, 40"
+    )
     report.set_defaults(func=_report)
 
     serve = sub.add_parser("serve", help="serve the HTTP gateway")
