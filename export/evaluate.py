@@ -286,12 +286,18 @@ def _fmt(x: float | None, scale: float = 1.0) -> str:
 
 
 def run_evaluate_cli(
-    repo: Path, data: Path, split_path: Path | None, kind: str, group: int | None, json_out: Path | None
+    repo: Path,
+    data: Path,
+    split_path: Path | None,
+    kind: str,
+    group: int | None,
+    json_out: Path | None,
+    set_name: str = "test",
 ) -> int:
     """``compcap evaluate --repo DIR --data DIR --split KIND [--group N] --json OUT``: evaluate and print
     a summary table (recall and metrics ×100 as in seed 000's tables; CIDEr-D ×100). Returns the exit code."""
     try:
-        out = evaluate(repo, data, split_path, kind, group, json_out)
+        out = evaluate(repo, data, split_path, kind, group, json_out, set_name=set_name)
     except (FileNotFoundError, KeyError, ValueError) as exc:
         print(f"compcap evaluate: {exc}", file=sys.stderr)
         return 2

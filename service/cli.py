@@ -49,7 +49,9 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     split_path = Path(args.split_file) if args.split_file else None
     json_out = Path(args.json) if args.json else None
-    return run_evaluate_cli(Path(args.repo), Path(args.data), split_path, args.split, args.group, json_out)
+    return run_evaluate_cli(
+        Path(args.repo), Path(args.data), split_path, args.split, args.group, json_out, set_name=args.set
+    )
 
 
 def _models(args: argparse.Namespace) -> int:
@@ -126,6 +128,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--split-file", default=None, help="split.json (default: <data>/splits/<kind>[_<group>])"
     )
     evaluate.add_argument("--json", default=None, help="write the results JSON here")
+    evaluate.add_argument(
+        "--set",
+        default="test",
+        help="set of the split: test, test_no_comb, test_rich, test_base, test_dense, val",
+    )
     evaluate.set_defaults(func=_evaluate)
 
     models = sub.add_parser("models", help="train and package the model zoo (make models)")
