@@ -20,6 +20,7 @@ No Python object per hypothesis: all state is in numpy arrays. ``BeamSearch`` ex
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -263,16 +264,23 @@ def beam_search(
     banned_ids: Sequence[int] = (),
     min_length: int = 1,
 ) -> list[list[Hypothesis]]:
-    """Run a beam search with a synchronous ``step_fn`` (see ``SyncStepFn``)."""
-    _check_n_best(n_best, beam_size)
-    search = _make(
-        n_images, beam_size, max_length, bos, eos, length_penalty, initial_state, banned_ids, min_length
+    """Run a beam search with a synchronous ``step_fn`` (see ``SyncStepFn``): the same loop as
+    ``beam_search_async``, driven to completion here; not for use inside a running event loop."""
+    return asyncio.run(
+        beam_search_async(
+            step_fn,
+            n_images,
+            beam_size,
+            max_length,
+            bos,
+            eos,
+            n_best,
+            length_penalty,
+            initial_state,
+            banned_ids,
+            min_length,
+        )
     )
-    while not search.finished:
-        rows = search.rows()
-        logprobs, state_out = step_fn(rows.tokens, rows.lengths, rows.state, rows.image_index)
-        search.advance(rows, logprobs, state_out)
-    return search.results(n_best)
 
 
 async def beam_search_async(
