@@ -21,7 +21,11 @@ class Settings(BaseSettings):
     repo: Path = Field(default=Path("model_repo"), description="model repository with manifest.json")
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
-    backend: Literal["onnxruntime"] = "onnxruntime"
+    backend: Literal["onnxruntime", "triton"] = "onnxruntime"
+    triton_url: str = Field(default="127.0.0.1:8001", description="Triton gRPC address (backend=triton)")
+    triton_shared_memory: bool = Field(
+        default=False, description="send tensors through system shared memory (co-located Triton only)"
+    )
     intra_op_threads: int = Field(
         default=0, ge=0, le=256, description="onnxruntime intra-op threads; 0 = its default"
     )
@@ -36,6 +40,15 @@ class Settings(BaseSettings):
         default=40, ge=1, le=512, description="upper bound for a request's max_length"
     )
     request_deadline_s: float = Field(default=10.0, gt=0, le=3600)
+    max_rows_per_step: int = Field(
+        default=512, ge=1, le=65536, description="most beam rows in one <cap>_step call"
+    )
+    max_queue: int = Field(
+        default=256, ge=1, le=100_000, description="requests waiting for admission before 503"
+    )
+    max_active_requests: int = Field(
+        default=128, ge=1, le=100_000, description="requests decoding at once per captioner"
+    )
 
     @field_validator("repo")
     @classmethod

@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request, Response
 from service.api.errors import install_error_handlers
 from service.api.routes import router
 from service.backends.base import Backend
+from service.backends.factory import make_backend
 from service.engine.captioning import CaptionEngine, EngineLimits
 from service.manifest import Manifest, load_manifest
 from service.metrics import Metrics
@@ -55,18 +56,9 @@ class Runtime:
     async def load(self) -> None:
         if self.ready:
             return
-        from service.backends.onnxruntime import OnnxRuntimeBackend
-
         start = time.perf_counter()
         try:
-            backend = await asyncio.to_thread(
-                OnnxRuntimeBackend,
-                self.settings.repo,
-                self.manifest,
-                self.settings.intra_op_threads,
-                self.metrics,
-                self.settings.executor_threads,
-            )
+            backend = await make_backend(self.settings, self.manifest, self.metrics)
         except Exception as exc:
             self.load_error = f"{type(exc).__name__}: {exc}"
             log.exception("loading the %s backend failed", self.settings.backend)

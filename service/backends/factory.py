@@ -1,0 +1,26 @@
+"""Build the backend named in settings (``COMPCAP_BACKEND``)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from service.backends.base import Backend
+from service.manifest import Manifest
+from service.metrics import Metrics
+from service.settings import Settings
+
+
+async def make_backend(settings: Settings, manifest: Manifest, metrics: Metrics) -> Backend:
+    """The backend for ``settings.backend``, loaded and ready to serve."""
+    if settings.backend == "onnxruntime":
+        from service.backends.onnxruntime import OnnxRuntimeBackend
+
+        return await asyncio.to_thread(
+            OnnxRuntimeBackend,
+            settings.repo,
+            manifest,
+            settings.intra_op_threads,
+            metrics,
+            settings.executor_threads,
+        )
+    raise ValueError(f"backend {settings.backend!r} is not built yet")
