@@ -41,6 +41,38 @@ class Metrics:
         self.backend_errors = Counter(
             "compcap_backend_errors", "Backend failures by model and reason", ["model", "reason"], registry=r
         )
+        self.iterations_per_request = Histogram(
+            "compcap_iterations_per_request",
+            "Step calls a request took part in",
+            ["model"],
+            buckets=(1, 2, 4, 8, 12, 16, 20, 24, 32, 48, 64, 128),
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "compcap_queue_wait_seconds",
+            "Time from submission to admission (encoding start)",
+            ["model"],
+            buckets=MODEL_BUCKETS,
+            registry=r,
+        )
+        self.active_requests = Gauge(
+            "compcap_active_requests", "Requests being encoded or decoded", ["model"], registry=r
+        )
+        self.queue_length = Gauge(
+            "compcap_queue_length", "Requests waiting for admission", ["model"], registry=r
+        )
+        self.decoded_tokens = Counter(
+            "compcap_decoded_tokens",
+            "Beam rows evaluated by step calls (one candidate token each); rate() = tokens per second",
+            ["model"],
+            registry=r,
+        )
+        self.hook_applications = Counter(
+            "compcap_hook_applications",
+            "Decoding-hook applications (one per hook per request per step)",
+            ["hook"],
+            registry=r,
+        )
         self.ready = Gauge("compcap_ready", "1 once the models are loaded", registry=r)
 
     def exposition(self) -> bytes:

@@ -40,6 +40,9 @@ class Settings(BaseSettings):
         default=40, ge=1, le=512, description="upper bound for a request's max_length"
     )
     request_deadline_s: float = Field(default=10.0, gt=0, le=3600)
+    cross_request_batching: bool = Field(
+        default=True, description="false: every request decodes alone (the benchmark's naive baseline)"
+    )
     max_rows_per_step: int = Field(
         default=512, ge=1, le=65536, description="most beam rows in one <cap>_step call"
     )

@@ -16,7 +16,7 @@ from service.api.errors import install_error_handlers
 from service.api.routes import router
 from service.backends.base import Backend
 from service.backends.factory import make_backend
-from service.engine.captioning import CaptionEngine, EngineLimits
+from service.engine.captioning import CaptionEngine, EngineLimits, SchedulerLimits
 from service.manifest import Manifest, load_manifest
 from service.metrics import Metrics
 from service.settings import MAX_BEAM_SIZE, Settings
@@ -46,7 +46,16 @@ class Runtime:
 
     def _attach(self, backend: Backend) -> None:
         self.backend = backend
-        self.engine = CaptionEngine(backend, self.manifest, self.vocab, self.metrics, self.limits)
+        scheduling = (
+            SchedulerLimits(
+                max_rows=self.settings.max_rows_per_step,
+                max_queue=self.settings.max_queue,
+                max_active=self.settings.max_active_requests,
+            )
+            if self.settings.cross_request_batching
+            else None
+        )
+        self.engine = CaptionEngine(backend, self.manifest, self.vocab, self.metrics, self.limits, scheduling)
         self.metrics.ready.set(1)
 
     @property
@@ -67,6 +76,8 @@ class Runtime:
         log.info("ready in %.2f s", time.perf_counter() - start)
 
     async def close(self) -> None:
+        if self.engine is not None:
+            await self.engine.close()
         if self.backend is not None:
             await self.backend.close()
 

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.backends.base import BackendError
-from service.engine.captioning import EngineError, UnknownModelError
+from service.engine.captioning import EngineError, OverloadedError, UnknownModelError
 from service.images import ImageError
 from service.metrics import Metrics
 
@@ -74,6 +74,10 @@ def install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
     @app.exception_handler(EngineError)
     async def _engine(_: Request, exc: EngineError) -> JSONResponse:
         count(exc.code)
+        if isinstance(exc, OverloadedError):
+            response = error_response(503, exc.code, exc.message)
+            response.headers["Retry-After"] = str(max(1, round(exc.retry_after_s)))
+            return response
         status = 404 if isinstance(exc, UnknownModelError) else 422
         return error_response(status, exc.code, exc.message, [{"field": exc.field, "message": exc.message}])
 

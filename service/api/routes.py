@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from service.api.disconnect import ClientDisconnected, unless_disconnected
 from service.api.errors import ApiError
 from service.api.parsing import read_caption_request
 from service.api.schemas import (
@@ -98,7 +99,12 @@ async def captions(request: Request) -> CaptionResponse:
                 max_pixels=settings.max_image_pixels,
             )
             decoded = time.perf_counter()
-            out = await engine.caption(images, params)
+            remaining = settings.request_deadline_s - (time.perf_counter() - start)
+            out = await unless_disconnected(
+                request, engine.caption(images, params, timeout_s=max(remaining, 0.001))
+            )
+    except ClientDisconnected:
+        raise ApiError(499, "client_disconnected", "the client closed the connection") from None
     except TimeoutError:
         raise ApiError(
             504, "deadline_exceeded", f"the request took longer than {settings.request_deadline_s} s"

@@ -1,13 +1,16 @@
-"""The per-request captioning pipeline: encode → init → beam loop → optional re-rank.
+"""The captioning pipeline: encode → init → beam loop → optional re-rank.
 
 ``CaptionEngine.resolve`` turns request options into validated ``CaptionParams``;
-``CaptionEngine.caption`` runs one request. Each beam iteration makes one ``<cap>_step`` call for
-all live rows of all images of the request (a cross-request scheduler can later drive
-``beam.BeamSearch.rows/advance`` of many requests instead of ``beam_search_async``).
+``CaptionEngine.caption`` runs one request. With ``SchedulerLimits`` (the gateway's default) the
+request joins the captioner's ``CaptionerScheduler``, whose loop makes one ``<cap>_step`` call per
+iteration for every live row of every active request; without them (``scheduling=None``) each
+request decodes alone — one ``<cap>_step`` call per iteration for its own rows only — which is the
+"naive" baseline the benchmark compares against.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +20,7 @@ import numpy as np
 from service.backends.base import Backend
 from service.engine.beam import AsyncStepFn, Hypothesis, beam_search_async, length_norm
 from service.engine.rerank import fixed_dim, ranker_scores
+from service.engine.scheduler import CaptionerScheduler, DecodeRequest, QueueFullError
 from service.manifest import CaptionerEntry, Manifest
 from service.metrics import Metrics
 from service.text.vocabulary import Vocabulary
@@ -39,6 +43,30 @@ class InvalidParameterError(EngineError):
 
 class UnknownModelError(EngineError):
     code = "unknown_model"
+
+
+class OverloadedError(EngineError):
+    """The decoding queue is full: answer 503 with ``Retry-After``."""
+
+    code = "overloaded"
+
+    def __init__(self, retry_after_s: float) -> None:
+        super().__init__("request", f"the decoding queue is full; retry after {retry_after_s:.0f} s")
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True)
+class SchedulerLimits:
+    """Bounds of each captioner's cross-request scheduler."""
+
+    max_rows: int = 512
+    max_queue: int = 256
+    max_active: int = 128
+
+    def __post_init__(self) -> None:
+        for name in ("max_rows", "max_queue", "max_active"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
 @dataclass(frozen=True)
@@ -89,6 +117,7 @@ class CaptionEngine:
         vocab: Vocabulary,
         metrics: Metrics | None = None,
         limits: EngineLimits | None = None,
+        scheduling: SchedulerLimits | None = None,
     ) -> None:
         if len(vocab) != manifest.vocabulary.size:
             raise ValueError(
@@ -101,6 +130,30 @@ class CaptionEngine:
         self.limits = limits or EngineLimits()
         spec = manifest.vocabulary
         self.banned = tuple(sorted({spec.pad_id, spec.bos_id, spec.unk_id} - {spec.eos_id}))
+        self.scheduling = scheduling
+        self._schedulers: dict[str, CaptionerScheduler] = {}
+
+    def scheduler(self, captioner: str) -> CaptionerScheduler:
+        """The cross-request scheduler of ``captioner`` (created on first use)."""
+        if self.scheduling is None:
+            raise RuntimeError("this engine decodes each request alone (scheduling=None)")
+        if captioner not in self._schedulers:
+            self._schedulers[captioner] = CaptionerScheduler(
+                self.backend,
+                self.manifest,
+                self.manifest.captioner(captioner),
+                self.banned,
+                max_rows=self.scheduling.max_rows,
+                max_queue=self.scheduling.max_queue,
+                max_active=self.scheduling.max_active,
+                metrics=self.metrics,
+            )
+        return self._schedulers[captioner]
+
+    async def close(self) -> None:
+        for sched in self._schedulers.values():
+            await sched.close()
+        self._schedulers.clear()
 
     # -- parameters -------------------------------------------------------------------------------
 
@@ -155,11 +208,44 @@ class CaptionEngine:
 
     # -- pipeline ---------------------------------------------------------------------------------
 
-    async def caption(self, images: np.ndarray, params: CaptionParams) -> CaptionOutput:
-        """Caption uint8 [B, H, W, 3] images."""
+    async def caption(
+        self, images: np.ndarray, params: CaptionParams, timeout_s: float = 60.0
+    ) -> CaptionOutput:
+        """Caption uint8 [B, H, W, 3] images, within ``timeout_s`` (``TimeoutError`` otherwise)."""
         h, w = self.manifest.image.height, self.manifest.image.width
         if images.dtype != np.uint8 or images.ndim != 4 or images.shape[1:] != (h, w, 3) or not len(images):
             raise ValueError(f"images must be uint8 [B>=1, {h}, {w}, 3], got {images.dtype} {images.shape}")
+        if self.scheduling is None:
+            async with asyncio.timeout(timeout_s):
+                return await self.caption_alone(images, params)
+        rows = len(images) * params.beam_size
+        if rows > self.scheduling.max_rows:
+            raise InvalidParameterError(
+                "beam_size",
+                f"images × beam_size = {rows} exceeds the scheduler's max_rows = {self.scheduling.max_rows}",
+            )
+        request = DecodeRequest(
+            images=images,
+            beam_size=params.beam_size,
+            max_length=params.max_length,
+            n_best=params.n_best,
+            length_penalty=params.length_penalty,
+            ranker=params.ranker,
+        )
+        try:
+            result = await self.scheduler(params.captioner).submit(request, timeout_s)
+        except QueueFullError as exc:
+            raise OverloadedError(exc.retry_after_s) from None
+        if self.metrics is not None:
+            self.metrics.captions_served.labels(model=params.captioner).inc(len(images))
+        results = [
+            self._order(per, None if result.ranker_scores is None else result.ranker_scores[i])
+            for i, per in enumerate(result.hypotheses)
+        ]
+        return CaptionOutput(params=params, results=results, timings_ms=result.timings_ms)
+
+    async def caption_alone(self, images: np.ndarray, params: CaptionParams) -> CaptionOutput:
+        """Caption uint8 [B, H, W, 3] images with no cross-request batching (the naive baseline)."""
         cap = self.manifest.captioner(params.captioner)
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
@@ -262,6 +348,8 @@ __all__ = [
     "EngineError",
     "EngineLimits",
     "InvalidParameterError",
+    "OverloadedError",
+    "SchedulerLimits",
     "UnknownModelError",
     "length_norm",
 ]

@@ -1,0 +1,119 @@
+"""Scheduling through the HTTP layer: a client that disconnects frees its rows (the ASGI app is
+called directly with a ``receive`` that reports ``http.disconnect`` mid-decode), and a full queue
+answers 503 with Retry-After. ``SlowBackend`` wraps the real onnxruntime backend and only adds a
+delay to each step call so that a decode lasts long enough."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from service.api.app import create_app
+from service.backends.onnxruntime import OnnxRuntimeBackend
+from service.manifest import load_manifest
+from service.settings import Settings
+from tests.api.test_captions_api import png
+
+
+class SlowBackend:
+    def __init__(self, inner: OnnxRuntimeBackend, step_delay_s: float) -> None:
+        self.inner, self.step_delay_s = inner, step_delay_s
+
+    async def infer(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if model.endswith("_step"):
+            await asyncio.sleep(self.step_delay_s)
+        return await self.inner.infer(model, inputs)
+
+    async def close(self) -> None:
+        return None
+
+
+def test_disconnect_frees_rows(tiny_repo: Path) -> None:
+    manifest = load_manifest(tiny_repo)
+    backend = SlowBackend(OnnxRuntimeBackend(tiny_repo, manifest, threads=1), step_delay_s=0.05)
+    app = create_app(Settings(repo=tiny_repo), backend=backend)
+    runtime = app.state.runtime
+    body = json.dumps(
+        {"images": [base64.b64encode(png(1)).decode()], "model": "butd", "beam_size": 5}
+    ).encode()
+    scope: dict[str, Any] = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/captions",
+        "raw_path": b"/v1/captions",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        "client": ("127.0.0.1", 1234),
+        "server": ("127.0.0.1", 80),
+    }
+
+    async def run() -> list[dict[str, Any]]:
+        gone = asyncio.Event()
+        sent_body = False
+        messages: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            nonlocal sent_body
+            if not sent_body:
+                sent_body = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            messages.append(message)
+
+        call = asyncio.create_task(app(scope, receive, send))
+        sched = runtime.engine.scheduler("butd")
+        for _ in range(200):
+            if sched.active_requests:
+                break
+            await asyncio.sleep(0.01)
+        assert sched.active_requests == 1, "the request never started decoding"
+        iterations = sched.iterations
+        gone.set()
+        await asyncio.wait_for(call, timeout=5)
+        await asyncio.sleep(0.2)
+        assert sched.active_requests == 0 and sched._reserved_rows == 0
+        assert sched.iterations - iterations <= 2, "the scheduler kept decoding a gone client's rows"
+        await runtime.engine.close()
+        return messages
+
+    messages = asyncio.run(run())
+    start = next(m for m in messages if m["type"] == "http.response.start")
+    assert start["status"] == 499
+    assert b"client_disconnected" in runtime.metrics.exposition()
+
+
+def test_full_queue_answers_503_with_retry_after(tiny_repo: Path) -> None:
+    import httpx
+
+    manifest = load_manifest(tiny_repo)
+    backend = SlowBackend(OnnxRuntimeBackend(tiny_repo, manifest, threads=1), step_delay_s=0.02)
+    app = create_app(Settings(repo=tiny_repo, max_queue=1, max_active_requests=1), backend=backend)
+    payload = {"images": [base64.b64encode(png(2)).decode()], "model": "butd", "beam_size": 2}
+
+    async def run() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            responses = await asyncio.gather(*(client.post("/v1/captions", json=payload) for _ in range(4)))
+            after = await client.post("/v1/captions", json=payload)
+        await app.state.runtime.engine.close()
+        return [*responses, after]
+
+    *responses, after = asyncio.run(run())
+    statuses = sorted(r.status_code for r in responses)
+    assert 503 in statuses and 200 in statuses, statuses
+    refused = next(r for r in responses if r.status_code == 503)
+    assert refused.headers["retry-after"] == "1"
+    assert refused.json()["error"]["code"] == "overloaded"
+    assert after.status_code == 200, "the gateway stopped serving after refusing requests"
