@@ -13,9 +13,9 @@
   COCO instance boxes) form ``test_dense``. From the rest, a random ``test_base`` and ``val`` of the
   same size; everything else trains.
 * ``substitutivity`` (seed 001 §4.3): a random (or Karpathy) train/val/test split as ``full``, plus
-  ``info["synonyms"]``: the category ↔ fine-grained word pairs of the candidate table (seed 001 Table 10
-  for COCO, the inventory's synonym sets for SceneWorld) of which both words occur at least
-  ``min_count`` (200) times in the training captions.
+  ``info["synonyms"]``: the category ↔ fine-grained word pairs of the candidate table
+  (``service.text.synonyms``: seed 001 Table 10 for COCO, the inventory's synonym sets for SceneWorld)
+  of which both words occur at least ``min_count`` (200) times in the training captions.
 * ``full``: nothing held out; the Karpathy split when the dataset has one, else random.
 
 Every split is deterministic given the dataset, kind, group, options and ``seed``.
@@ -35,6 +35,7 @@ import numpy as np
 from export.data.coco import CaptionDataset, load_captions, load_folder
 from export.data.pairs import default_cache_path, image_caption_pairs
 from service.text.concepts import ConceptInventory, ConceptPair, load_concepts
+from service.text.synonyms import candidate_table, plural
 from service.text.vocabulary import tokenize
 
 if TYPE_CHECKING:
@@ -43,59 +44,6 @@ if TYPE_CHECKING:
 KINDS = ("systematicity", "productivity", "substitutivity", "full")
 SPLIT_FILE = "split.json"
 
-# Seed 001 Table 10: COCO object category -> fine-grained class used for substitution.
-TABLE_10: tuple[tuple[str, str], ...] = (
-    ("person", "man"),
-    ("person", "woman"),
-    ("child", "boy"),
-    ("child", "girl"),
-    ("bicycle", "bike"),
-    ("airplane", "plane"),
-    ("airplane", "jet"),
-    ("airplane", "jetliner"),
-    ("cow", "cattle"),
-    ("tv", "television"),
-    ("refrigerator", "freezer"),
-    ("laptop", "computer"),
-)
-# SceneWorld's inventory synonym sets, category word <-> fine-grained / alternative word.
-SCENEWORLD_SYNONYMS: tuple[tuple[str, str], ...] = (
-    ("man", "guy"),
-    ("man", "gentleman"),
-    ("woman", "lady"),
-    ("child", "kid"),
-    ("child", "boy"),
-    ("dog", "puppy"),
-    ("cat", "kitten"),
-    ("cat", "kitty"),
-    ("horse", "pony"),
-    ("bird", "birdie"),
-    ("bus", "coach"),
-    ("truck", "lorry"),
-    ("plane", "airplane"),
-    ("plane", "jet"),
-    ("plane", "aircraft"),
-    ("boat", "ship"),
-    ("table", "desk"),
-    ("car", "automobile"),
-)
-IRREGULAR_PLURALS = {
-    "person": "people",
-    "man": "men",
-    "woman": "women",
-    "child": "children",
-    "gentleman": "gentlemen",
-    "cattle": "cattle",
-    "aircraft": "aircraft",
-    "bus": "buses",
-    "coach": "coaches",
-    "lady": "ladies",
-    "puppy": "puppies",
-    "pony": "ponies",
-    "kitty": "kitties",
-    "lorry": "lorries",
-    "tv": "tvs",
-}
 IRREGULAR_VERB_FORMS = {
     "eat": ("ate", "eaten"),
     "lie": ("lay", "lain", "lies"),
@@ -192,22 +140,13 @@ def _set_counts(sets: dict[str, list[int]]) -> dict[str, int]:
     return {name: len(ids) for name, ids in sets.items()}
 
 
-def _plural(word: str, concepts: ConceptInventory) -> str:
-    for entry in concepts.nouns.values():
-        if word in entry.get("plural", {}):
-            return str(entry["plural"][word])
-    if word in IRREGULAR_PLURALS:
-        return IRREGULAR_PLURALS[word]
-    return word + ("es" if word.endswith(("s", "x", "ch", "sh")) else "s")
-
-
 def word_forms(concept: str, concepts: ConceptInventory) -> set[str]:
     """Surface forms of a noun / adjective / verb concept (synonyms, plurals, -s/-ing/past forms)."""
     out: set[str] = set()
     if concept in concepts.nouns:
         entry = concepts.nouns[concept]
         for word in entry["synonyms"]:
-            out |= {word, entry.get("plural", {}).get(word, _plural(word, concepts))}
+            out |= {word, entry.get("plural", {}).get(word, plural(word, concepts))}
     elif concept in concepts.verbs:
         entry = concepts.verbs[concept]
         for word in entry["synonyms"]:
@@ -356,20 +295,10 @@ def synonym_counts(
     tokens = Counter(w for c in captions for w in tokenize(c))
 
     def count(word: str) -> int:
-        forms = {word, _plural(word, concepts)}
+        forms = {word, plural(word, concepts)}
         return sum(tokens[f] for f in forms)
 
     return [{"category": a, "fine": b, "category_count": count(a), "fine_count": count(b)} for a, b in table]
-
-
-def candidate_table(concepts: ConceptInventory) -> tuple[tuple[str, str], ...]:
-    """The inventory's synonym pairs (SceneWorld) plus seed 001 Table 10, each unordered pair once."""
-    table = list(SCENEWORLD_SYNONYMS)
-    for noun, entry in concepts.nouns.items():  # synonyms added to the inventory later
-        table += [(noun, w) for w in entry["synonyms"][1:] if (noun, w) not in table]
-    seen = {frozenset(p) for p in table}
-    table += [p for p in TABLE_10 if frozenset(p) not in seen]  # unordered: plane/airplane once
-    return tuple(table)
 
 
 def _substitutivity(ds: CaptionDataset, rng: np.random.Generator, options: dict[str, Any]) -> Split:

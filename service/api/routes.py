@@ -25,7 +25,8 @@ from service.api.schemas import (
     RankerInfo,
     Timings,
 )
-from service.engine.captioning import CaptionEngine, CaptionOutput
+from service.engine.captioning import Caption, CaptionEngine, CaptionOutput
+from service.engine.hooks import hook_catalog
 from service.images import decode_images
 
 if TYPE_CHECKING:
@@ -112,23 +113,30 @@ async def captions(request: Request) -> CaptionResponse:
     return _response(out, (decoded - start) * 1e3, (time.perf_counter() - start) * 1e3)
 
 
+def _captions(caps: list[Caption]) -> list[CaptionOut]:
+    return [
+        CaptionOut(
+            text=c.text,
+            tokens=c.tokens,
+            logprob=c.logprob,
+            normalized_logprob=c.normalized_logprob,
+            ranker_score=c.ranker_score,
+            beam_rank=c.beam_rank,
+        )
+        for c in caps
+    ]
+
+
 def _response(out: CaptionOutput, decode_images_ms: float, total_ms: float) -> CaptionResponse:
     p = out.params
+    original = out.original
     results = [
         ImageResult(
             index=i,
             caption=caps[0].text if caps else "",
-            captions=[
-                CaptionOut(
-                    text=c.text,
-                    tokens=c.tokens,
-                    logprob=c.logprob,
-                    normalized_logprob=c.normalized_logprob,
-                    ranker_score=c.ranker_score,
-                    beam_rank=c.beam_rank,
-                )
-                for c in caps
-            ],
+            captions=_captions(caps),
+            original_caption=None if original is None else (original[i][0].text if original[i] else ""),
+            original_captions=None if original is None else _captions(original[i]),
         )
         for i, caps in enumerate(out.results)
     ]
@@ -140,6 +148,7 @@ def _response(out: CaptionOutput, decode_images_ms: float, total_ms: float) -> C
         n_best=p.n_best,
         max_length=p.max_length,
         length_penalty=p.length_penalty,
+        hooks=p.hook_names,
         results=results,
         timings_ms=Timings(
             decode_images=decode_images_ms,
@@ -181,6 +190,12 @@ async def models(request: Request) -> ModelsResponse:
             for r in m.rankers
         ],
     )
+
+
+@router.get("/v1/hooks")
+async def hooks() -> dict[str, Any]:
+    """The decoding hooks a request may name in ``hooks``, with their parameters."""
+    return {"hooks": hook_catalog()}
 
 
 @router.get("/healthz")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -11,6 +12,15 @@ from service.settings import MAX_BEAM_SIZE
 
 _FALSE = {"false", "0", "no", "off", "none", "null"}
 _TRUE = {"true", "1", "yes", "on"}
+
+
+class HookSpec(BaseModel):
+    """One decoding hook: ``{"name": ..., "params": {...}}`` (see ``GET /v1/hooks``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=64)
+    params: dict[str, Any] = Field(default_factory=dict)
 
 
 class CaptionOptions(BaseModel):
@@ -33,6 +43,21 @@ class CaptionOptions(BaseModel):
     )
     rerank: bool | str | None = Field(default=None, description="ranker name, or false for no re-ranking")
     length_penalty: float = Field(default=1.0, ge=0.0, le=2.0)
+    hooks: list[HookSpec] | None = Field(
+        default=None,
+        description="decoding hooks applied in order; in a multipart request, a JSON array in the "
+        "query string or a form field",
+    )
+
+    @field_validator("hooks", mode="before")
+    @classmethod
+    def _hooks_json(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"hooks must be a JSON array: {exc}") from None
+        return value
 
     @field_validator("rerank", mode="before")
     @classmethod
@@ -67,6 +92,12 @@ class ImageResult(BaseModel):
     index: int
     caption: str = Field(description="the best caption's text")
     captions: list[CaptionOut]
+    original_caption: str | None = Field(
+        default=None, description="synonym_substitution: the best caption without substitution (O)"
+    )
+    original_captions: list[CaptionOut] | None = Field(
+        default=None, description="synonym_substitution: every caption of the search without it (O)"
+    )
 
 
 class Timings(BaseModel):
@@ -86,6 +117,7 @@ class CaptionResponse(BaseModel):
     n_best: int
     max_length: int
     length_penalty: float
+    hooks: list[str] = Field(default_factory=list, description="hooks applied, in order")
     results: list[ImageResult]
     timings_ms: Timings
 

@@ -13,6 +13,25 @@ no live beam can still beat the pool's worst entry (exact bound: a live beam's s
 reach ``sum / max_length ** length_penalty``), or when no live beam is left. At ``max_length`` words
 only EOS is allowed, so every hypothesis ends with EOS.
 
+Decoding hooks: ``logits_hook(tokens, logprobs) -> logprobs`` (the HF ``LogitsProcessor`` shape; see
+``service.engine.hooks``) is applied in ``advance()`` to this search's live rows only — ``tokens`` is
+``step.tokens`` (BOS w1..wt, no padding: every live row has ``t`` words), ``logprobs`` the model's
+``[N, V]`` output for those rows. The search's hard constraints (``banned_ids``, no EOS before
+``min_length`` words, only EOS after ``max_length`` words) are applied before the hook, so that a hook
+sees only what the search could pick (``synonym_substitution`` takes the argmax of that), and again
+after it, so that no hook can undo them. A hook must return a new ``[N, V]`` array (not modify its
+inputs). A scheduler that puts the rows of many searches in one model call hands each search its own
+slice, so a hook never sees or changes another search's rows.
+
+Diverse beam search (Vijayakumar et al. 2018, Hamming diversity): with ``groups`` G > 1 the K beams
+of an image are G groups of K/G consecutive grid columns. Each step, group g picks its top K/G
+continuations from its own beams by ``cum + log p(w) - diversity_penalty * c_g(w)``, where ``c_g(w)``
+counts how often word ``w`` was picked by groups 0..g-1 of the same image at this step; the stored
+cumulative log-prob (and so every score) stays the unpenalised model log-prob. On the first step each
+group starts from its own live beam (G rows per image: the same prefix, so group 0 gets the plain top
+K/G and later groups are pushed away from its words). The finished pool stays one pool of K per image,
+shared by the groups, each caption in it once. ``groups=1`` is plain beam search, bit for bit.
+
 No Python object per hypothesis: all state is in numpy arrays. ``BeamSearch`` exposes
 ``rows()`` / ``advance()`` so a scheduler can batch the rows of many searches into one model call;
 ``beam_search`` and ``beam_search_async`` are simple drivers for a single search.
@@ -35,6 +54,8 @@ NEG_INF = -np.inf
 StepResult = tuple[np.ndarray, np.ndarray]
 SyncStepFn = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], StepResult]
 AsyncStepFn = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], Awaitable[StepResult]]
+# logits_hook(tokens int64 [N, t+1], logprobs float [N, V]) -> logprobs float [N, V]
+LogitsHookFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -100,6 +121,50 @@ def beam_step(cum: np.ndarray, logprobs: np.ndarray, eos: int) -> Selection:
     return Selection(parent=top // v, token=top % v, cum=top_cum, eos_cum=eos_cum)
 
 
+def grouped_beam_step(
+    cum: np.ndarray, logprobs: np.ndarray, eos: int, groups: int, diversity_penalty: float
+) -> Selection:
+    """``beam_step`` for diverse beam search (see module docstring): the ``K`` beams of an image are
+    ``groups`` groups of ``K // groups`` consecutive beams; group ``g`` selects its ``K // groups``
+    continuations among its own beams with each word's log-prob lowered by ``diversity_penalty`` times
+    the number of times groups ``< g`` of the same image selected that word at this step. The returned
+    ``cum`` is the unpenalised cumulative log-prob; ``parent`` indexes all ``K`` beams. Pure function;
+    ``groups=1`` returns exactly ``beam_step``'s selection."""
+    n_images, k, v = logprobs.shape
+    if groups < 1 or k % groups:
+        raise ValueError(f"groups must divide the beam size {k}, got {groups}")
+    if groups == 1:
+        return beam_step(cum, logprobs, eos)
+    if cum.shape != (n_images, k):
+        raise ValueError(f"cum must have shape {(n_images, k)}, got {cum.shape}")
+    b = k // groups
+    grid = np.arange(n_images)[:, None]
+    chosen = np.zeros((n_images, v), dtype=np.float64)  # times each word was picked by earlier groups
+    parts: list[Selection] = []
+    for g in range(groups):
+        cols = slice(g * b, (g + 1) * b)
+        own = logprobs[:, cols].astype(np.float64)  # [I, B, V]
+        penalised = own - diversity_penalty * chosen[:, None, :] if g and diversity_penalty else own
+        sel = beam_step(cum[:, cols], penalised, eos)
+        live = np.isfinite(sel.cum)
+        true_cum = cum[:, cols][grid, sel.parent] + own[grid, sel.parent, sel.token]
+        np.add.at(chosen, (np.broadcast_to(grid, live.shape)[live], sel.token[live]), 1.0)
+        parts.append(
+            Selection(
+                parent=sel.parent + g * b,
+                token=sel.token,
+                cum=np.where(live, true_cum, NEG_INF),
+                eos_cum=sel.eos_cum,
+            )
+        )
+    return Selection(
+        parent=np.concatenate([p.parent for p in parts], axis=1),
+        token=np.concatenate([p.token for p in parts], axis=1),
+        cum=np.concatenate([p.cum for p in parts], axis=1),
+        eos_cum=np.concatenate([p.eos_cum for p in parts], axis=1),
+    )
+
+
 class BeamSearch:
     """State of one beam search over ``n_images`` images (see module docstring)."""
 
@@ -114,6 +179,9 @@ class BeamSearch:
         length_penalty: float = 1.0,
         banned_ids: Sequence[int] = (),
         min_length: int = 1,
+        logits_hook: LogitsHookFn | None = None,
+        groups: int = 1,
+        diversity_penalty: float = 0.0,
     ) -> None:
         if n_images < 1:
             raise ValueError(f"n_images must be >= 1, got {n_images}")
@@ -129,6 +197,12 @@ class BeamSearch:
             raise ValueError(f"initial_state must have shape [n_images, S], got {initial_state.shape}")
         if eos in banned_ids:
             raise ValueError("banned_ids must not contain eos")
+        if groups < 1 or beam_size % groups:
+            raise ValueError(f"groups must be >= 1 and divide beam_size={beam_size}, got {groups}")
+        if not (np.isfinite(diversity_penalty) and diversity_penalty >= 0):
+            raise ValueError(f"diversity_penalty must be finite and >= 0, got {diversity_penalty}")
+        self.logits_hook = logits_hook
+        self.groups, self.diversity_penalty = groups, float(diversity_penalty)
         self.n_images, self.beam_size, self.max_length = n_images, beam_size, max_length
         self.bos, self.eos, self.length_penalty = bos, eos, length_penalty
         self.min_length = min_length
@@ -138,9 +212,10 @@ class BeamSearch:
         self.tokens = np.zeros((i, k, max_length + 1), dtype=np.int64)
         self.tokens[:, :, 0] = bos
         self.cum = np.full((i, k), NEG_INF)
-        self.cum[:, 0] = 0.0  # one live row per image on the first step
+        starts = np.arange(0, k, k // groups)  # first beam of each group
+        self.cum[:, starts] = 0.0  # one live row per image (per group) on the first step
         self.state = np.zeros((i, k, initial_state.shape[1]), dtype=initial_state.dtype)
-        self.state[:, 0] = initial_state
+        self.state[:, starts] = initial_state[:, None]
         self.done = np.zeros(i, dtype=bool)
         # pool of finished hypotheses per image, best first
         self.fin_tokens = np.zeros((i, k, max_length), dtype=np.int64)
@@ -176,20 +251,21 @@ class BeamSearch:
         if state_out.shape != step.state.shape:
             raise ValueError(f"state_out must have shape {step.state.shape}, got {state_out.shape}")
         v = logprobs.shape[1]
+        live = self._constrain(np.array(logprobs), t)
+        if self.logits_hook is not None and n:
+            live = np.asarray(self.logits_hook(step.tokens, live))
+            if live.shape != (n, v):
+                raise ValueError(f"logits_hook must return shape {(n, v)}, got {live.shape}")
+            live = self._constrain(np.array(live), t)
         full = np.full((i * k, v), NEG_INF, dtype=np.float64)
-        full[step.rows] = logprobs
-        if self.banned_ids.size:
-            full[:, self.banned_ids] = NEG_INF
-        if t < self.min_length:
-            full[:, self.eos] = NEG_INF
-        if t >= self.max_length:  # only EOS may follow max_length words
-            eos_col = full[:, self.eos].copy()
-            full[:] = NEG_INF
-            full[:, self.eos] = eos_col
+        full[step.rows] = live
         state_full = self.state.reshape(i * k, -1).copy()
         state_full[step.rows] = state_out
         cum = np.where(self.done[:, None], NEG_INF, self.cum)
-        sel = beam_step(cum, full.reshape(i, k, v), self.eos)
+        if self.groups == 1:
+            sel = beam_step(cum, full.reshape(i, k, v), self.eos)
+        else:
+            sel = grouped_beam_step(cum, full.reshape(i, k, v), self.eos, self.groups, self.diversity_penalty)
 
         self._add_finished(sel.eos_cum, t)
         grid = np.arange(i)[:, None]
@@ -202,12 +278,26 @@ class BeamSearch:
         self.steps += 1
         self._update_done()
 
+    def _constrain(self, logprobs: np.ndarray, t: int) -> np.ndarray:
+        """Apply the hard constraints in place to the live rows' log-probs ``[N, V]`` at step ``t``."""
+        if self.banned_ids.size:
+            logprobs[:, self.banned_ids] = NEG_INF
+        if t < self.min_length:
+            logprobs[:, self.eos] = NEG_INF
+        if t >= self.max_length:  # only EOS may follow max_length words
+            eos_col = logprobs[:, self.eos].copy()
+            logprobs[:] = NEG_INF
+            logprobs[:, self.eos] = eos_col
+        return logprobs
+
     def _add_finished(self, eos_cum: np.ndarray, t: int) -> None:
         """Merge each beam's EOS continuation (``t`` words) into the pools, keeping the best K."""
         k = self.beam_size
         new_score = eos_cum / length_norm(t, self.length_penalty)
         new_tokens = np.zeros_like(self.fin_tokens)
         new_tokens[:, :, :t] = self.tokens[:, :, 1 : t + 1]
+        if self.groups > 1:  # groups may reach the same caption: keep each caption once in the pool
+            new_score = np.where(self._repeats(new_tokens, new_score, t), NEG_INF, new_score)
         score = np.concatenate([self.fin_score, new_score], axis=1)  # [I, 2K]
         order = np.argsort(-score, axis=1, kind="stable")[:, :k]
         grid = np.arange(self.n_images)[:, None]
@@ -215,6 +305,15 @@ class BeamSearch:
         self.fin_cum = np.concatenate([self.fin_cum, eos_cum], axis=1)[grid, order]
         self.fin_len = np.concatenate([self.fin_len, np.full_like(self.fin_len, t)], axis=1)[grid, order]
         self.fin_tokens = np.concatenate([self.fin_tokens, new_tokens], axis=1)[grid, order]
+
+    def _repeats(self, new_tokens: np.ndarray, new_score: np.ndarray, t: int) -> np.ndarray:
+        """bool [I, K]: new hypothesis ``k`` equals a live earlier new one. (The pool holds no caption
+        of ``t`` words yet: a hypothesis of ``t`` words can only finish at step ``t``.)"""
+        k = self.beam_size
+        same = (new_tokens[:, :, None, :t] == new_tokens[:, None, :, :t]).all(axis=3)  # [I, K, K]
+        earlier = np.tril(np.ones((k, k), dtype=bool), -1)  # [k, j]: j < k
+        real = np.isfinite(new_score)[:, None, :]  # a dead beam hides nothing
+        return (same & earlier & real).any(axis=2)
 
     def _update_done(self) -> None:
         live = np.isfinite(self.cum)
@@ -263,6 +362,10 @@ def beam_search(
     initial_state: np.ndarray | None = None,
     banned_ids: Sequence[int] = (),
     min_length: int = 1,
+    *,
+    logits_hook: LogitsHookFn | None = None,
+    groups: int = 1,
+    diversity_penalty: float = 0.0,
 ) -> list[list[Hypothesis]]:
     """Run a beam search with a synchronous ``step_fn`` (see ``SyncStepFn``): the same loop as
     ``beam_search_async``, driven to completion here; not for use inside a running event loop."""
@@ -279,6 +382,9 @@ def beam_search(
             initial_state,
             banned_ids,
             min_length,
+            logits_hook=logits_hook,
+            groups=groups,
+            diversity_penalty=diversity_penalty,
         )
     )
 
@@ -296,11 +402,27 @@ async def beam_search_async(
     banned_ids: Sequence[int] = (),
     min_length: int = 1,
     on_step: Callable[[int], Any] | None = None,
+    *,
+    logits_hook: LogitsHookFn | None = None,
+    groups: int = 1,
+    diversity_penalty: float = 0.0,
 ) -> list[list[Hypothesis]]:
-    """Run a beam search with an async (or sync) ``step_fn``; ``on_step(n_rows)`` is called per step."""
+    """Run a beam search with an async (or sync) ``step_fn``; ``on_step(n_rows)`` is called per step.
+    ``logits_hook``, ``groups`` and ``diversity_penalty`` as in ``BeamSearch``."""
     _check_n_best(n_best, beam_size)
     search = _make(
-        n_images, beam_size, max_length, bos, eos, length_penalty, initial_state, banned_ids, min_length
+        n_images,
+        beam_size,
+        max_length,
+        bos,
+        eos,
+        length_penalty,
+        initial_state,
+        banned_ids,
+        min_length,
+        logits_hook=logits_hook,
+        groups=groups,
+        diversity_penalty=diversity_penalty,
     )
     while not search.finished:
         rows = search.rows()
@@ -324,9 +446,24 @@ def _make(
     initial_state: np.ndarray | None,
     banned_ids: Sequence[int],
     min_length: int,
+    *,
+    logits_hook: LogitsHookFn | None = None,
+    groups: int = 1,
+    diversity_penalty: float = 0.0,
 ) -> BeamSearch:
     if initial_state is None:
         initial_state = np.zeros((n_images, 1), dtype=np.float32)
     return BeamSearch(
-        n_images, beam_size, max_length, bos, eos, initial_state, length_penalty, banned_ids, min_length
+        n_images,
+        beam_size,
+        max_length,
+        bos,
+        eos,
+        initial_state,
+        length_penalty,
+        banned_ids,
+        min_length,
+        logits_hook=logits_hook,
+        groups=groups,
+        diversity_penalty=diversity_penalty,
     )

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from service.backends.base import Backend
 from service.engine.beam import AsyncStepFn, Hypothesis, beam_search_async, length_norm
+from service.engine.hooks import HookError, HookPlan, build_hooks
 from service.engine.rerank import fixed_dim, ranker_scores
 from service.engine.scheduler import CaptionerScheduler, DecodeRequest, QueueFullError
 from service.manifest import CaptionerEntry, Manifest
@@ -90,6 +92,11 @@ class CaptionParams:
     n_best: int
     length_penalty: float
     ranker: str | None
+    hooks: HookPlan | None = None  # this request's decoding hooks (None: plain beam search)
+
+    @property
+    def hook_names(self) -> list[str]:
+        return [] if self.hooks is None else self.hooks.names
 
 
 @dataclass(frozen=True)
@@ -107,6 +114,8 @@ class CaptionOutput:
     params: CaptionParams
     results: list[list[Caption]]  # per image, final order (ranker score if re-ranked)
     timings_ms: dict[str, float] = field(default_factory=dict)
+    # synonym_substitution with return_original: the captions of the same search without it (O)
+    original: list[list[Caption]] | None = None
 
 
 class CaptionEngine:
@@ -147,6 +156,7 @@ class CaptionEngine:
                 max_queue=self.scheduling.max_queue,
                 max_active=self.scheduling.max_active,
                 metrics=self.metrics,
+                beam_capacity=self.limits.max_beam_size,
             )
         return self._schedulers[captioner]
 
@@ -168,6 +178,7 @@ class CaptionEngine:
         n_best: int | None = None,
         rerank: str | bool | None = None,
         length_penalty: float = 1.0,
+        hooks: Sequence[Any] | None = None,
     ) -> CaptionParams:
         """Validate request options against the manifest and limits; defaults documented in the API."""
         name = model or self.manifest.default_captioner
@@ -201,7 +212,23 @@ class CaptionEngine:
             if rerank not in {r.name for r in self.manifest.rankers}:
                 raise UnknownModelError("rerank", f"unknown ranker {rerank!r}; rankers: {self._rankers()}")
             ranker = rerank
-        return CaptionParams(cap.name, beam, length, best, float(length_penalty), ranker)
+        plan = self._hook_plan(hooks, beam, length) if hooks else None
+        return CaptionParams(cap.name, beam, length, best, float(length_penalty), ranker, plan)
+
+    def _hook_plan(self, hooks: Sequence[Any], beam_size: int, max_length: int) -> HookPlan:
+        """Validated hooks of one request; a bad spec raises ``InvalidParameterError`` naming it."""
+        metrics = self.metrics
+
+        def applied(name: str, _rows: int) -> None:
+            if metrics is not None:
+                metrics.hook_applications.labels(hook=name).inc()
+
+        try:
+            plan = build_hooks(hooks, self.vocab, on_apply=applied)
+            plan.check(beam_size, max_length)
+        except HookError as exc:
+            raise InvalidParameterError(".".join(str(p) for p in exc.loc), str(exc)) from None
+        return plan
 
     def _rankers(self) -> str:
         return ", ".join(r.name for r in self.manifest.rankers) or "(none)"
@@ -224,25 +251,43 @@ class CaptionEngine:
                 "beam_size",
                 f"images × beam_size = {rows} exceeds the scheduler's max_rows = {self.scheduling.max_rows}",
             )
-        request = DecodeRequest(
+        plan = params.hooks
+        searches = [self._decode_request(images, params, substitute=True)]
+        if plan is not None and plan.return_original:
+            searches.append(self._decode_request(images, params, substitute=False))
+        scheduler = self.scheduler(params.captioner)
+        try:
+            done = await asyncio.gather(*(scheduler.submit(r, timeout_s) for r in searches))
+        except QueueFullError as exc:
+            raise OverloadedError(exc.retry_after_s) from None
+        if self.metrics is not None:
+            self.metrics.captions_served.labels(model=params.captioner).inc(len(images))
+        ordered = [self._ordered(d.hypotheses, d.ranker_scores) for d in done]
+        return CaptionOutput(
+            params=params,
+            results=ordered[0],
+            timings_ms=done[0].timings_ms,
+            original=ordered[1] if len(ordered) > 1 else None,
+        )
+
+    def _decode_request(self, images: np.ndarray, params: CaptionParams, substitute: bool) -> DecodeRequest:
+        kwargs: dict[str, Any] = {} if params.hooks is None else params.hooks.search_kwargs(substitute)
+        return DecodeRequest(
             images=images,
             beam_size=params.beam_size,
             max_length=params.max_length,
             n_best=params.n_best,
             length_penalty=params.length_penalty,
             ranker=params.ranker,
+            logits_hook=kwargs.get("logits_hook"),
+            groups=kwargs.get("groups", 1),
+            diversity_penalty=kwargs.get("diversity_penalty", 0.0),
         )
-        try:
-            result = await self.scheduler(params.captioner).submit(request, timeout_s)
-        except QueueFullError as exc:
-            raise OverloadedError(exc.retry_after_s) from None
-        if self.metrics is not None:
-            self.metrics.captions_served.labels(model=params.captioner).inc(len(images))
-        results = [
-            self._order(per, None if result.ranker_scores is None else result.ranker_scores[i])
-            for i, per in enumerate(result.hypotheses)
-        ]
-        return CaptionOutput(params=params, results=results, timings_ms=result.timings_ms)
+
+    def _ordered(
+        self, hypotheses: list[list[Hypothesis]], scores: list[list[float]] | None
+    ) -> list[list[Caption]]:
+        return [self._order(per, None if scores is None else scores[i]) for i, per in enumerate(hypotheses)]
 
     async def caption_alone(self, images: np.ndarray, params: CaptionParams) -> CaptionOutput:
         """Caption uint8 [B, H, W, 3] images with no cross-request batching (the naive baseline)."""
@@ -256,9 +301,50 @@ class CaptionEngine:
         t1 = time.perf_counter()
         timings["encode"] = (t1 - t0) * 1e3
 
-        hyps = await beam_search_async(
+        hyps = await self._search_alone(cap, memory, state0, len(images), params, substitute=True)
+        original = None
+        if params.hooks is not None and params.hooks.return_original:
+            original = await self._search_alone(cap, memory, state0, len(images), params, substitute=False)
+        t2 = time.perf_counter()
+        timings["decode"] = (t2 - t1) * 1e3
+
+        scores = await self._scores(params, regions, hyps)
+        results = self._ordered(hyps, scores)
+        if original is not None:
+            original_out = self._ordered(original, await self._scores(params, regions, original))
+        timings["rerank"] = (time.perf_counter() - t2) * 1e3
+        if self.metrics is not None:
+            self.metrics.captions_served.labels(model=cap.name).inc(len(images))
+        return CaptionOutput(
+            params=params,
+            results=results,
+            timings_ms=timings,
+            original=original_out if original is not None else None,
+        )
+
+    async def _scores(
+        self, params: CaptionParams, regions: np.ndarray, hyps: list[list[Hypothesis]]
+    ) -> list[list[float]] | None:
+        if params.ranker is None:
+            return None
+        ranker = self.manifest.ranker(params.ranker)
+        return await ranker_scores(
+            self.backend, self.manifest, ranker, regions, [[h.tokens for h in per] for per in hyps]
+        )
+
+    async def _search_alone(
+        self,
+        cap: CaptionerEntry,
+        memory: np.ndarray,
+        state0: np.ndarray,
+        n_images: int,
+        params: CaptionParams,
+        substitute: bool,
+    ) -> list[list[Hypothesis]]:
+        kwargs: dict[str, Any] = {} if params.hooks is None else params.hooks.search_kwargs(substitute)
+        return await beam_search_async(
             self._step_fn(cap, memory),
-            n_images=len(images),
+            n_images=n_images,
             beam_size=params.beam_size,
             max_length=params.max_length,
             bos=self.manifest.vocabulary.bos_id,
@@ -268,21 +354,8 @@ class CaptionEngine:
             initial_state=state0,
             banned_ids=self.banned,
             on_step=self._observe_rows(cap.step),
+            **kwargs,
         )
-        t2 = time.perf_counter()
-        timings["decode"] = (t2 - t1) * 1e3
-
-        scores: list[list[float]] | None = None
-        if params.ranker is not None:
-            ranker = self.manifest.ranker(params.ranker)
-            scores = await ranker_scores(
-                self.backend, self.manifest, ranker, regions, [[h.tokens for h in per] for per in hyps]
-            )
-        timings["rerank"] = (time.perf_counter() - t2) * 1e3
-        results = [self._order(per, None if scores is None else scores[i]) for i, per in enumerate(hyps)]
-        if self.metrics is not None:
-            self.metrics.captions_served.labels(model=cap.name).inc(len(images))
-        return CaptionOutput(params=params, results=results, timings_ms=timings)
 
     def _step_fn(self, cap: CaptionerEntry, memory: np.ndarray) -> AsyncStepFn:
         backend, model = self.backend, cap.step

@@ -10,8 +10,10 @@ are re-ranked in batched ranker calls (one ``<ranker>_image`` and one ``<ranker>
 them) off the step loop. A request whose caller stopped waiting (deadline, disconnect) is dropped
 before the next step call, freeing its rows.
 
-Per-image tensors (``memory``) are kept once per image: the step call gets the active requests'
-memories concatenated (rebuilt only when the set of active requests changes) and a row → image index.
+Beam state lives in one ``BeamBatch`` (all requests' images in one set of arrays, advanced with a
+fixed number of numpy calls per step); per-image tensors (``memory``) are kept there once per image
+and the step call gets a row → image index. Diverse (grouped) searches select per group, so each runs
+in a ``BeamSearch`` of its own whose rows ride in the same step call.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import numpy as np
 
 from service.backends.base import Backend
 from service.engine.beam import BeamSearch, Hypothesis, StepRows
+from service.engine.beam_batch import BatchRows, BeamBatch
 from service.engine.rerank import fixed_dim, ranker_scores
 from service.manifest import CaptionerEntry, Manifest
 from service.metrics import Metrics
@@ -86,7 +89,10 @@ class _Job:
     encode_ms: float = 0.0
     regions: np.ndarray | None = None
     memory: np.ndarray | None = None
-    search: BeamSearch | None = None
+    state0: np.ndarray | None = None
+    search: BeamSearch | None = None  # only for diverse (grouped) searches; others live in the BeamBatch
+    hypotheses: list[list[Hypothesis]] | None = None
+    iterations: int = 0
 
     @property
     def abandoned(self) -> bool:
@@ -106,6 +112,7 @@ class CaptionerScheduler:
         max_queue: int = 256,
         max_active: int = 128,
         metrics: Metrics | None = None,
+        beam_capacity: int = 10,
     ) -> None:
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
@@ -128,9 +135,7 @@ class CaptionerScheduler:
         self._encoding: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
-        self._memory_key: tuple[int, ...] = ()
-        self._memory = np.zeros((0, 1, 1), dtype=np.float32)
-        self._offsets: dict[int, int] = {}
+        self._batch = BeamBatch(beam_capacity, captioner.max_length, self.bos, self.eos, self.banned_ids)
         self._loop_task: asyncio.Task[None] | None = None
         self._closed = False
         self.iterations = 0
@@ -192,9 +197,7 @@ class CaptionerScheduler:
             self._wake.clear()
             try:
                 self._expire()
-                if self._joining:
-                    self._active.extend(self._joining)
-                    self._joining.clear()
+                self._join()
                 self._admit()
                 self._gauge()
                 if self._active:
@@ -202,11 +205,38 @@ class CaptionerScheduler:
                     continue
             except Exception as exc:  # a bug must not leave requests hanging: fail the batch, go on
                 log.exception("scheduler iteration failed")
-                self._fail(self._active, exc)
-                self._reserved_rows -= sum(j.request.rows for j in self._active)
-                self._active.clear()
+                self._leave(list(self._active), exc)
                 continue
             await self._wake.wait()
+
+    def _join(self) -> None:
+        """Move encoded jobs into the decoding batch (between step calls only)."""
+        for job in self._joining:
+            r = job.request
+            assert job.memory is not None and job.state0 is not None
+            if job.search is None:
+                self._batch.add(
+                    job.serial,
+                    job.memory,
+                    job.state0,
+                    beam_size=r.beam_size,
+                    max_length=r.max_length,
+                    min_length=r.min_length,
+                    length_penalty=r.length_penalty,
+                    logits_hook=r.logits_hook,
+                )
+            self._active.append(job)
+        self._joining.clear()
+
+    def _leave(self, jobs: Sequence[_Job], exc: BaseException | None = None) -> None:
+        """Take ``jobs`` out of decoding (freeing their rows); fail them with ``exc`` if given."""
+        for job in jobs:
+            if job in self._active:
+                self._active.remove(job)
+                self._batch.discard(job.serial)
+                self._reserved_rows -= job.request.rows
+        if exc is not None:
+            self._fail(jobs, exc)
 
     def _expire(self) -> None:
         """Drop abandoned or overdue jobs from every stage, freeing their rows."""
@@ -216,11 +246,10 @@ class CaptionerScheduler:
                 job.future.set_exception(TimeoutError("deadline exceeded"))
         if any(j.abandoned for j in self._waiting):
             self._waiting = deque(j for j in self._waiting if not j.abandoned)
-        for stage in (self._active, self._joining):
-            gone = [j for j in stage if j.abandoned]
-            for job in gone:
-                stage.remove(job)
-                self._reserved_rows -= job.request.rows
+        self._leave([j for j in self._active if j.abandoned])
+        for job in [j for j in self._joining if j.abandoned]:
+            self._joining.remove(job)
+            self._reserved_rows -= job.request.rows
 
     def _admit(self) -> None:
         """Start encoding the waiting jobs that fit the row and request budgets (one batch at a time)."""
@@ -265,20 +294,17 @@ class CaptionerScheduler:
             if job.abandoned:
                 self._reserved_rows -= job.request.rows
                 continue
-            job.regions, job.memory = regions[part], memory[part]
-            job.search = self._search(job.request, state0[part])
+            job.regions, job.memory, job.state0 = regions[part], memory[part], state0[part]
+            if job.request.groups > 1:
+                job.search = self._grouped_search(job.request, state0[part])
             job.encode_ms = (end - start) * 1e3
             job.decode_start = end
             self._joining.append(job)
         self._wake.set()
 
-    def _search(self, r: DecodeRequest, state0: np.ndarray) -> BeamSearch:
-        extra: dict[str, object] = {}
-        if r.logits_hook is not None:
-            extra["logits_hook"] = r.logits_hook
-        if r.groups != 1 or r.diversity_penalty:
-            extra["groups"] = r.groups
-            extra["diversity_penalty"] = r.diversity_penalty
+    def _grouped_search(self, r: DecodeRequest, state0: np.ndarray) -> BeamSearch:
+        """Diverse (grouped) beam search selects per group, so it runs in a ``BeamSearch`` of its own;
+        its rows still go into the shared step call."""
         return BeamSearch(
             n_images=r.images.shape[0],
             beam_size=r.beam_size,
@@ -289,45 +315,55 @@ class CaptionerScheduler:
             length_penalty=r.length_penalty,
             banned_ids=self.banned_ids,
             min_length=r.min_length,
-            **extra,  # type: ignore[arg-type]
+            logits_hook=r.logits_hook,
+            groups=r.groups,
+            diversity_penalty=r.diversity_penalty,
         )
 
     async def _iterate(self) -> None:
-        jobs = list(self._active)
-        parts: list[StepRows] = [j.search.rows() for j in jobs]  # type: ignore[union-attr]
-        inputs = self._step_inputs(jobs, parts)
+        side = [j for j in self._active if j.search is not None]
+        batch_rows = self._batch.rows() if self._batch.keys else None
+        side_rows = [j.search.rows() for j in side]  # type: ignore[union-attr]
+        inputs = self._step_inputs(batch_rows, side, side_rows)
         n_rows = int(inputs["image_index"].shape[0])
+        in_step = list(self._active)
         try:
             out = await self.backend.infer(self.cap.step, inputs)
         except Exception as exc:
-            for job in jobs:
-                if job in self._active:
-                    self._active.remove(job)
-                    self._reserved_rows -= job.request.rows
-            self._fail(jobs, exc)
+            self._leave(in_step, exc)
             return
         self.iterations += 1
         if self.metrics is not None:
             self.metrics.beam_rows.labels(model=self.cap.step).observe(n_rows)
             self.metrics.decoded_tokens.labels(model=self.cap.name).inc(n_rows)
         logprobs, state_out = out["logprobs"], out["state_out"]
-        start = 0
         finished: list[_Job] = []
-        for job, part in zip(jobs, parts, strict=True):
+        n_batch = 0 if batch_rows is None else int(batch_rows.rows.shape[0])
+        if batch_rows is not None:
+            try:
+                done_keys = set(self._batch.advance(batch_rows, logprobs[:n_batch], state_out[:n_batch]))
+            except Exception as exc:  # a hook raised: fail the requests in the batch
+                self._leave([j for j in in_step if j.search is None], exc)
+                done_keys = set()
+            for job in in_step:
+                if job.search is None and job.serial in done_keys:
+                    job.iterations = self._batch.steps[job.serial]
+                    job.hypotheses = self._batch.pop(job.serial, job.request.n_best)
+                    finished.append(job)
+        at = n_batch
+        for job, part in zip(side, side_rows, strict=True):
             n = part.rows.shape[0]
-            chunk = slice(start, start + n)
-            start += n
-            if job.abandoned or job not in self._active:
-                continue
+            chunk = slice(at, at + n)
+            at += n
             assert job.search is not None
             try:
                 job.search.advance(part, logprobs[chunk], state_out[chunk])
-            except Exception as exc:  # a hook raised: fail this request only
-                self._active.remove(job)
-                self._reserved_rows -= job.request.rows
-                self._fail([job], exc)
+            except Exception as exc:
+                self._leave([job], exc)
                 continue
             if job.search.finished:
+                job.iterations = job.search.steps
+                job.hypotheses = job.search.results(job.request.n_best)
                 finished.append(job)
         for job in finished:
             self._active.remove(job)
@@ -336,43 +372,54 @@ class CaptionerScheduler:
         if finished:
             self._spawn(self._complete(finished))
 
-    def _step_inputs(self, jobs: list[_Job], parts: list[StepRows]) -> dict[str, np.ndarray]:
-        key = tuple(j.serial for j in jobs)
-        if key != self._memory_key:
-            mems = [j.memory for j in jobs if j.memory is not None]
-            self._memory = np.ascontiguousarray(np.concatenate(mems)) if mems else self._memory
-            self._offsets, offset = {}, 0
-            for j in jobs:
-                self._offsets[j.serial] = offset
-                offset += j.request.images.shape[0]
-            self._memory_key = key
-        image_index = np.concatenate(
-            [p.image_index + self._offsets[j.serial] for j, p in zip(jobs, parts, strict=True)]
-        )
-        lengths = np.concatenate([p.lengths for p in parts])
-        if self.last_token:
-            tokens = np.concatenate([p.tokens[:, -1:] for p in parts])
+    def _step_inputs(
+        self, batch_rows: BatchRows | None, side: list[_Job], side_rows: list[StepRows]
+    ) -> dict[str, np.ndarray]:
+        parts_index, parts_tokens, parts_last, parts_len, parts_state = [], [], [], [], []
+        memories: list[np.ndarray] = []
+        offset = 0
+        if batch_rows is not None and self._batch.memory is not None:
+            memories.append(self._batch.memory)
+            offset = self._batch.memory.shape[0]
+            parts_index.append(batch_rows.image_index)
+            parts_tokens.append(batch_rows.tokens)
+            parts_last.append(batch_rows.last_token)
+            parts_len.append(batch_rows.lengths)
+            parts_state.append(batch_rows.state)
+        for job, r in zip(side, side_rows, strict=True):
+            assert job.memory is not None
+            memories.append(job.memory)
+            parts_index.append(r.image_index + offset)
+            offset += job.memory.shape[0]
+            parts_tokens.append(r.tokens)
+            parts_last.append(r.tokens[:, -1])
+            parts_len.append(r.lengths)
+            parts_state.append(r.state)
+        memory = memories[0] if len(memories) == 1 else np.concatenate(memories)
+        lengths = np.concatenate(parts_len)
+        if self.last_token:  # the LSTM reads only the last real token: T = 1
+            tokens = np.concatenate(parts_last)[:, None]
             lengths = np.ones_like(lengths)
         else:
-            width = max(p.tokens.shape[1] for p in parts)
+            width = max(t.shape[1] for t in parts_tokens)
             if self.fixed_t is not None:
                 width = max(width, self.fixed_t)
             tokens = np.full((lengths.shape[0], width), self.pad, dtype=np.int64)
             row = 0
-            for p in parts:
-                tokens[row : row + p.tokens.shape[0], : p.tokens.shape[1]] = p.tokens
-                row += p.tokens.shape[0]
+            for t in parts_tokens:
+                tokens[row : row + t.shape[0], : t.shape[1]] = t
+                row += t.shape[0]
         return {
-            "memory": self._memory,
-            "image_index": image_index.astype(np.int64, copy=False),
+            "memory": np.ascontiguousarray(memory, dtype=np.float32),
+            "image_index": np.concatenate(parts_index).astype(np.int64, copy=False),
             "tokens": np.ascontiguousarray(tokens, dtype=np.int64),
             "length": lengths.astype(np.int64, copy=False),
-            "state": np.ascontiguousarray(np.concatenate([p.state for p in parts]), dtype=np.float32),
+            "state": np.ascontiguousarray(np.concatenate(parts_state), dtype=np.float32),
         }
 
     async def _complete(self, jobs: list[_Job]) -> None:
         """Re-rank finished jobs in batched ranker calls (one pair of calls per ranker), then answer."""
-        results = {id(j): j.search.results(j.request.n_best) for j in jobs}  # type: ignore[union-attr]
+        results = {id(j): j.hypotheses or [] for j in jobs}
         scores: dict[int, list[list[float]]] = {}
         rerank_ms: dict[int, float] = {}
         by_ranker: dict[str, list[_Job]] = {}
@@ -399,15 +446,13 @@ class CaptionerScheduler:
         for job in jobs:
             if job.future.done():
                 continue
-            search = job.search
-            assert search is not None
             if self.metrics is not None:
-                self.metrics.iterations_per_request.labels(model=self.cap.name).observe(search.steps)
+                self.metrics.iterations_per_request.labels(model=self.cap.name).observe(job.iterations)
             job.future.set_result(
                 DecodeResult(
                     hypotheses=results[id(job)],
                     ranker_scores=scores.get(id(job)),
-                    iterations=search.steps,
+                    iterations=job.iterations,
                     timings_ms={
                         "queue": (job.encode_start - job.submitted) * 1e3,
                         "encode": job.encode_ms,

@@ -10,7 +10,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.engine.beam import BeamSearch, beam_search, beam_search_async, beam_step
+from service.engine.beam import (
+    BeamSearch,
+    beam_search,
+    beam_search_async,
+    beam_step,
+    grouped_beam_step,
+)
+from service.engine.hooks import BanWords, MinLength, NoRepeatNgram, build_hooks
+from service.text.vocabulary import SPECIALS, Vocabulary
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 V = 7  # words 4, 5, 6
@@ -194,3 +202,240 @@ def test_constructor_rejects_bad_arguments(kwargs: dict, name: str) -> None:
 def test_n_best_validated() -> None:
     with pytest.raises(ValueError, match="n_best"):
         run([0], 2, 3, 3)
+
+
+# -------------------------------------------------------------------------------------------- hooks
+def run_with(image_ids, beam_size, max_length, n_best, length_penalty=1.0, **kwargs):
+    """``run`` with extra ``beam_search`` keyword arguments (logits_hook, groups, diversity_penalty)."""
+    return beam_search(
+        make_step_fn(image_ids),
+        n_images=len(image_ids),
+        beam_size=beam_size,
+        max_length=max_length,
+        bos=BOS,
+        eos=EOS,
+        n_best=n_best,
+        length_penalty=length_penalty,
+        initial_state=np.zeros((len(image_ids), 2), dtype=np.float32),
+        banned_ids=BANNED,
+        **kwargs,
+    )
+
+
+def model_logprob(image: int, words: list[int]) -> float:
+    """Sum of the toy model's log-probs of ``words`` followed by EOS."""
+    lp = sum(float(toy_logprobs(image, tuple(words[:i]))[words[i]]) for i in range(len(words)))
+    return lp + float(toy_logprobs(image, tuple(words))[EOS])
+
+
+def bigrams(words: list[int]) -> list[tuple[int, int]]:
+    return list(itertools.pairwise(words))
+
+
+IMAGES = list(range(12))
+
+
+def test_ban_words_hook_never_emits_a_banned_word() -> None:
+    plain = run_with(IMAGES, 3, 4, 3)
+    assert any(4 in h.tokens for hyps in plain for h in hyps)
+    banned = run_with(IMAGES, 3, 4, 3, logits_hook=BanWords([4]))
+    for img, hyps in zip(IMAGES, banned, strict=True):
+        assert hyps
+        for h in hyps:
+            assert 4 not in h.tokens and set(h.tokens) <= set(WORDS)
+            assert h.logprob == pytest.approx(model_logprob(img, h.tokens), rel=1e-6)  # true scores
+
+
+def test_no_repeat_ngram_hook_removes_repeated_bigrams() -> None:
+    def repeats(words: list[int]) -> bool:
+        return len(set(bigrams(words))) < len(bigrams(words))
+
+    plain = run_with(IMAGES, 3, 6, 3)
+    assert any(repeats(h.tokens) for hyps in plain for h in hyps)  # the toy model repeats itself
+    hooked = run_with(IMAGES, 3, 6, 3, logits_hook=NoRepeatNgram(2))
+    for hyps in hooked:
+        assert hyps
+        assert not any(repeats(h.tokens) for h in hyps)
+
+
+def test_min_length_hook() -> None:
+    plain = run_with(IMAGES, 3, 5, 3)
+    assert any(len(h.tokens) < 3 for hyps in plain for h in hyps)
+    hooked = run_with(IMAGES, 3, 5, 3, logits_hook=MinLength(3, EOS))
+    assert all(len(h.tokens) >= 3 for hyps in hooked for h in hyps)
+
+
+# "a big dog" model: a deterministic chain a -> big -> dog -> EOS, with "puppy" a less likely alternative
+SYN_VOCAB = Vocabulary((*SPECIALS, "a", "big", "dog", "puppy"))
+S_A, S_BIG, S_DOG, S_PUPPY = 4, 5, 6, 7
+
+
+def chain_step(tokens, lengths, state, image_index):
+    nxt = {BOS: {S_A: 3.0}, S_A: {S_BIG: 3.0}, S_BIG: {S_DOG: 3.0, S_PUPPY: 1.0}}
+    logits = np.zeros((tokens.shape[0], len(SYN_VOCAB)))
+    for n in range(tokens.shape[0]):
+        last = int(tokens[n, lengths[n] - 1])
+        for word, value in nxt.get(last, {EOS: 4.0}).items():
+            logits[n, word] = value
+    logprobs = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    return logprobs.astype(np.float32), state
+
+
+def chain_search(**kwargs):
+    (hyps,) = beam_search(chain_step, 1, 2, 5, BOS, EOS, 1, 1.0, None, BANNED, **kwargs)
+    return hyps[0]
+
+
+def test_synonym_substitution_turns_the_word_into_its_synonym() -> None:
+    plan = build_hooks([{"name": "synonym_substitution", "params": {"pairs": [["dog", "puppy"]]}}], SYN_VOCAB)
+    original = chain_search(**plan.search_kwargs(substitute=False))
+    substituted = chain_search(**plan.search_kwargs())
+    assert SYN_VOCAB.decode(original.tokens) == "a big dog"
+    assert SYN_VOCAB.decode(substituted.tokens) == "a big puppy"
+    assert plan.return_original and plan.substitutions >= 1
+    assert plan.counts["synonym_substitution"] >= 4  # one per step of the S search (>= 3 words + EOS)
+    # the synonym has probability 1: S's log-prob is O's without the log-prob of "dog"
+    lp_dog = float(
+        chain_step(np.array([[BOS, S_A, S_BIG]]), np.array([3]), np.zeros((1, 1)), None)[0][0, S_DOG]
+    )
+    assert substituted.logprob == pytest.approx(original.logprob - lp_dog, rel=1e-6)
+    plain = chain_search()
+    assert plain.tokens == original.tokens and plain.logprob == original.logprob
+
+
+def test_hook_sees_constrained_rows_and_cannot_undo_constraints() -> None:
+    seen: list[np.ndarray] = []
+
+    def rogue(tokens: np.ndarray, logprobs: np.ndarray) -> np.ndarray:
+        seen.append(logprobs.copy())
+        assert tokens.shape == (logprobs.shape[0], len(seen))  # BOS + one word per step, no padding
+        return np.zeros_like(logprobs)  # tries to re-enable everything
+
+    (hyps,) = run_with([3], 3, 4, 3, logits_hook=rogue)
+    assert all(np.isneginf(lp[:, list(BANNED)]).all() for lp in seen)
+    assert np.isneginf(seen[0][:, EOS]).all()  # min_length=1: no EOS before the first word
+    assert all(set(h.tokens) <= set(WORDS) and 1 <= len(h.tokens) <= 4 for h in hyps)
+    assert len(seen) >= 2 and all(h.score == 0.0 for h in hyps)  # the hook's zeros, masked again
+
+
+def test_hook_must_keep_the_shape() -> None:
+    with pytest.raises(ValueError, match="logits_hook"):
+        run_with([0], 2, 3, 1, logits_hook=lambda tokens, lp: lp[:, :-1])
+
+
+def test_hooks_of_one_search_do_not_touch_another_search_sharing_a_step_call() -> None:
+    images_a, images_b = [5, 6], [7]
+    step = make_step_fn(images_a + images_b)  # one model call for the rows of both searches
+    seen_a: list[int] = []
+
+    def hook_a(tokens: np.ndarray, logprobs: np.ndarray) -> np.ndarray:
+        seen_a.append(tokens.shape[0])
+        return BanWords([4])(tokens, logprobs)
+
+    def make(n: int, hook=None) -> BeamSearch:
+        return BeamSearch(n, 3, 4, BOS, EOS, np.zeros((n, 2), np.float32), 0.8, BANNED, logits_hook=hook)
+
+    a, b = make(2, hook_a), make(1)
+    ra = a.rows()  # a starts one step earlier: the shared calls mix prefix lengths
+    a.advance(ra, *make_step_fn(images_a)(ra.tokens, ra.lengths, ra.state, ra.image_index))
+    while not (a.finished and b.finished):
+        parts = [(s, s.rows(), off) for s, off in ((a, 0), (b, 2)) if not s.finished]
+        width = max(r.tokens.shape[1] for _, r, _ in parts)
+        tokens = np.concatenate(
+            [np.pad(r.tokens, ((0, 0), (0, width - r.tokens.shape[1]))) for _, r, _ in parts]
+        )
+        lengths = np.concatenate([r.lengths for _, r, _ in parts])
+        state = np.concatenate([r.state for _, r, _ in parts])
+        index = np.concatenate([r.image_index + off for _, r, off in parts])
+        logprobs, state_out = step(tokens, lengths, state, index)
+        start = 0
+        for search, rows, _ in parts:
+            n = rows.rows.shape[0]
+            search.advance(rows, logprobs[start : start + n], state_out[start : start + n])
+            start += n
+    alone_a = run_with(images_a, 3, 4, 3, 0.8, logits_hook=BanWords([4]))
+    alone_b = run_with(images_b, 3, 4, 3, 0.8)
+    assert [[h.tokens for h in r] for r in a.results(3)] == [[h.tokens for h in r] for r in alone_a]
+    assert [[h.tokens for h in r] for r in b.results(3)] == [[h.tokens for h in r] for r in alone_b]
+    assert any(4 in h.tokens for r in alone_b for h in r)  # b was free to use the word a bans
+    assert seen_a and all(n <= 2 * 3 for n in seen_a)
+
+
+# -------------------------------------------------------------------------------------------- diverse beam
+def test_grouped_beam_step_penalises_earlier_groups_words() -> None:
+    cum = np.array([[0.0, 0.0]])  # one beam per group, same prefix
+    lp = np.log(np.array([[[0.1, 0.6, 0.3], [0.1, 0.6, 0.3]]]))
+    plain = grouped_beam_step(cum, lp, eos=0, groups=2, diversity_penalty=0.0)
+    assert plain.token.tolist() == [[1, 1]]
+    sel = grouped_beam_step(cum, lp, eos=0, groups=2, diversity_penalty=1.0)
+    assert sel.parent.tolist() == [[0, 1]] and sel.token.tolist() == [[1, 2]]  # log .6 - 1 < log .3
+    np.testing.assert_allclose(sel.cum, np.log([[0.6, 0.3]]))  # stored log-probs are unpenalised
+    np.testing.assert_allclose(sel.eos_cum, np.log([[0.1, 0.1]]))
+    one = grouped_beam_step(cum, lp, eos=0, groups=1, diversity_penalty=5.0)
+    ref = beam_step(cum, lp, eos=0)
+    for field in ("parent", "token", "cum", "eos_cum"):
+        np.testing.assert_array_equal(getattr(one, field), getattr(ref, field))
+
+
+def test_one_group_equals_plain_search() -> None:
+    plain = run_with(IMAGES[:6], 4, 4, 4, 0.7)
+    grouped = run_with(IMAGES[:6], 4, 4, 4, 0.7, groups=1, diversity_penalty=2.0)
+    assert [[(h.tokens, h.score) for h in r] for r in grouped] == [
+        [(h.tokens, h.score) for h in r] for r in plain
+    ]
+
+
+def first_words_after(search: BeamSearch, step_fn, steps: int) -> np.ndarray:
+    for _ in range(steps):
+        rows = search.rows()
+        search.advance(rows, *step_fn(rows.tokens, rows.lengths, rows.state, rows.image_index))
+    return search.tokens[:, :, 1]
+
+
+def test_diverse_groups_differ_where_plain_beams_share_a_prefix() -> None:
+    step = make_step_fn(IMAGES)
+    n = len(IMAGES)
+
+    def make(**kwargs) -> BeamSearch:
+        return BeamSearch(n, 3, 4, BOS, EOS, np.zeros((n, 2), np.float32), 1.0, BANNED, **kwargs)
+
+    plain = first_words_after(make(), step, 2)
+    shared = [img for img in range(n) if len(set(plain[img].tolist())) < 3]
+    assert shared  # plain beam search: beams of these images share their first word after two steps
+    diverse = make(groups=3, diversity_penalty=100.0)
+    assert diverse.rows().rows.shape[0] == 3 * n  # one live beam per group on the first step
+    first = first_words_after(diverse, step, 2)
+    for img in range(n):
+        assert len(set(first[img].tolist())) == 3, img  # every group keeps its own first word
+
+
+def test_diverse_results_are_unique_true_scores_and_fill_the_pool() -> None:
+    for penalty in (0.0, 0.5, 3.0):
+        results = run_with(IMAGES[:5], 4, 4, 4, 1.0, groups=2, diversity_penalty=penalty)
+        for img, hyps in zip(IMAGES[:5], results, strict=True):
+            assert len(hyps) == 4  # one pool of K per image
+            assert len({tuple(h.tokens) for h in hyps}) == 4  # groups reaching one caption: kept once
+            assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+            for h in hyps:
+                assert h.logprob == pytest.approx(model_logprob(img, h.tokens), rel=1e-6)
+                assert h.score == pytest.approx(h.logprob / len(h.tokens), rel=1e-9)
+
+
+def test_diverse_search_has_more_distinct_first_words() -> None:
+    plain = run_with(IMAGES, 3, 4, 3)
+    diverse = run_with(IMAGES, 3, 4, 3, groups=3, diversity_penalty=2.0)
+    distinct = [sum(len({h.tokens[0] for h in r}) for r in res) for res in (plain, diverse)]
+    assert distinct[1] > distinct[0]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"groups": 0}, "groups"),
+        ({"groups": 3}, "groups"),
+        ({"diversity_penalty": -0.5}, "diversity_penalty"),
+    ],
+)
+def test_diverse_arguments_validated(kwargs: dict, name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        BeamSearch(1, 4, 3, BOS, EOS, np.zeros((1, 1), np.float32), **kwargs)

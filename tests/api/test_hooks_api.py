@@ -1,0 +1,99 @@
+"""Decoding hooks through the HTTP API on the real tiny repository: effects, O/S captions, 422 errors
+naming the hook and parameter, the hook catalogue and the hook-application counter."""
+
+from __future__ import annotations
+
+import json
+
+from fastapi.testclient import TestClient
+
+from service.manifest import Manifest
+from service.text.vocabulary import Vocabulary
+from tests.api.test_captions_api import client, manifest, png, post_images  # noqa: F401 - fixtures
+
+
+def caption_json(client: TestClient, hooks: list[dict] | None, seed: int = 11, **extra: object) -> dict:
+    import base64
+
+    body = {"images": [base64.b64encode(png(seed)).decode()], "rerank": False, "beam_size": 4, **extra}
+    if hooks is not None:
+        body["hooks"] = hooks
+    response = client.post("/v1/captions", json=body)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def words(result: dict) -> set[str]:
+    return {w for c in result["captions"] for w in c["text"].split()}
+
+
+def test_catalogue_lists_every_hook(client: TestClient) -> None:  # noqa: F811
+    names = [h["name"] for h in client.get("/v1/hooks").json()["hooks"]]
+    assert names == ["ban_words", "no_repeat_ngram", "min_length", "synonym_substitution", "diverse_beam"]
+
+
+def test_ban_words_removes_a_word_the_plain_search_uses(client: TestClient) -> None:  # noqa: F811
+    plain = caption_json(client, None)["results"][0]
+    banned = plain["caption"].split()[0]
+    hooked = caption_json(client, [{"name": "ban_words", "params": {"words": [banned]}}])
+    assert hooked["hooks"] == ["ban_words"]
+    assert banned in words(plain) and banned not in words(hooked["results"][0])
+
+
+def test_synonym_substitution_returns_original_and_substituted(
+    client: TestClient,  # noqa: F811
+    manifest: Manifest,  # noqa: F811
+) -> None:
+    plain = caption_json(client, None)["results"][0]["caption"]
+    vocab = Vocabulary.load(client.app.state.runtime.settings.repo / manifest.vocabulary.file)
+    source = plain.split()[0]  # the argmax word of the first step (one row per image)
+    target = next(w for w in vocab.words[4:] if w not in plain.split())
+    hooks = [{"name": "synonym_substitution", "params": {"pairs": [[source, target]]}}]
+    result = caption_json(client, hooks)["results"][0]
+    assert result["original_caption"] == plain  # O: the same search without the hook
+    # S: the first word was the argmax, so it became the synonym, with probability 1
+    assert result["caption"].split()[0] == target and target in words(result)
+    assert [c["text"] for c in result["original_captions"]][0] == plain
+
+
+def test_hooks_in_a_multipart_query_string(client: TestClient) -> None:  # noqa: F811
+    hooks = json.dumps([{"name": "no_repeat_ngram", "params": {"n": 1}}])
+    response = post_images(client, png(12), hooks=hooks, rerank="false")
+    assert response.status_code == 200, response.text
+    for caption in response.json()["results"][0]["captions"]:
+        tokens = caption["text"].split()
+        assert len(tokens) == len(set(tokens))
+
+
+def test_bad_hooks_are_422_naming_them(client: TestClient) -> None:  # noqa: F811
+    import base64
+
+    image = base64.b64encode(png(13)).decode()
+    cases = [
+        ([{"name": "nope"}], "hooks.0.name", "unknown hook"),
+        ([{"name": "no_repeat_ngram", "params": {"n": 0}}], "hooks.0.params.n", ">= 1"),
+        ([{"name": "ban_words", "params": {"words": ["zzzz"]}}], "hooks.0.params.words", "zzzz"),
+        ([{"name": "diverse_beam", "params": {"groups": 3}}], "groups", "divide the beam size 4"),
+        ([{"name": "min_length", "params": {"min_words": 2, "extra": 1}}], "hooks.0.params.extra", "unknown"),
+    ]
+    for hooks, field, text in cases:
+        response = client.post("/v1/captions", json={"images": [image], "beam_size": 4, "hooks": hooks})
+        assert response.status_code == 422, (hooks, response.text)
+        detail = response.json()["error"]
+        assert field in detail["details"][0]["field"] and text in detail["message"], detail
+    not_json = post_images(client, png(13), hooks="[{")
+    assert not_json.status_code == 422 and "hooks" in not_json.text
+    assert caption_json(client, None)["results"][0]["caption"]  # still serving
+
+
+def test_hook_applications_are_counted(client: TestClient) -> None:  # noqa: F811
+    def count() -> float:
+        for line in client.get("/metrics").text.splitlines():
+            if line.startswith('compcap_hook_applications_total{hook="min_length"}'):
+                return float(line.split()[-1])
+        return 0.0
+
+    before = count()
+    result = caption_json(client, [{"name": "min_length", "params": {"min_words": 3}}], max_length=5)
+    assert all(len(c["tokens"]) >= 3 for c in result["results"][0]["captions"])
+    assert count() - before >= 3  # one per decoding step of the request
