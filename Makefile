@@ -1,4 +1,5 @@
-# CompCap: `make run` serves on the embedded backend, `make test` runs every test tier.
+# CompCap: `make run` serves on the embedded backend, `make test` runs every test tier,
+# `make triton` runs a local Triton server for $(REPO) (CPU, python-backend mirror of its ONNX models).
 PY        ?= python3.11
 VENV      := .venv
 VPY       := $(VENV)/bin/python
@@ -7,8 +8,15 @@ REPO      ?= model_repo
 PRESET    ?= default
 HOST      ?= 127.0.0.1
 PORT      ?= 8080
+# the Triton venv: Debian's python3.11, whose libpython the python-backend stub links (not pyenv's)
+TRITON_PY ?= /usr/bin/python3.11
+TVENV     := .venv-triton
+TSTAMP    := $(TVENV)/.installed
+TRITON_HTTP_PORT    ?= 8000
+TRITON_GRPC_PORT    ?= 8001
+TRITON_METRICS_PORT ?= 8002
 
-.PHONY: install run build models report test test-unit lint clean
+.PHONY: install triton-venv triton run build models report test test-unit lint clean
 
 $(STAMP): requirements.lock requirements-models.lock pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
@@ -19,6 +27,17 @@ $(STAMP): requirements.lock requirements-models.lock pyproject.toml
 
 install: $(STAMP)
 
+$(TSTAMP): requirements-triton.lock
+	test -x $(TVENV)/bin/python || $(TRITON_PY) -m venv $(TVENV)
+	$(TVENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-triton.lock
+	touch $(TSTAMP)
+
+triton-venv: $(TSTAMP)
+
+triton: $(STAMP) $(TSTAMP) $(REPO)/manifest.json
+	$(VENV)/bin/compcap triton --repo $(REPO) --http-port $(TRITON_HTTP_PORT) \
+		--grpc-port $(TRITON_GRPC_PORT) --metrics-port $(TRITON_METRICS_PORT)
+
 $(REPO)/manifest.json: | $(STAMP)
 	$(VENV)/bin/compcap build --preset $(PRESET) --out $(REPO)
 
@@ -28,7 +47,7 @@ build: $(STAMP)
 run: $(STAMP) $(REPO)/manifest.json
 	$(VENV)/bin/compcap serve --host $(HOST) --port $(PORT) --repo $(REPO)
 
-test: $(STAMP)
+test: $(STAMP) $(TSTAMP)
 	$(VPY) -m pytest -q -p no:cacheprovider
 
 test-unit: $(STAMP)
@@ -40,7 +59,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy service export
 
 clean:
-	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(TVENV) build .pytest_cache .mypy_cache .ruff_cache
 
 ZOO ?= model_zoo
 

@@ -82,6 +82,22 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _triton(args: argparse.Namespace) -> int:
+    from service.tritonlocal.server import LocalTriton, serve_forever
+
+    triton = LocalTriton(
+        Path(args.repo),
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        host=args.host,
+        work=args.work,
+        venv=args.venv,
+        intra_op_threads=args.threads,
+    )
+    return serve_forever(triton, ready_timeout=args.ready_timeout)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="compcap", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -160,7 +176,39 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--repo", default="model_repo")
     serve.set_defaults(func=_serve)
+
+    triton = sub.add_parser(
+        "triton", help="run a local Triton server (CPU, python-backend mirror) for a repository"
+    )
+    triton.add_argument("--repo", default="model_repo")
+    triton.add_argument("--host", default="127.0.0.1")
+    triton.add_argument("--http-port", type=int, default=8000, help="0 = any free port")
+    triton.add_argument("--grpc-port", type=int, default=8001, help="0 = any free port")
+    triton.add_argument("--metrics-port", type=int, default=8002, help="0 = any free port")
+    triton.add_argument(
+        "--work", default=None, help="keep the mirror and tritonserver.log here (default: a temp dir)"
+    )
+    triton.add_argument("--venv", default=None, help="venv with nvidia-pytriton (default: .venv-triton)")
+    triton.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads per model")
+    triton.add_argument("--ready-timeout", type=float, default=120.0)
+    triton.set_defaults(func=_triton)
+
+    bench = sub.add_parser("bench", help="benchmark the engine and the gateway (loadtests/bench.py)")
+    _bench_arguments(bench)
+    bench.set_defaults(func=_bench)
     return parser
+
+
+def _bench_arguments(parser: argparse.ArgumentParser) -> None:
+    from loadtests.bench import add_arguments
+
+    add_arguments(parser)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from loadtests.bench import bench
+
+    return bench(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

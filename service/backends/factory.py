@@ -22,5 +22,12 @@ async def make_backend(settings: Settings, manifest: Manifest, metrics: Metrics)
             settings.intra_op_threads,
             metrics,
             settings.executor_threads,
+            settings.ort_spinning,
+        )
+    if settings.backend == "triton":
+        from service.backends.triton import TritonBackend
+
+        return await TritonBackend.connect(
+            settings.triton_url, manifest, metrics, shared_memory=settings.triton_shared_memory
         )
     raise ValueError(f"backend {settings.backend!r} is not built yet")

@@ -36,6 +36,7 @@ class OnnxRuntimeBackend:
         threads: int = 0,
         metrics: Metrics | None = None,
         executor_threads: int = 4,
+        spin: bool = True,
     ) -> None:
         if threads < 0:
             raise ValueError(f"threads must be >= 0, got {threads}")
@@ -48,6 +49,8 @@ class OnnxRuntimeBackend:
         self.providers = providers()
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
+        if not spin:  # idle pool threads sleep instead of spinning (several calls share few cores)
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.inter_op_num_threads = 1
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self.sessions: dict[str, ort.InferenceSession] = {}

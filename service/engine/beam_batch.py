@@ -47,10 +47,11 @@ class BeamBatch:
             raise ValueError(f"length_capacity must be >= 1, got {length_capacity}")
         if eos in banned_ids:
             raise ValueError("banned_ids must not contain eos")
-        self.capacity, self.length_capacity = beam_capacity, length_capacity
+        self.max_capacity, self.length_capacity = beam_capacity, length_capacity
+        self.capacity = 1  # current width: the largest beam size in the batch
         self.bos, self.eos = bos, eos
         self.banned_ids = np.asarray(sorted(set(banned_ids)), dtype=np.int64)
-        c, lc = beam_capacity, length_capacity
+        c, lc = self.capacity, length_capacity
         self.key = np.zeros(0, dtype=np.int64)  # owning request per image
         self.beam = np.zeros(0, dtype=np.int64)
         self.max_length = np.zeros(0, dtype=np.int64)
@@ -98,14 +99,16 @@ class BeamBatch:
             raise ValueError(
                 f"memory and initial_state must have the same I >= 1, got {n}, {initial_state.shape}"
             )
-        if not 1 <= beam_size <= self.capacity:
-            raise ValueError(f"beam_size must be in [1, {self.capacity}], got {beam_size}")
+        if not 1 <= beam_size <= self.max_capacity:
+            raise ValueError(f"beam_size must be in [1, {self.max_capacity}], got {beam_size}")
         if not 1 <= max_length <= self.length_capacity:
             raise ValueError(f"max_length must be in [1, {self.length_capacity}], got {max_length}")
         if not 0 <= min_length <= max_length:
             raise ValueError(f"min_length must be in [0, max_length], got {min_length}")
         if length_penalty < 0:
             raise ValueError(f"length_penalty must be >= 0, got {length_penalty}")
+        if beam_size > self.capacity:
+            self._resize(beam_size)
         c, lc = self.capacity, self.length_capacity
         if self.n_images and self.state.shape[2] != initial_state.shape[1]:
             raise ValueError(
@@ -178,6 +181,34 @@ class BeamBatch:
             self.memory = self.memory[keep] if keep.any() else None
         self.hooks.pop(key, None)
         del self.steps[key]
+        widest = int(self.beam.max()) if self.beam.size else 1
+        if widest < self.capacity:
+            self._resize(widest)
+
+    def _resize(self, capacity: int) -> None:
+        """Change the beam width of every array. Columns past an image's beam size are always dead
+        (``-inf``), so narrowing drops only dead columns and widening adds dead ones."""
+        c = self.capacity
+        if capacity < c:
+            keep = slice(0, capacity)
+            for name in ("tokens", "cum", "state", "fin_tokens", "fin_len", "fin_cum", "fin_score"):
+                setattr(self, name, np.ascontiguousarray(getattr(self, name)[:, keep]))
+        elif capacity > c:
+            extra = capacity - c
+
+            def widen(a: np.ndarray, fill: float) -> np.ndarray:
+                pad = np.full((a.shape[0], extra, *a.shape[2:]), fill, dtype=a.dtype)
+                return np.concatenate([a, pad], axis=1)
+
+            self.tokens = widen(self.tokens, 0)
+            self.tokens[:, c:, 0] = self.bos
+            self.cum = widen(self.cum, NEG_INF)
+            self.state = widen(self.state, 0.0)
+            self.fin_tokens = widen(self.fin_tokens, 0)
+            self.fin_len = widen(self.fin_len, 0)
+            self.fin_cum = widen(self.fin_cum, NEG_INF)
+            self.fin_score = widen(self.fin_score, NEG_INF)
+        self.capacity = capacity
 
     # -- one step ---------------------------------------------------------------------------------
 

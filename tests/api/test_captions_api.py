@@ -6,7 +6,7 @@ import asyncio
 import base64
 import io
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +17,9 @@ from PIL import Image
 from pydantic import ValidationError
 
 from service.api.app import create_app
-from service.manifest import Manifest, load_manifest
+from service.manifest import Manifest
 from service.settings import Settings
-
-MAX_IMAGES = 3
+from tests.api.conftest import MAX_IMAGES
 
 
 def png(seed: int = 0, size: tuple[int, int] = (64, 48)) -> bytes:
@@ -35,28 +34,6 @@ def bomb_png() -> bytes:
     buf = io.BytesIO()
     Image.new("1", (10_000, 10_000)).save(buf, format="PNG", optimize=True)
     return buf.getvalue()
-
-
-def wait_ready(client: TestClient, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if client.get("/readyz").status_code == 200:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"not ready after {timeout} s: {client.get('/readyz').json()}")
-
-
-@pytest.fixture(scope="module")
-def manifest(tiny_repo: Path) -> Manifest:
-    return load_manifest(tiny_repo)
-
-
-@pytest.fixture(scope="module")
-def client(tiny_repo: Path) -> Iterator[TestClient]:
-    app = create_app(Settings(repo=tiny_repo, max_images_per_request=MAX_IMAGES, intra_op_threads=1))
-    with TestClient(app) as c:
-        wait_ready(c)
-        yield c
 
 
 def post_images(client: TestClient, *blobs: bytes, **params: object):

@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 
 from service.manifest import Manifest
 from service.text.vocabulary import Vocabulary
-from tests.api.test_captions_api import client, manifest, png, post_images  # noqa: F401 - fixtures
+from tests.api.test_captions_api import png, post_images
 
 
 def caption_json(client: TestClient, hooks: list[dict] | None, seed: int = 11, **extra: object) -> dict:
@@ -27,12 +27,12 @@ def words(result: dict) -> set[str]:
     return {w for c in result["captions"] for w in c["text"].split()}
 
 
-def test_catalogue_lists_every_hook(client: TestClient) -> None:  # noqa: F811
+def test_catalogue_lists_every_hook(client: TestClient) -> None:
     names = [h["name"] for h in client.get("/v1/hooks").json()["hooks"]]
     assert names == ["ban_words", "no_repeat_ngram", "min_length", "synonym_substitution", "diverse_beam"]
 
 
-def test_ban_words_removes_a_word_the_plain_search_uses(client: TestClient) -> None:  # noqa: F811
+def test_ban_words_removes_a_word_the_plain_search_uses(client: TestClient) -> None:
     plain = caption_json(client, None)["results"][0]
     banned = plain["caption"].split()[0]
     hooked = caption_json(client, [{"name": "ban_words", "params": {"words": [banned]}}])
@@ -41,8 +41,8 @@ def test_ban_words_removes_a_word_the_plain_search_uses(client: TestClient) -> N
 
 
 def test_synonym_substitution_returns_original_and_substituted(
-    client: TestClient,  # noqa: F811
-    manifest: Manifest,  # noqa: F811
+    client: TestClient,
+    manifest: Manifest,
 ) -> None:
     plain = caption_json(client, None)["results"][0]["caption"]
     vocab = Vocabulary.load(client.app.state.runtime.settings.repo / manifest.vocabulary.file)
@@ -53,10 +53,10 @@ def test_synonym_substitution_returns_original_and_substituted(
     assert result["original_caption"] == plain  # O: the same search without the hook
     # S: the first word was the argmax, so it became the synonym, with probability 1
     assert result["caption"].split()[0] == target and target in words(result)
-    assert [c["text"] for c in result["original_captions"]][0] == plain
+    assert result["original_captions"][0]["text"] == plain
 
 
-def test_hooks_in_a_multipart_query_string(client: TestClient) -> None:  # noqa: F811
+def test_hooks_in_a_multipart_query_string(client: TestClient) -> None:
     hooks = json.dumps([{"name": "no_repeat_ngram", "params": {"n": 1}}])
     response = post_images(client, png(12), hooks=hooks, rerank="false")
     assert response.status_code == 200, response.text
@@ -65,7 +65,7 @@ def test_hooks_in_a_multipart_query_string(client: TestClient) -> None:  # noqa:
         assert len(tokens) == len(set(tokens))
 
 
-def test_bad_hooks_are_422_naming_them(client: TestClient) -> None:  # noqa: F811
+def test_bad_hooks_are_422_naming_them(client: TestClient) -> None:
     import base64
 
     image = base64.b64encode(png(13)).decode()
@@ -86,7 +86,7 @@ def test_bad_hooks_are_422_naming_them(client: TestClient) -> None:  # noqa: F81
     assert caption_json(client, None)["results"][0]["caption"]  # still serving
 
 
-def test_hook_applications_are_counted(client: TestClient) -> None:  # noqa: F811
+def test_hook_applications_are_counted(client: TestClient) -> None:
     def count() -> float:
         for line in client.get("/metrics").text.splitlines():
             if line.startswith('compcap_hook_applications_total{hook="min_length"}'):

@@ -1,0 +1,530 @@
+"""``compcap bench``: decoder-step throughput limit, naive per-request decoding, and the gateway under
+closed-loop HTTP load, measured in one run on one backend.
+
+(a) limit: ``<cap>_step`` alone on realistic inputs (memory of real encoded images, prefixes, state)
+    at batch sizes 5..max_rows; rows/s at the best size, divided by the rows one beam-5 caption needs
+    (measured on the bench images) = ideal captions/s.
+(b) naive: the in-process engine with no cross-request batching, ``--naive-clients`` concurrent
+    callers (each request decodes alone; its step calls carry only its own rows).
+(c) load: ``compcap serve`` started on a free port (cross-request batching on), ``clients`` closed-loop
+    HTTP clients for ``--duration`` s each; mean rows per decoder call from the gateway's /metrics.
+
+Every figure comes from the same images, model and beam size (5), so the ratios are comparable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import io
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+import numpy as np
+from PIL import Image
+from rich.console import Console
+from rich.table import Table
+
+from service.backends.base import Backend
+from service.backends.factory import make_backend
+from service.engine.captioning import CaptionEngine, CaptionParams
+from service.manifest import Manifest, load_manifest
+from service.metrics import Metrics
+from service.settings import Settings
+from service.text.vocabulary import Vocabulary
+
+BEAM_SIZE = 5
+BATCH_ROWS = (5, 10, 20, 40, 80, 160, 320, 640)
+console = Console(stderr=True)
+
+
+# -- inputs ---------------------------------------------------------------------------------------
+
+
+def bench_images(n: int, height: int, width: int, seed: int = 20261121) -> np.ndarray:
+    """SceneWorld images when the export package is importable (a dev checkout), else random ones."""
+    try:
+        from export.world.dataset import generate
+
+        images, _, _ = generate(n, seed=seed, image_size=height)
+        return np.ascontiguousarray(images[:, :height, :width], dtype=np.uint8)
+    except ImportError:
+        rng = np.random.default_rng(seed)
+        return rng.integers(0, 256, (n, height, width, 3), dtype=np.uint8)
+
+
+def png_bytes(image: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+class RowCounter:
+    """Delegates to a real backend and counts the rows of each ``<cap>_step`` call."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.step_rows: list[int] = []
+
+    async def infer(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if "image_index" in inputs:
+            self.step_rows.append(int(inputs["image_index"].shape[0]))
+        return await self.inner.infer(model, inputs)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+# -- (single decode, limit, naive): in process ----------------------------------------------------
+
+
+@dataclass
+class InProcess:
+    single_decode_ms: float
+    rows_per_caption: float
+    steps_per_caption: float
+    limit: dict[str, float]
+    batch_curve: list[dict[str, float]]
+    naive_captions_per_s: float
+
+
+async def in_process(
+    settings: Settings,
+    manifest: Manifest,
+    params_kw: dict[str, Any],
+    images: np.ndarray,
+    args: argparse.Namespace,
+) -> InProcess:
+    backend = RowCounter(await make_backend(settings, manifest, Metrics()))
+    vocab = Vocabulary.load(settings.repo / manifest.vocabulary.file)
+    engine = CaptionEngine(backend, manifest, vocab, scheduling=None)
+    params = engine.resolve(**params_kw)
+    try:
+        single, rows, steps = await _single_decodes(engine, backend, params, images, args.single_runs)
+        curve = await _step_curve(backend, manifest, engine, params, images, args.max_rows)
+        if settings.backend == "onnxruntime":  # the limit: the best of both thread-pool modes
+            for point in curve:
+                point["ort_spinning"] = float(settings.ort_spinning)
+            other = settings.model_copy(update={"ort_spinning": not settings.ort_spinning})
+            spare = await make_backend(other, manifest, Metrics())
+            try:
+                for point in await _step_curve(spare, manifest, engine, params, images, args.max_rows):
+                    point["ort_spinning"] = float(other.ort_spinning)
+                    curve.append(point)
+            finally:
+                await spare.close()
+        best = max(curve, key=lambda p: p["rows_per_s"])
+        limit = {
+            "best_batch_rows": int(best["rows"]),
+            "rows_per_s": round(best["rows_per_s"], 1),
+            "ideal_captions_per_s": round(best["rows_per_s"] / rows, 2),
+        }
+        naive = await _naive(engine, params, images, args.naive_clients, args.duration)
+    finally:
+        await backend.close()
+    return InProcess(single, rows, steps, limit, curve, naive)
+
+
+async def _single_decodes(
+    engine: CaptionEngine, counter: RowCounter, params: CaptionParams, images: np.ndarray, runs: int
+) -> tuple[float, float, float]:
+    """Median wall time of one image's full in-process caption (encode, decode, re-rank), and the
+    mean rows and step calls one caption needs."""
+    for i in range(3):
+        await engine.caption_alone(images[i : i + 1], params)
+    times, rows, steps = [], [], []
+    for i in range(runs):
+        image = images[i % len(images)][None]
+        counter.step_rows.clear()
+        start = time.perf_counter()
+        await engine.caption_alone(image, params)
+        times.append((time.perf_counter() - start) * 1e3)
+        rows.append(sum(counter.step_rows))
+        steps.append(len(counter.step_rows))
+    return float(np.median(times)), float(np.mean(rows)), float(np.mean(steps))
+
+
+async def _step_curve(
+    backend: Backend,
+    manifest: Manifest,
+    engine: CaptionEngine,
+    params: CaptionParams,
+    images: np.ndarray,
+    max_rows: int,
+) -> list[dict[str, float]]:
+    """rows/s of ``<cap>_step`` alone at each batch size, on the memory of real images."""
+    cap = manifest.captioner(params.captioner)
+    n_img = max(1, max_rows // BEAM_SIZE)
+    pool = images[np.arange(n_img) % len(images)]
+    regions = (await backend.infer("visual_encoder", {"image": pool}))["regions"]
+    init = await backend.infer(cap.init, {"regions": regions})
+    memory = np.ascontiguousarray(init["memory"], dtype=np.float32)
+    state0 = np.ascontiguousarray(init["state"], dtype=np.float32)
+    rng = np.random.default_rng(0)
+    t = 1 if cap.reads == "last_token" else min(10, cap.max_length)
+    out: list[dict[str, float]] = []
+    for rows in [r for r in BATCH_ROWS if r <= max_rows]:
+        n = rows // BEAM_SIZE
+        inputs: dict[str, np.ndarray] = {
+            "memory": np.ascontiguousarray(memory[:n]),
+            "image_index": np.repeat(np.arange(n), BEAM_SIZE).astype(np.int64),
+            "tokens": rng.integers(4, manifest.vocabulary.size, (rows, t)).astype(np.int64),
+            "length": np.full(rows, t, dtype=np.int64),
+            "state": np.repeat(state0[:n], BEAM_SIZE, axis=0),
+        }
+        for _ in range(3):
+            await backend.infer(cap.step, inputs)
+        calls, start = 0, time.perf_counter()
+        while calls < 10 or time.perf_counter() - start < 0.5:
+            await backend.infer(cap.step, inputs)
+            calls += 1
+        seconds = (time.perf_counter() - start) / calls
+        out.append({"rows": rows, "ms_per_call": round(seconds * 1e3, 3), "rows_per_s": rows / seconds})
+    return out
+
+
+async def _naive(
+    engine: CaptionEngine, params: CaptionParams, images: np.ndarray, clients: int, duration: float
+) -> float:
+    """Captions/s with ``clients`` concurrent callers, each request decoding alone."""
+    done = 0
+    stop = time.perf_counter() + duration
+
+    async def worker(k: int) -> None:
+        nonlocal done
+        i = k
+        while time.perf_counter() < stop:
+            await engine.caption_alone(images[i % len(images)][None], params)
+            done += 1
+            i += clients
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker(k) for k in range(clients)))
+    return done / (time.perf_counter() - start)
+
+
+# -- (load): the gateway over HTTP ------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Gateway(AbstractContextManager["Gateway"]):
+    """``compcap serve`` in a subprocess on a free port, terminated on exit."""
+
+    def __init__(self, repo: Path, env: dict[str, str]) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(os.devnull, "w")  # noqa: SIM115 - closed in __exit__
+        cmd = [sys.executable, "-m", "service.cli", "serve", "--repo", str(repo), "--port", str(self.port)]
+        self.process = subprocess.Popen(
+            cmd, env={**os.environ, **env}, stdout=self.log, stderr=subprocess.STDOUT
+        )
+
+    def __enter__(self) -> Gateway:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"compcap serve exited with {self.process.returncode}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("the gateway did not become ready in 120 s")
+
+    def __exit__(self, *exc: object) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self.log.close()
+
+
+def step_rows(metrics_text: str, step_model: str) -> tuple[float, float]:
+    """(sum, count) of the gateway's rows-per-decoder-call histogram for ``step_model``."""
+    values = {}
+    for kind in ("sum", "count"):
+        pattern = rf'^compcap_beam_rows_per_decoder_call_{kind}\{{model="{re.escape(step_model)}"\}} (\S+)$'
+        match = re.search(pattern, metrics_text, re.MULTILINE)
+        values[kind] = float(match.group(1)) if match else 0.0
+    return values["sum"], values["count"]
+
+
+BOUNDARY = "compcapbench7f3a"
+
+
+def multipart_body(png: bytes) -> bytes:
+    head = (
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="image"; filename="x.png"\r\n'
+        "Content-Type: image/png\r\n\r\n"
+    ).encode()
+    return head + png + f"\r\n--{BOUNDARY}--\r\n".encode()
+
+
+class RawConnection:
+    """A minimal HTTP/1.1 keep-alive client on asyncio streams: the load generator shares the 2
+    cores with the gateway, so it must cost as little CPU per request as possible (httpx costs ~1 ms)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, target: str, body: bytes) -> tuple[int, bytes]:
+        if self.writer is None or self.writer.is_closing():
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None and self.writer is not None
+        head = (
+            f"POST {target} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+            f"Content-Type: multipart/form-data; boundary={BOUNDARY}\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        self.writer.write(head + body)
+        await self.writer.drain()
+        header = await self.reader.readuntil(b"\r\n\r\n")
+        lines = header.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        length = 0
+        close = False
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            if name.strip().lower() == "content-length":
+                length = int(value)
+            elif name.strip().lower() == "connection" and value.strip().lower() == "close":
+                close = True
+        payload = await self.reader.readexactly(length) if length else b""
+        if close:
+            await self.close()
+        return status, payload
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            with contextlib.suppress(OSError):
+                await self.writer.wait_closed()
+            self.writer = None
+
+
+async def closed_loop(
+    url: str, pngs: list[bytes], query: dict[str, str], clients: int, duration: float, step_model: str
+) -> dict[str, Any]:
+    """``clients`` closed-loop clients, each sending its next request when the last one is answered,
+    for ``duration`` s; every request sent is waited for (sent must equal received)."""
+    host, port = httpx.URL(url).host, int(httpx.URL(url).port or 80)
+    target = "/v1/captions?" + urlencode(query)
+    bodies = [multipart_body(p) for p in pngs]
+    async with httpx.AsyncClient(base_url=url, timeout=60.0) as client:
+        before = step_rows((await client.get("/metrics")).text, step_model)
+    latencies: list[float] = []
+    sent = received = errors_5xx = other = 0
+    stop = time.perf_counter() + duration
+
+    async def worker(k: int) -> None:
+        nonlocal sent, received, errors_5xx, other
+        connection = RawConnection(host, port)
+        i = k
+        try:
+            while time.perf_counter() < stop:
+                body = bodies[i % len(bodies)]
+                i += clients
+                sent += 1
+                start = time.perf_counter()
+                try:
+                    status, _ = await connection.post(target, body)
+                except (OSError, asyncio.IncompleteReadError, ValueError):
+                    other += 1
+                    await connection.close()
+                    continue
+                received += 1
+                if status >= 500:
+                    errors_5xx += 1
+                elif status == 200:
+                    latencies.append((time.perf_counter() - start) * 1e3)
+                else:
+                    other += 1
+        finally:
+            await connection.close()
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker(k) for k in range(clients)))
+    elapsed = time.perf_counter() - start
+    async with httpx.AsyncClient(base_url=url, timeout=60.0) as client:
+        after = step_rows((await client.get("/metrics")).text, step_model)
+    calls = after[1] - before[1]
+    return {
+        "clients": clients,
+        "captions_per_s": round(len(latencies) / elapsed, 2),
+        "p50_ms": round(float(np.percentile(latencies, 50)), 2) if latencies else None,
+        "p99_ms": round(float(np.percentile(latencies, 99)), 2) if latencies else None,
+        "mean_rows_per_call": round((after[0] - before[0]) / calls, 2) if calls else 0.0,
+        "sent": sent,
+        "received": received,
+        "errors_5xx": errors_5xx,
+        "errors_other": other,
+    }
+
+
+# -- driver -----------------------------------------------------------------------------------------
+
+
+def local_triton(repo: Path) -> AbstractContextManager[Any]:
+    """A real local tritonserver for ``repo`` on free ports (``service.tritonlocal``)."""
+    from service.tritonlocal.server import LocalTriton
+
+    return LocalTriton(repo)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    repo = Path(args.repo)
+    manifest = load_manifest(repo)
+    model = args.model or manifest.default_captioner
+    params_kw: dict[str, Any] = {"model": model, "beam_size": BEAM_SIZE, "rerank": args.rerank}
+    query = {"model": model, "beam_size": str(BEAM_SIZE)}
+    if args.rerank is not None:
+        query["rerank"] = str(args.rerank).lower() if isinstance(args.rerank, bool) else args.rerank
+    images = bench_images(args.images, manifest.image.height, manifest.image.width)
+    pngs = [png_bytes(x) for x in images]
+    with ExitStack() as stack:
+        env = {"COMPCAP_BACKEND": args.backend, "COMPCAP_MAX_QUEUE": str(max(args.clients) * 2)}
+        if args.backend == "triton":
+            url = args.triton_url
+            if url is None:
+                server = stack.enter_context(local_triton(repo))
+                url = server.grpc_url
+            env["COMPCAP_TRITON_URL"] = url
+        settings = Settings(repo=repo, backend=args.backend, triton_url=env.get("COMPCAP_TRITON_URL", ""))
+        console.print(f"[bold]in-process[/]: single decode, step curve, naive x{args.naive_clients}")
+        local = asyncio.run(in_process(settings, manifest, params_kw, images, args))
+        gateway = stack.enter_context(Gateway(repo, env))
+        step_model = manifest.captioner(model).step
+        load = []
+        for clients in args.clients:
+            console.print(f"[bold]gateway[/]: {clients} clients for {args.duration:.0f} s")
+            load.append(
+                asyncio.run(closed_loop(gateway.url, pngs, query, clients, args.duration, step_model))
+            )
+    return {
+        "backend": args.backend,
+        "model": model,
+        "rerank": args.rerank,
+        "beam_size": BEAM_SIZE,
+        "single_decode_ms": round(local.single_decode_ms, 3),
+        "rows_per_caption": round(local.rows_per_caption, 1),
+        "steps_per_caption": round(local.steps_per_caption, 1),
+        "limit": local.limit,
+        "step_curve": local.batch_curve,
+        "naive": {"captions_per_s": round(local.naive_captions_per_s, 2), "clients": args.naive_clients},
+        "load": load,
+        "cpu_count": os.cpu_count(),
+    }
+
+
+def summary(result: dict[str, Any]) -> Table:
+    limit = result["limit"]["ideal_captions_per_s"]
+    naive = result["naive"]["captions_per_s"]
+    table = Table(title=f"compcap bench — {result['backend']}, {result['model']}, beam {result['beam_size']}")
+    for col in (
+        "clients",
+        "captions/s",
+        "% of limit",
+        "× naive",
+        "p50 ms",
+        "p99 ms",
+        "rows/call",
+        "sent",
+        "recv",
+        "5xx",
+    ):
+        table.add_column(col, justify="right")
+    for row in result["load"]:
+        table.add_row(
+            str(row["clients"]),
+            f"{row['captions_per_s']:.1f}",
+            f"{100 * row['captions_per_s'] / limit:.0f}%",
+            f"{row['captions_per_s'] / naive:.2f}",
+            str(row["p50_ms"]),
+            str(row["p99_ms"]),
+            f"{row['mean_rows_per_call']:.1f}",
+            str(row["sent"]),
+            str(row["received"]),
+            str(row["errors_5xx"]),
+        )
+    table.caption = (
+        f"single decode {result['single_decode_ms']:.1f} ms; "
+        f"limit {result['limit']['rows_per_s']:.0f} rows/s at {result['limit']['best_batch_rows']} rows "
+        f"= {limit:.1f} captions/s "
+        f"({result['rows_per_caption']:.0f} rows per caption); naive {naive:.1f} captions/s"
+    )
+    return table
+
+
+def _rerank(value: str) -> str | bool | None:
+    lowered = value.lower()
+    if lowered in ("default", ""):
+        return None
+    if lowered in ("false", "none", "off"):
+        return False
+    if lowered == "true":
+        return True
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", choices=["onnxruntime", "triton"], default="onnxruntime")
+    parser.add_argument("--clients", default="1,8,32,64", help="comma-separated client counts")
+    parser.add_argument("--duration", type=float, default=20.0, help="seconds per load level")
+    parser.add_argument("--json", default=None, help="write the result here")
+    parser.add_argument("--repo", default="model_repo")
+    parser.add_argument("--model", default=None, help="captioner (default: the manifest's default)")
+    parser.add_argument("--rerank", type=_rerank, default=None, help="ranker name, false, or default")
+    parser.add_argument("--images", type=int, default=64, help="distinct bench images")
+    parser.add_argument("--single-runs", type=int, default=50)
+    parser.add_argument("--naive-clients", type=int, default=32)
+    parser.add_argument("--max-rows", type=int, default=640, help="largest step batch in the limit curve")
+    parser.add_argument("--triton-url", default=None, help="use this Triton instead of starting one")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="compcap bench", description=__doc__)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    return bench(args)
+
+
+def bench(args: argparse.Namespace) -> int:
+    if isinstance(args.clients, str):
+        args.clients = [int(c) for c in args.clients.split(",") if c.strip()]
+    result = run(args)
+    console.print(summary(result))
+    text = json.dumps(result, indent=2)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(text + "\n", encoding="utf-8")
+        console.print(f"wrote {args.json}")
+    else:
+        print(text)
+    return 0
+
+
+__all__ = ["add_arguments", "bench", "main"]
+
+if __name__ == "__main__":
+    raise SystemExit(main())
