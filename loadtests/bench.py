@@ -114,14 +114,18 @@ async def in_process(
     params = engine.resolve(**params_kw)
     try:
         single, rows, steps = await _single_decodes(engine, backend, params, images, args.single_runs)
-        curve = await _step_curve(backend, manifest, engine, params, images, args.max_rows)
+        curve = await _step_curve(
+            backend, manifest, engine, params, images, args.max_rows, args.curve_seconds
+        )
         if settings.backend == "onnxruntime":  # the limit: the best of both thread-pool modes
             for point in curve:
                 point["ort_spinning"] = float(settings.ort_spinning)
             other = settings.model_copy(update={"ort_spinning": not settings.ort_spinning})
             spare = await make_backend(other, manifest, Metrics())
             try:
-                for point in await _step_curve(spare, manifest, engine, params, images, args.max_rows):
+                for point in await _step_curve(
+                    spare, manifest, engine, params, images, args.max_rows, args.curve_seconds
+                ):
                     point["ort_spinning"] = float(other.ort_spinning)
                     curve.append(point)
             finally:
@@ -164,6 +168,7 @@ async def _step_curve(
     params: CaptionParams,
     images: np.ndarray,
     max_rows: int,
+    seconds_per_size: float = 0.5,
 ) -> list[dict[str, float]]:
     """rows/s of ``<cap>_step`` alone at each batch size, on the memory of real images."""
     cap = manifest.captioner(params.captioner)
@@ -188,7 +193,7 @@ async def _step_curve(
         for _ in range(3):
             await backend.infer(cap.step, inputs)
         calls, start = 0, time.perf_counter()
-        while calls < 10 or time.perf_counter() - start < 0.5:
+        while calls < 10 or time.perf_counter() - start < seconds_per_size:
             await backend.infer(cap.step, inputs)
             calls += 1
         seconds = (time.perf_counter() - start) / calls
@@ -499,6 +504,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--single-runs", type=int, default=50)
     parser.add_argument("--naive-clients", type=int, default=32)
     parser.add_argument("--max-rows", type=int, default=640, help="largest step batch in the limit curve")
+    parser.add_argument("--curve-seconds", type=float, default=0.5, help="timing per step batch size")
     parser.add_argument("--triton-url", default=None, help="use this Triton instead of starting one")
 
 

@@ -1,0 +1,38 @@
+"""``compcap bench`` end to end on the tiny repository with very short phases: it starts a real
+gateway, loads it at two client counts and writes the JSON the issue specifies. Figures are not
+checked (speed belongs in the benchmark's output, not in tests); the bookkeeping is."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_bench_writes_its_json(tiny_repo: Path, tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    cmd = [
+        sys.executable, "-m", "service.cli", "bench", "--repo", str(tiny_repo), "--clients", "1,4",
+        "--duration", "1", "--single-runs", "5", "--naive-clients", "4", "--max-rows", "20",
+        "--curve-seconds", "0.05", "--images", "4", "--json", str(out),
+    ]  # fmt: skip
+    subprocess.run(cmd, check=True, timeout=300, capture_output=True)
+    result = json.loads(out.read_text())
+    assert result["backend"] == "onnxruntime" and result["beam_size"] == 5
+    assert result["single_decode_ms"] > 0 and result["rows_per_caption"] >= 1
+    limit = result["limit"]
+    assert limit["best_batch_rows"] in (5, 10, 20) and limit["rows_per_s"] > 0
+    assert limit["ideal_captions_per_s"] == pytest.approx(
+        limit["rows_per_s"] / result["rows_per_caption"], rel=0.01
+    )
+    assert result["naive"]["captions_per_s"] > 0
+    assert [row["clients"] for row in result["load"]] == [1, 4]
+    for row in result["load"]:
+        assert row["sent"] == row["received"] > 0 and row["errors_5xx"] == 0
+        assert row["captions_per_s"] > 0 and row["p50_ms"] <= row["p99_ms"]
+        assert row["mean_rows_per_call"] >= 1
