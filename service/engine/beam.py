@@ -165,6 +165,32 @@ def grouped_beam_step(
     )
 
 
+def pool_hypotheses(
+    fin_tokens: np.ndarray,
+    fin_len: np.ndarray,
+    fin_cum: np.ndarray,
+    fin_score: np.ndarray,
+    image: int,
+    n_best: int,
+) -> list[Hypothesis]:
+    """The first ``n_best`` finished hypotheses of ``image`` from a pool kept best first
+    (``fin_tokens`` int64 [I, K, L], ``fin_len`` int64 [I, K], ``fin_cum``/``fin_score`` float [I, K];
+    empty slots have score ``-inf``)."""
+    hyps: list[Hypothesis] = []
+    for j in range(n_best):
+        if not np.isfinite(fin_score[image, j]):
+            break
+        length = int(fin_len[image, j])
+        hyps.append(
+            Hypothesis(
+                tokens=[int(x) for x in fin_tokens[image, j, :length]],
+                logprob=float(fin_cum[image, j]),
+                score=float(fin_score[image, j]),
+            )
+        )
+    return hyps
+
+
 class BeamSearch:
     """State of one beam search over ``n_images`` images (see module docstring)."""
 
@@ -327,22 +353,8 @@ class BeamSearch:
         """Per image, up to ``n_best`` finished hypotheses, best score first."""
         if not 1 <= n_best <= self.beam_size:
             raise ValueError(f"n_best must be in [1, beam_size], got {n_best}")
-        out: list[list[Hypothesis]] = []
-        for img in range(self.n_images):
-            hyps = []
-            for j in range(n_best):
-                if not np.isfinite(self.fin_score[img, j]):
-                    break
-                length = int(self.fin_len[img, j])
-                hyps.append(
-                    Hypothesis(
-                        tokens=[int(x) for x in self.fin_tokens[img, j, :length]],
-                        logprob=float(self.fin_cum[img, j]),
-                        score=float(self.fin_score[img, j]),
-                    )
-                )
-            out.append(hyps)
-        return out
+        pool = (self.fin_tokens, self.fin_len, self.fin_cum, self.fin_score)
+        return [pool_hypotheses(*pool, img, n_best) for img in range(self.n_images)]
 
 
 def _check_n_best(n_best: int, beam_size: int) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.engine.beam import NEG_INF, Hypothesis, LogitsHookFn, beam_step
+from service.engine.beam import NEG_INF, Hypothesis, LogitsHookFn, beam_step, pool_hypotheses
 
 
 @dataclass(frozen=True)
@@ -149,21 +149,8 @@ class BeamBatch:
         mine = np.flatnonzero(self.key == key)
         if not mine.size:
             raise KeyError(key)
-        out: list[list[Hypothesis]] = []
-        for img in mine:
-            hyps = []
-            for j in range(min(n_best, int(self.beam[img]))):
-                if not np.isfinite(self.fin_score[img, j]):
-                    break
-                length = int(self.fin_len[img, j])
-                hyps.append(
-                    Hypothesis(
-                        tokens=[int(x) for x in self.fin_tokens[img, j, :length]],
-                        logprob=float(self.fin_cum[img, j]),
-                        score=float(self.fin_score[img, j]),
-                    )
-                )
-            out.append(hyps)
+        pool = (self.fin_tokens, self.fin_len, self.fin_cum, self.fin_score)
+        out = [pool_hypotheses(*pool, int(img), min(n_best, int(self.beam[img]))) for img in mine]
         self.discard(key)
         return out
 
