@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI
 
 from service.api.errors import install_error_handlers
+from service.api.observe import LatencyMiddleware
 from service.api.routes import router
 from service.backends.base import Backend
 from service.backends.factory import make_backend
@@ -107,17 +108,5 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     install_error_handlers(app, runtime.metrics)
     app.include_router(router)
 
-    @app.middleware("http")
-    async def observe_latency(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        start = time.perf_counter()
-        response = await call_next(request)
-        route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
-        runtime.metrics.request_latency.labels(
-            route=path, method=request.method, status=str(response.status_code)
-        ).observe(time.perf_counter() - start)
-        return response
-
+    app.add_middleware(LatencyMiddleware, metrics=runtime.metrics)
     return app

@@ -264,6 +264,13 @@ def test_metrics(client: TestClient) -> None:
         "compcap_beam_rows_per_decoder_call_bucket",
         "compcap_model_call_seconds_bucket",
         'model="visual_encoder"',
+        'method="POST",route="/v1/captions",status="200"',
+        'method="POST",route="/v1/captions",status="400"',
+        "compcap_iterations_per_request_bucket",
+        "compcap_queue_wait_seconds_bucket",
+        "compcap_active_requests",
+        "compcap_queue_length",
+        "compcap_decoded_tokens_total",
     ):
         assert name in text, name
 
