@@ -18,7 +18,14 @@ from export.data.splits import Split, build_split, write_split
 from export.package import TrainedCaptioner, TrainedRanker, export_repository
 from export.presets import Preset, get_preset
 from export.quality import evaluate_repository
-from export.train import TrainLog, extract_regions, train_butr, train_visual_encoder, train_vsepp
+from export.train import (
+    TrainLog,
+    Validation,
+    extract_regions,
+    train_butr,
+    train_visual_encoder,
+    train_vsepp,
+)
 from export.world import labels as world_labels
 from export.world.dataset import GENERATOR, load_dataset, write_dataset
 from service.manifest import HeldOutPair, Manifest, Training
@@ -74,10 +81,10 @@ def label_sizes() -> dict[str, int]:
 
 def train_models(data: Path, preset: str, out: Path, seed: int = 0) -> dict[str, Any]:
     """``compcap train``: train every model on a SceneWorld dataset folder (captioners and rankers on the
-    preset's held-out split of it) and save torch checkpoints."""
+    preset's held-out split of it, captioners selected on its val set) and save torch checkpoints."""
     p = get_preset(preset)
     images, captions, graphs, ids = load_dataset(data)
-    split = held_out_split(data, p.held_out_group, seed)
+    split = training_split(data, p.held_out_group, seed)
     trained = _train_all(images, captions, graphs, ids, split, p, seed, dataset=str(data))
     out.mkdir(parents=True, exist_ok=True)
     torch.save(trained["encoder"].state_dict(), out / "encoder.pt")
@@ -88,23 +95,44 @@ def train_models(data: Path, preset: str, out: Path, seed: int = 0) -> dict[str,
 
 
 def training_record(split: Split | None, images: int, log: TrainLog, dataset: str) -> Training:
-    """What a model was trained on, for the manifest: the split (or "full") and its held-out pairs."""
-    common = {"dataset": dataset, "images": images, "epochs": log.epochs, "seconds": round(log.seconds, 1)}
-    if split is None:
-        return Training(split="full", **common)  # type: ignore[arg-type]
+    """What a model was trained on, for the manifest: the split (or "full") and its held-out pairs, and
+    which epoch validation selected."""
+    common: dict[str, Any] = {
+        "dataset": dataset,
+        "images": images,
+        "epochs": log.epochs,
+        "seconds": round(log.seconds, 1),
+        "max_epochs": log.max_epochs or None,
+        "selected_epoch": log.selected_epoch,
+        "val_bleu4": [round(b, 6) for b in log.val_bleu4],
+        "val_images": log.val_images,
+    }
+    if split is None or split.kind == "full":
+        return Training(split="full", **common)
     pairs = [HeldOutPair(kind=p.kind, modifier=p.modifier, noun=p.noun) for p in split.pairs]  # type: ignore[arg-type]
-    return Training(split=f"{split.kind}/{split.group}", held_out_pairs=pairs, **common)  # type: ignore[arg-type]
+    return Training(split=f"{split.kind}/{split.group}", held_out_pairs=pairs, **common)
 
 
-def held_out_split(train_dir: Path, group: int | None, seed: int) -> Split | None:
-    """The systematicity split of group ``group`` of the training world (None: train on everything),
-    written to ``<train_dir>/splits/systematicity_<group>``."""
-    if group is None:
-        return None
+def training_split(train_dir: Path, group: int | None, seed: int) -> Split:
+    """The systematicity split of group ``group`` of the training world, or (``group`` None) the "full"
+    split (nothing held out; a random 10% val and 10% test), written to
+    ``<train_dir>/splits/systematicity_<group>`` or ``<train_dir>/splits/full``."""
     dataset = load_folder(train_dir)
+    if group is None:
+        split = build_split(dataset, "full", seed=seed)
+        write_split(split, train_dir / "splits" / "full")
+        return split
     split = build_split(dataset, "systematicity", group=group, checker=AttachmentChecker(), seed=seed)
     write_split(split, train_dir / "splits" / f"systematicity_{group}")
     return split
+
+
+def validation_set(
+    split: Split, position: dict[int, int], regions: torch.Tensor, captions: list[list[str]], limit: int
+) -> Validation:
+    """The first ``limit`` images of the split's val set (``position``: image id → row of ``regions``)."""
+    rows = [position[i] for i in split.sets["val"][:limit]]
+    return Validation(regions[rows], [captions[r] for r in rows])
 
 
 def _train_all(
@@ -112,22 +140,23 @@ def _train_all(
     captions: list[list[str]],
     graphs: list[dict[str, Any]],
     ids: list[int],
-    split: Split | None,
+    split: Split,
     p: Preset,
     seed: int,
     dataset: str,
 ) -> dict[str, Any]:
     """The encoder learns from every image's scene graph (no captions); captioners and rankers learn from
-    the captions of the split's training images only, so they never see a held-out pair."""
+    the captions of the split's training images only, so they never see a held-out pair; captioners are
+    selected on the split's val images (held-out-pair images for systematicity)."""
     encoder, enc_log = train_visual_encoder(images, _cell_labels(graphs, p), label_sizes(), p, seed)
-    regions = extract_regions(encoder, images)
-    if split is not None:
-        position = {image_id: i for i, image_id in enumerate(ids)}
-        rows = np.array([position[i] for i in split.sets["train"]])
-        regions, captions = regions[rows], [captions[i] for i in rows]
+    all_regions = extract_regions(encoder, images)
+    position = {image_id: i for i, image_id in enumerate(ids)}
+    val = validation_set(split, position, all_regions, captions, p.val_images)
+    rows = np.array([position[i] for i in split.sets["train"]])
+    regions, captions = all_regions[rows], [captions[i] for i in rows]
     vocab = Vocabulary.build(c for caps in captions for c in caps)
-    butd, butd_log = train_butr(regions, captions, vocab, p, seed + 1, rank=False, desc="butd")
-    butr, butr_log = train_butr(regions, captions, vocab, p, seed + 2, rank=True, desc="butr")
+    butd, butd_log = train_butr(regions, captions, vocab, p, seed + 1, rank=False, desc="butd", val=val)
+    butr, butr_log = train_butr(regions, captions, vocab, p, seed + 2, rank=True, desc="butr", val=val)
     vsepp, vsepp_log = train_vsepp(regions, captions, vocab, p, seed + 3)
 
     def record(log: TrainLog) -> Training:
@@ -161,7 +190,7 @@ def build_repo(out: Path, preset: str = "default", seed: int = 0, work: str | Pa
     timings["world"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     dataset = f"sceneworld(seed={seed}, images={p.train_images})"
-    split = held_out_split(work_dir / "data" / "train", p.held_out_group, seed)
+    split = training_split(work_dir / "data" / "train", p.held_out_group, seed)
     trained = _train_all(train_images, train_captions, train_graphs, train_ids, split, p, seed, dataset)
     timings["train"] = time.perf_counter() - t0
     staging = out.with_name(out.name + ".staging")
@@ -195,10 +224,7 @@ def build_repo(out: Path, preset: str = "default", seed: int = 0, work: str | Pa
         "seed": seed,
         "timings_s": {k: round(v, 1) for k, v in timings.items()},
         "parity_max_abs_diff": checks,
-        "training": {
-            k: {"seconds": round(v.seconds, 1), "final_loss": v.losses[-1] if v.losses else None, **v.extra}
-            for k, v in logs.items()
-        },
+        "training": training_summary(logs),
         "test": {"images": len(test_images), "evaluated": n_eval, "seed": seed + TEST_SEED_OFFSET},
         "quality": quality,
     }
@@ -208,6 +234,20 @@ def build_repo(out: Path, preset: str = "default", seed: int = 0, work: str | Pa
         f"[green]built {out}[/] in {report['timings_s']['total']} s; parity max {max(checks.values()):.1e}"
     )
     return manifest
+
+
+def training_summary(logs: dict[str, TrainLog]) -> dict[str, Any]:
+    """``build_report.json`` "training": per model its time, last loss, task weights and model selection
+    (epochs run, cap, selected epoch, val BLEU-4 after each epoch)."""
+    return {
+        k: {
+            "seconds": round(v.seconds, 1),
+            "final_loss": v.losses[-1] if v.losses else None,
+            **v.extra,
+            **v.selection(),
+        }
+        for k, v in logs.items()
+    }
 
 
 def _install(staging: Path, out: Path) -> None:

@@ -1,8 +1,14 @@
 """Training loops (torch, CPU): the visual encoder with per-cell auxiliary labels, BUTR/BUTD with GradNorm
-loss weighting (seed 000 §5.3), and the VSE++ ranker. Each loop shows a tqdm progress bar."""
+loss weighting (seed 000 §5.3), and the VSE++ ranker. Each loop shows a tqdm progress bar.
+
+Captioners are selected on their split's validation set as in seed 000 §4–5 ("trained on D_train until
+it converges, as measured on the D_val validation split (BLEU)"): after every epoch the val images are
+decoded greedily and scored by corpus BLEU-4 against their references; the weights of the best epoch
+are kept, and training stops after ``preset.patience`` epochs without improvement or at the epoch cap."""
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Iterable, Sequence
@@ -18,6 +24,7 @@ from export.models.butr import BUTR, not_negatives, ranking_loss
 from export.models.visual_encoder import CellHeads, VisualEncoder
 from export.models.vsepp import VSEPP
 from export.presets import Preset
+from service.evaluation.metrics import normalise
 from service.text.vocabulary import Vocabulary, encode_batch
 
 OBJECT_CELL_WEIGHT = 4.0
@@ -26,9 +33,85 @@ OBJECT_CELL_WEIGHT = 4.0
 @dataclass
 class TrainLog:
     seconds: float = 0.0
-    epochs: int = 0
+    epochs: int = 0  # epochs run
     losses: list[float] = field(default_factory=list)
     extra: dict[str, float] = field(default_factory=dict)
+    max_epochs: int = 0  # the cap
+    val_bleu4: list[float] = field(default_factory=list)  # after each epoch run (empty: no validation)
+    selected_epoch: int | None = None  # 1-based epoch whose weights were kept (None: the last, unvalidated)
+    val_images: int = 0
+    val_seconds: float = 0.0  # of ``seconds``, spent decoding and scoring the val set
+
+    def selection(self) -> dict[str, object]:
+        """Epochs run and cap, and, when validated, the model-selection record (build reports)."""
+        out: dict[str, object] = {"epochs": self.epochs, "max_epochs": self.max_epochs}
+        if self.val_bleu4:
+            out.update(
+                selected_epoch=self.selected_epoch,
+                val_bleu4=[round(b, 6) for b in self.val_bleu4],
+                val_images=self.val_images,
+                val_seconds=round(self.val_seconds, 1),
+            )
+        return out
+
+
+@dataclass(frozen=True)
+class Validation:
+    """A split's validation images: cached regions [N, R, D] and each image's reference captions."""
+
+    regions: torch.Tensor
+    references: Sequence[Sequence[str]]
+
+    def __post_init__(self) -> None:
+        if len(self.regions) != len(self.references) or len(self.regions) == 0:
+            raise ValueError("validation needs one reference list per region set, and at least one image")
+
+
+@torch.no_grad()
+def greedy_captions(
+    model: nn.Module, regions: torch.Tensor, vocab: Vocabulary, max_length: int, batch_size: int = 256
+) -> list[str]:
+    """Greedy decoding through the contract's ``init``/``step`` (so LSTM and Transformer captioners alike):
+    one caption of at most ``max_length`` words per image of ``regions`` [N, R, D]."""
+    was_training = model.training
+    model.eval()
+    texts: list[str] = []
+    for start in range(0, len(regions), batch_size):
+        memory, state = model.init(regions[start : start + batch_size])  # type: ignore[operator]
+        n = memory.size(0)
+        index = torch.arange(n)
+        tokens = torch.full((n, max_length + 2), vocab.pad_id, dtype=torch.long)
+        tokens[:, 0] = vocab.bos_id
+        done = torch.zeros(n, dtype=torch.bool)
+        for t in range(1, max_length + 2):
+            logprobs, state, _ = model.step(  # type: ignore[operator]
+                memory, index, tokens[:, :t], torch.full((n,), t, dtype=torch.long), state
+            )
+            word = logprobs.argmax(-1).masked_fill(done, vocab.pad_id)
+            if t == max_length + 1:
+                word = word.masked_fill(~done, vocab.eos_id)
+            tokens[:, t] = word
+            done |= word == vocab.eos_id
+            if bool(done.all()):
+                break
+        texts.extend(vocab.decode(row[1:].tolist()) for row in tokens)
+    model.train(was_training)
+    return texts
+
+
+def corpus_bleu4(references: Sequence[Sequence[str]], hypotheses: Sequence[str]) -> float:
+    """Corpus BLEU-4 (pycocoevalcap, on ``service.evaluation.metrics.normalise``d text)."""
+    from pycocoevalcap.bleu.bleu import Bleu
+
+    gts = {i: [normalise(r) for r in refs] for i, refs in enumerate(references)}
+    res = {i: [normalise(h)] for i, h in enumerate(hypotheses)}
+    scores, _ = Bleu(4).compute_score(gts, res, verbose=0)
+    return float(scores[3])
+
+
+def validation_bleu4(model: nn.Module, val: Validation, vocab: Vocabulary, max_length: int) -> float:
+    """Corpus BLEU-4 of greedy captions of the val images against their references."""
+    return corpus_bleu4(val.references, greedy_captions(model, val.regions, vocab, max_length))
 
 
 def _update(
@@ -97,6 +180,7 @@ def train_visual_encoder(
                 bar.update()
     encoder.eval()
     log.epochs, log.seconds = preset.encoder_epochs, time.perf_counter() - start
+    log.max_epochs = preset.encoder_epochs
     with torch.no_grad():  # per-head accuracy on cells that hold an object, on the last 512 images
         sub = slice(max(0, len(images) - 512), len(images))
         logits = heads(encoder(torch.from_numpy(images[sub])))
@@ -133,8 +217,10 @@ def train_butr(
     seed: int,
     rank: bool,
     desc: str,
+    val: Validation | None = None,
 ) -> tuple[BUTR, TrainLog]:
-    """Train BUTR (``rank=True``: captioning + ranking with GradNorm) or BUTD (``rank=False``)."""
+    """Train BUTR (``rank=True``: captioning + ranking with GradNorm) or BUTD (``rank=False``), selected on
+    ``val`` when given."""
     torch.manual_seed(seed)
     model = BUTR(
         len(vocab),
@@ -144,7 +230,7 @@ def train_butr(
         preset.joint_dim,
         preset.attention_dim,
     )
-    return model, train_captioner(model, regions, captions, vocab, preset, seed, desc, rank=rank)
+    return model, train_captioner(model, regions, captions, vocab, preset, seed, desc, rank=rank, val=val)
 
 
 def train_captioner(
@@ -157,10 +243,16 @@ def train_captioner(
     desc: str,
     rank: bool = False,
     learning_rate: float | None = None,
+    val: Validation | None = None,
 ) -> TrainLog:
     """Teacher-forced cross-entropy for any captioner with ``forward(regions, tokens) -> logprobs``; with
     ``rank`` (BUTR) also the ranking loss of its ``image_embedding``/``text_embedding``, weighted by GradNorm
-    on the shared language LSTM."""
+    on the shared language LSTM.
+
+    At most ``preset.caption_epochs`` epochs (the one-cycle learning-rate schedule spans them). With ``val``,
+    each epoch ends with the val set's greedy BLEU-4 (``validation_bleu4``); the model returns with the
+    weights of the best epoch (the first of equals), and training stops once ``preset.patience`` epochs in
+    a row did not improve on it. Without ``val`` the last epoch's weights are kept."""
     rng = np.random.default_rng(seed)
     lr = learning_rate or preset.learning_rate
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-5)
@@ -171,10 +263,11 @@ def train_captioner(
     warmup = math.ceil(len(tokens) / preset.batch_size)  # one epoch of VSE0 before hardest negatives
     initial: torch.Tensor | None = None
     shared = model.get_parameter("language.weight_hh_l0") if rank else None  # the last layer both tasks share
-    log, start = TrainLog(), time.perf_counter()
+    log, start = TrainLog(max_epochs=preset.caption_epochs), time.perf_counter()
+    best: dict[str, torch.Tensor] | None = None
     model.train()
     with tqdm(total=steps, desc=desc, unit="batch") as bar:
-        for _ in range(preset.caption_epochs):
+        for epoch in range(1, preset.caption_epochs + 1):
             for idx in _batches(len(tokens), preset.batch_size, rng):
                 width = int(lengths[idx].max())
                 tok = tokens[idx, :width]
@@ -206,8 +299,30 @@ def train_captioner(
                     gen=f"{float(gen):.3f}", **({"w_rank": f"{float(weights[1]):.2f}"} if rank else {})
                 )
                 bar.update()
+            log.epochs = epoch
+            if val is None:
+                continue
+            t0 = time.perf_counter()
+            bleu = validation_bleu4(model, val, vocab, preset.max_length)
+            log.val_seconds += time.perf_counter() - t0
+            log.val_bleu4.append(bleu)
+            if log.selected_epoch is None or bleu > log.val_bleu4[log.selected_epoch - 1]:
+                log.selected_epoch, best = epoch, copy.deepcopy(model.state_dict())
+            bar.write(
+                f"{desc} epoch {epoch}/{preset.caption_epochs}: val BLEU-4 {100 * bleu:.2f} "
+                f"(best {100 * log.val_bleu4[log.selected_epoch - 1]:.2f} at epoch {log.selected_epoch})"
+            )
+            if epoch - log.selected_epoch >= preset.patience and epoch < preset.caption_epochs:
+                bar.write(f"{desc}: no val improvement for {preset.patience} epochs, stopping")
+                bar.total = bar.n
+                bar.refresh()
+                break
+    if best is not None:
+        model.load_state_dict(best)
+    if val is not None:
+        log.val_images = len(val.regions)
     model.eval()
-    log.epochs, log.seconds = preset.caption_epochs, time.perf_counter() - start
+    log.seconds = time.perf_counter() - start
     return log
 
 
@@ -266,4 +381,5 @@ def train_vsepp(
                 bar.update()
     model.eval()
     log.epochs, log.seconds = preset.ranker_epochs, time.perf_counter() - start
+    log.max_epochs = preset.ranker_epochs
     return model, log

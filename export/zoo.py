@@ -1,7 +1,10 @@
 """``make models``: the model zoo of seeds 000/001/002 in one Triton repository. BUTD and BUTR for each of
 the 4 held-out groups, SAT, Transformer and M2 for group 1, a FULL BUTD (nothing held out) and VSE++ on
 group 1 — all on one frozen visual encoder (the stand-in for bottom-up features, trained on scene graphs,
-not captions). Evaluation data come from a world seed never used for training."""
+not captions). Every captioner is selected on its split's val set (greedy BLEU-4 after each epoch, best
+epoch kept, early stop after ``patience`` epochs without improvement; FULL uses the val set of the
+training world's "full" split and trains on that split's train set). Evaluation data come from a world
+seed never used for training."""
 
 from __future__ import annotations
 
@@ -18,7 +21,15 @@ import torch
 from rich.console import Console
 from torch import nn
 
-from export.build import _cell_labels, _data, _install, label_sizes, training_record
+from export.build import (
+    _cell_labels,
+    _data,
+    _install,
+    label_sizes,
+    training_record,
+    training_summary,
+    validation_set,
+)
 from export.data.coco import load_folder
 from export.data.splits import Split, build_split, write_split
 from export.models.butr import BUTR
@@ -106,6 +117,8 @@ def build_zoo(
             build_split(eval_ds, "systematicity", group=g, checker=checker, seed=seed),
             eval_dir / "splits" / f"systematicity_{g}",
         )
+    full = build_split(train_ds, "full", seed=seed)  # FULL trains on its train set, is selected on its val
+    write_split(full, work_dir / "data" / "train" / "splits" / "full")
     write_split(build_split(eval_ds, "full", seed=seed), eval_dir / "splits" / "full")
     position = {image_id: i for i, image_id in enumerate(ids)}
     vocab = Vocabulary.build(c for caps in captions for c in caps)
@@ -116,8 +129,9 @@ def build_zoo(
     rankers: list[TrainedRanker] = []
     logs: dict[str, TrainLog] = {"visual_encoder": enc_log}
     for arch, group in zoo_plan(groups):
-        split = splits[group] if group is not None else None
-        rows = np.arange(len(ids)) if split is None else np.array([position[i] for i in split.sets["train"]])
+        split = splits[group] if group is not None else full
+        rows = np.array([position[i] for i in split.sets["train"]])
+        val = validation_set(split, position, regions, captions, p.val_images)
         name = f"{arch}_g{group}" if group is not None else f"{arch}_full"
         torch.manual_seed(seed + len(trained))
         model = _captioner_factory(arch, vocab, regions.size(-1), regions.size(1), p)()
@@ -132,6 +146,7 @@ def build_zoo(
             name,
             rank=arch == "butr",
             learning_rate=lr,
+            val=val,
         )
         logs[name] = log
         training = training_record(split, len(rows), log, dataset)
@@ -167,11 +182,13 @@ def build_zoo(
         "eval_data": str(eval_dir),
         "seconds": round(time.perf_counter() - started, 1),
         "parity_max_abs_diff": checks,
-        "splits": {g: {k: len(v) for k, v in s.sets.items()} for g, s in splits.items()},
-        "training": {
-            k: {"seconds": round(v.seconds, 1), "final_loss": v.losses[-1] if v.losses else None, **v.extra}
-            for k, v in logs.items()
+        "splits": {
+            **{g: {k: len(v) for k, v in s.sets.items()} for g, s in splits.items()},
+            "full": {k: len(v) for k, v in full.sets.items()},
         },
+        "patience": p.patience,
+        "max_caption_epochs": p.caption_epochs,
+        "training": training_summary(logs),
     }
     (staging / "build_report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
     _install(staging, out)

@@ -49,8 +49,14 @@ class Training(BaseModel):
     held_out_pairs: list[HeldOutPair] = []
     dataset: str = ""
     images: int = 0
-    epochs: int = 0
+    epochs: int = Field(default=0, description="epochs run")
     seconds: float = 0.0
+    max_epochs: int | None = Field(default=None, description="the epoch cap")
+    selected_epoch: int | None = Field(
+        default=None, description="1-based epoch whose weights were kept, by validation BLEU-4"
+    )
+    val_bleu4: list[float] = Field(default_factory=list, description="greedy val BLEU-4 after each epoch")
+    val_images: int = 0
 
 
 class CaptionerEntry(BaseModel):

@@ -172,3 +172,108 @@ def test_zoo_captioner_step_parity_and_teacher_forcing(name: str, tmp_path: Path
     }
     assert parity(model, model.step, path, inputs) <= 1e-4
     assert parity(model, model.step, path, other) <= 1e-4
+
+
+def _selection_data(n: int, seed: int) -> tuple[torch.Tensor, list[list[str]]]:
+    """Random regions of the tiny preset's width whose captions follow two of their features."""
+    g = torch.Generator().manual_seed(seed)
+    regions = torch.randn(n, R, D, generator=g)
+    captions = []
+    for r in regions:
+        colour = "red" if r[0, 0] > 0 else "blue"
+        noun = "cat" if r[1, 0] > 0 else "dog"
+        captions.append(
+            [f"a {colour} {noun} on the grass", f"a {noun} that is {colour}", f"the {colour} {noun}"]
+        )
+    return regions, captions
+
+
+def _tiny_butd(vocab_size: int) -> BUTR:
+    from export.presets import get_preset
+
+    p = get_preset("tiny")
+    torch.manual_seed(0)
+    return BUTR(vocab_size, D, p.word_dim, p.hidden_dim, p.joint_dim, p.attention_dim)
+
+
+def test_model_selection_keeps_the_best_val_epoch() -> None:
+    """With the tiny preset and a real val set: the recorded epoch is the argmax of the recorded val
+    BLEU-4 curve, and the returned weights are that epoch's (re-evaluating gives the recorded BLEU-4)."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from export.presets import get_preset
+    from export.train import Validation, train_captioner, validation_bleu4
+    from service.text.vocabulary import Vocabulary
+
+    p = replace(get_preset("tiny"), caption_epochs=4, patience=4, learning_rate=1e-2)
+    regions, captions = _selection_data(160, 0)
+    val_regions, val_refs = _selection_data(40, 1)
+    vocab = Vocabulary.build(c for caps in captions for c in caps)
+    model = _tiny_butd(len(vocab))
+    val = Validation(val_regions, val_refs)
+    log = train_captioner(model, regions, captions, vocab, p, seed=0, desc="butd", val=val)
+    assert log.epochs == log.max_epochs == 4 and len(log.val_bleu4) == 4 and log.val_images == 40
+    assert len(set(log.val_bleu4)) > 1, "the curve should move over 4 epochs"
+    assert log.selected_epoch == int(np.argmax(log.val_bleu4)) + 1
+    assert validation_bleu4(model, val, vocab, p.max_length) == pytest.approx(
+        log.val_bleu4[log.selected_epoch - 1], abs=1e-12
+    )
+
+
+def test_model_selection_stops_early_and_restores_weights(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scripted val curve 0.1, 0.3, 0.2, 0.25 with patience 2: training stops after epoch 4 of 6 and
+    returns the weights it had after epoch 2."""
+    from dataclasses import replace
+
+    import export.train as train
+    from export.presets import get_preset
+    from service.text.vocabulary import Vocabulary
+
+    curve = iter([0.1, 0.3, 0.2, 0.25, 0.9, 0.9])
+    snapshots: list[dict[str, torch.Tensor]] = []
+
+    def scripted(model: torch.nn.Module, *_: object) -> float:
+        snapshots.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+        return next(curve)
+
+    monkeypatch.setattr(train, "validation_bleu4", scripted)
+    p = replace(get_preset("tiny"), caption_epochs=6, patience=2)
+    regions, captions = _selection_data(64, 2)
+    vocab = Vocabulary.build(c for caps in captions for c in caps)
+    model = _tiny_butd(len(vocab))
+    log = train.train_captioner(
+        model,
+        regions,
+        captions,
+        vocab,
+        p,
+        seed=0,
+        desc="butd",
+        val=train.Validation(regions[:8], captions[:8]),
+    )
+    assert (log.epochs, log.max_epochs, log.selected_epoch) == (4, 6, 2)
+    assert log.val_bleu4 == [0.1, 0.3, 0.2, 0.25]
+    final = model.state_dict()
+    assert all(torch.equal(final[k], snapshots[1][k]) for k in final)
+    assert not all(torch.equal(final[k], snapshots[3][k]) for k in final)
+
+
+def test_greedy_captions_follow_the_contract_step() -> None:
+    """Greedy decoding through init/step equals greedy decoding by teacher-forced forward passes."""
+    from export.train import greedy_captions
+    from service.text.vocabulary import SPECIALS, Vocabulary
+
+    vocab = Vocabulary((*SPECIALS, *(f"w{i}" for i in range(V - len(SPECIALS)))))
+    model = _tiny_butd(V).eval()
+    regions = torch.rand(3, R, D)
+    texts = greedy_captions(model, regions, vocab, max_length=5, batch_size=2)
+    for r, text in zip(regions, texts, strict=True):
+        tokens = torch.tensor([[vocab.bos_id]])
+        for _ in range(5):  # at most max_length words
+            nxt = model(r[None], torch.cat([tokens, tokens[:, :1]], dim=1))[0, -1].argmax()
+            tokens = torch.cat([tokens, nxt.view(1, 1)], dim=1)
+            if int(nxt) == vocab.eos_id:
+                break
+        assert text == vocab.decode(tokens[0, 1:].tolist())
