@@ -41,6 +41,7 @@ from rich.table import Table
 from service.backends.base import Backend
 from service.backends.factory import make_backend
 from service.engine.captioning import CaptionEngine, CaptionParams
+from service.engine.rerank import fixed_dim, text_batch
 from service.manifest import Manifest, load_manifest
 from service.metrics import Metrics
 from service.settings import Settings
@@ -48,7 +49,7 @@ from service.text.vocabulary import Vocabulary
 
 BEAM_SIZE = 5
 BATCH_ROWS = (5, 10, 20, 40, 80, 160, 320, 640)
-console = Console(stderr=True)
+console = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
 
 
 # -- inputs ---------------------------------------------------------------------------------------
@@ -99,6 +100,7 @@ class InProcess:
     limit: dict[str, float]
     batch_curve: list[dict[str, float]]
     naive_captions_per_s: float
+    compute_limit: dict[str, Any]
 
 
 async def in_process(
@@ -136,10 +138,59 @@ async def in_process(
             "rows_per_s": round(best["rows_per_s"], 1),
             "ideal_captions_per_s": round(best["rows_per_s"] / rows, 2),
         }
+        compute = await _compute_limit(backend, manifest, params, images, best["rows_per_s"] / rows)
         naive = await _naive(engine, params, images, args.naive_clients, args.duration)
     finally:
         await backend.close()
-    return InProcess(single, rows, steps, limit, curve, naive)
+    return InProcess(single, rows, steps, limit, curve, naive, compute)
+
+
+async def _timed(backend: Backend, model: str, inputs: dict[str, np.ndarray], seconds: float = 0.5) -> float:
+    """Seconds per call of ``model`` on ``inputs`` (after warm-up)."""
+    for _ in range(2):
+        await backend.infer(model, inputs)
+    calls, start = 0, time.perf_counter()
+    while calls < 5 or time.perf_counter() - start < seconds:
+        await backend.infer(model, inputs)
+        calls += 1
+    return (time.perf_counter() - start) / calls
+
+
+async def _compute_limit(
+    backend: Backend,
+    manifest: Manifest,
+    params: CaptionParams,
+    images: np.ndarray,
+    step_captions_per_s: float,
+) -> dict[str, Any]:
+    """Every model call a caption needs, each at a large batch (64 images, 5 captions each), one after
+    another on all cores: the captions/s the models alone allow, and each model's share of it."""
+    cap = manifest.captioner(params.captioner)
+    batch = images[np.arange(64) % len(images)]
+    n = len(batch)
+    ms: dict[str, float] = {}
+    ms["visual_encoder"] = await _timed(backend, "visual_encoder", {"image": batch}) / n * 1e3
+    regions = (await backend.infer("visual_encoder", {"image": batch}))["regions"]
+    ms[cap.init] = await _timed(backend, cap.init, {"regions": regions}) / n * 1e3
+    ms[cap.step] = 1e3 / step_captions_per_s
+    if params.ranker is not None:
+        ranker = manifest.ranker(params.ranker)
+        ms[ranker.image] = await _timed(backend, ranker.image, {"regions": regions}) / n * 1e3
+        rng = np.random.default_rng(1)
+        captions = [list(rng.integers(4, manifest.vocabulary.size, 9)) for _ in range(n * params.n_best)]
+        tokens, length = text_batch(
+            captions,
+            manifest.vocabulary.bos_id,
+            manifest.vocabulary.pad_id,
+            fixed_dim(manifest, ranker.text, "tokens", 0),
+        )
+        ms[ranker.text] = await _timed(backend, ranker.text, {"tokens": tokens, "length": length}) / n * 1e3
+    total = sum(ms.values())
+    return {
+        "captions_per_s": round(1e3 / total, 2),
+        "ms_per_caption": {k: round(v, 4) for k, v in ms.items()},
+        "step_share": round(ms[cap.step] / total, 3),
+    }
 
 
 async def _single_decodes(
@@ -437,6 +488,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "limit": local.limit,
         "step_curve": local.batch_curve,
         "naive": {"captions_per_s": round(local.naive_captions_per_s, 2), "clients": args.naive_clients},
+        "compute_limit": local.compute_limit,
         "load": load,
         "cpu_count": os.cpu_count(),
     }
@@ -445,11 +497,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def summary(result: dict[str, Any]) -> Table:
     limit = result["limit"]["ideal_captions_per_s"]
     naive = result["naive"]["captions_per_s"]
-    table = Table(title=f"compcap bench — {result['backend']}, {result['model']}, beam {result['beam_size']}")
+    table = Table(
+        title=f"compcap bench — {result['backend']}, {result['model']}, beam {result['beam_size']}",
+        width=120,
+    )
     for col in (
         "clients",
         "captions/s",
         "% of limit",
+        "% of compute",
         "× naive",
         "p50 ms",
         "p99 ms",
@@ -464,6 +520,7 @@ def summary(result: dict[str, Any]) -> Table:
             str(row["clients"]),
             f"{row['captions_per_s']:.1f}",
             f"{100 * row['captions_per_s'] / limit:.0f}%",
+            f"{100 * row['captions_per_s'] / result['compute_limit']['captions_per_s']:.0f}%",
             f"{row['captions_per_s'] / naive:.2f}",
             str(row["p50_ms"]),
             str(row["p99_ms"]),
@@ -476,7 +533,9 @@ def summary(result: dict[str, Any]) -> Table:
         f"single decode {result['single_decode_ms']:.1f} ms; "
         f"limit {result['limit']['rows_per_s']:.0f} rows/s at {result['limit']['best_batch_rows']} rows "
         f"= {limit:.1f} captions/s "
-        f"({result['rows_per_caption']:.0f} rows per caption); naive {naive:.1f} captions/s"
+        f"({result['rows_per_caption']:.0f} rows per caption); naive {naive:.1f} captions/s; all model "
+        f"calls of a caption at large batches: {result['compute_limit']['captions_per_s']:.0f} captions/s "
+        f"(step share {100 * result['compute_limit']['step_share']:.0f}%)"
     )
     return table
 

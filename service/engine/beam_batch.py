@@ -24,6 +24,20 @@ from service.engine.beam import NEG_INF, Hypothesis, LogitsHookFn, beam_step, po
 
 
 @dataclass(frozen=True)
+class NewRequest:
+    """A request joining a ``BeamBatch`` (see ``BeamBatch.add``)."""
+
+    key: int
+    memory: np.ndarray  # float32 [I, M, Dm]
+    initial_state: np.ndarray  # float32 [I, S]
+    beam_size: int
+    max_length: int
+    min_length: int = 1
+    length_penalty: float = 1.0
+    logits_hook: LogitsHookFn | None = None
+
+
+@dataclass(frozen=True)
 class BatchRows:
     """The live rows of one step: grid rows, the image (batch index) each reads, and its prefix."""
 
@@ -92,73 +106,111 @@ class BeamBatch:
         logits_hook: LogitsHookFn | None = None,
     ) -> None:
         """Add request ``key``: ``memory`` [I, M, Dm] and ``initial_state`` [I, S] of its images."""
-        if key in self.steps:
-            raise ValueError(f"key {key} is already in the batch")
-        n = memory.shape[0]
-        if n < 1 or initial_state.shape[0] != n:
-            raise ValueError(
-                f"memory and initial_state must have the same I >= 1, got {n}, {initial_state.shape}"
-            )
-        if not 1 <= beam_size <= self.max_capacity:
-            raise ValueError(f"beam_size must be in [1, {self.max_capacity}], got {beam_size}")
-        if not 1 <= max_length <= self.length_capacity:
-            raise ValueError(f"max_length must be in [1, {self.length_capacity}], got {max_length}")
-        if not 0 <= min_length <= max_length:
-            raise ValueError(f"min_length must be in [0, max_length], got {min_length}")
-        if length_penalty < 0:
-            raise ValueError(f"length_penalty must be >= 0, got {length_penalty}")
-        if beam_size > self.capacity:
-            self._resize(beam_size)
+        self.add_many(
+            [
+                NewRequest(
+                    key, memory, initial_state, beam_size, max_length, min_length, length_penalty, logits_hook
+                )
+            ]
+        )
+
+    def add_many(self, requests: Sequence[NewRequest]) -> None:
+        """Add several requests with one concatenation per array (see ``add``)."""
+        if not requests:
+            return
+        for r in requests:
+            self._check(r)
+        if len({r.key for r in requests}) != len(requests):
+            raise ValueError("keys must be unique")
+        widest = max(r.beam_size for r in requests)
+        if widest > self.capacity:
+            self._resize(widest)
         c, lc = self.capacity, self.length_capacity
-        if self.n_images and self.state.shape[2] != initial_state.shape[1]:
-            raise ValueError(
-                f"state width {initial_state.shape[1]} differs from the batch's {self.state.shape[2]}"
-            )
+        sizes = [r.memory.shape[0] for r in requests]
+        n = sum(sizes)
+
+        def per_image(values: list[float] | list[int], dtype: type) -> np.ndarray:
+            return np.repeat(np.asarray(values, dtype=dtype), sizes)
+
+        state0 = np.concatenate([np.asarray(r.initial_state, dtype=np.float32) for r in requests])
         tokens = np.zeros((n, c, lc + 1), dtype=np.int64)
         tokens[:, :, 0] = self.bos
         cum = np.full((n, c), NEG_INF)
         cum[:, 0] = 0.0  # one live row per image on the first step
-        state = np.zeros((n, c, initial_state.shape[1]), dtype=np.float32)
-        state[:, 0] = initial_state
+        state = np.zeros((n, c, state0.shape[1]), dtype=np.float32)
+        state[:, 0] = state0
+        memory = np.concatenate([np.asarray(r.memory, dtype=np.float32) for r in requests])
         fresh = self.n_images == 0
-        self.key = np.concatenate([self.key, np.full(n, key, dtype=np.int64)])
-        self.beam = np.concatenate([self.beam, np.full(n, beam_size, dtype=np.int64)])
-        self.max_length = np.concatenate([self.max_length, np.full(n, max_length, dtype=np.int64)])
-        self.min_length = np.concatenate([self.min_length, np.full(n, min_length, dtype=np.int64)])
-        self.length_penalty = np.concatenate([self.length_penalty, np.full(n, float(length_penalty))])
+        self.key = np.concatenate([self.key, per_image([r.key for r in requests], np.int64)])
+        self.beam = np.concatenate([self.beam, per_image([r.beam_size for r in requests], np.int64)])
+        self.max_length = np.concatenate(
+            [self.max_length, per_image([r.max_length for r in requests], np.int64)]
+        )
+        self.min_length = np.concatenate(
+            [self.min_length, per_image([r.min_length for r in requests], np.int64)]
+        )
+        self.length_penalty = np.concatenate(
+            [self.length_penalty, per_image([r.length_penalty for r in requests], np.float64)]
+        )
         self.t = np.concatenate([self.t, np.zeros(n, dtype=np.int64)])
         self.done = np.concatenate([self.done, np.zeros(n, dtype=bool)])
         self.tokens = np.concatenate([self.tokens, tokens])
         self.cum = np.concatenate([self.cum, cum])
         self.state = state if fresh else np.concatenate([self.state, state])
-        mem = np.asarray(memory, dtype=np.float32)
-        self.memory = mem if fresh or self.memory is None else np.concatenate([self.memory, mem])
+        self.memory = memory if fresh or self.memory is None else np.concatenate([self.memory, memory])
         self.fin_tokens = np.concatenate([self.fin_tokens, np.zeros((n, c, lc), dtype=np.int64)])
         self.fin_len = np.concatenate([self.fin_len, np.zeros((n, c), dtype=np.int64)])
         self.fin_cum = np.concatenate([self.fin_cum, np.full((n, c), NEG_INF)])
         self.fin_score = np.concatenate([self.fin_score, np.full((n, c), NEG_INF)])
-        if logits_hook is not None:
-            self.hooks[key] = logits_hook
-        self.steps[key] = 0
+        for r in requests:
+            if r.logits_hook is not None:
+                self.hooks[r.key] = r.logits_hook
+            self.steps[r.key] = 0
+
+    def _check(self, r: NewRequest) -> None:
+        if r.key in self.steps:
+            raise ValueError(f"key {r.key} is already in the batch")
+        n = r.memory.shape[0]
+        if n < 1 or r.initial_state.shape[0] != n:
+            raise ValueError(
+                f"memory and initial_state must have the same I >= 1, got {n}, {r.initial_state.shape}"
+            )
+        if not 1 <= r.beam_size <= self.max_capacity:
+            raise ValueError(f"beam_size must be in [1, {self.max_capacity}], got {r.beam_size}")
+        if not 1 <= r.max_length <= self.length_capacity:
+            raise ValueError(f"max_length must be in [1, {self.length_capacity}], got {r.max_length}")
+        if not 0 <= r.min_length <= r.max_length:
+            raise ValueError(f"min_length must be in [0, max_length], got {r.min_length}")
+        if r.length_penalty < 0:
+            raise ValueError(f"length_penalty must be >= 0, got {r.length_penalty}")
+        if self.n_images and self.state.shape[2] != r.initial_state.shape[1]:
+            raise ValueError(
+                f"state width {r.initial_state.shape[1]} differs from the batch's {self.state.shape[2]}"
+            )
 
     def finished(self, key: int) -> bool:
         return bool(self.done[self.key == key].all())
 
     def pop(self, key: int, n_best: int) -> list[list[Hypothesis]]:
-        """Remove request ``key`` and return, per image, up to ``n_best`` hypotheses, best first."""
+        """Remove request ``key`` and return its results (see ``results``)."""
+        out = self.results(key, n_best)
+        self.discard(key)
+        return out
+
+    def results(self, key: int, n_best: int) -> list[list[Hypothesis]]:
+        """Per image of request ``key``, up to ``n_best`` finished hypotheses, best first."""
         mine = np.flatnonzero(self.key == key)
         if not mine.size:
             raise KeyError(key)
         pool = (self.fin_tokens, self.fin_len, self.fin_cum, self.fin_score)
-        out = [pool_hypotheses(*pool, int(img), min(n_best, int(self.beam[img]))) for img in mine]
-        self.discard(key)
-        return out
+        return [pool_hypotheses(*pool, int(img), min(n_best, int(self.beam[img]))) for img in mine]
 
-    def discard(self, key: int) -> None:
-        """Remove request ``key`` (if present) without results."""
-        if key not in self.steps:
+    def discard(self, *keys: int) -> None:
+        """Remove requests ``keys`` (those present) without results, with one compaction."""
+        keys = tuple(k for k in keys if k in self.steps)
+        if not keys:
             return
-        keep = self.key != key
+        keep = ~np.isin(self.key, keys)
         for name in (
             "key", "beam", "max_length", "min_length", "length_penalty", "t", "done", "tokens", "cum",
             "state", "fin_tokens", "fin_len", "fin_cum", "fin_score",
@@ -166,8 +218,9 @@ class BeamBatch:
             setattr(self, name, getattr(self, name)[keep])
         if self.memory is not None:
             self.memory = self.memory[keep] if keep.any() else None
-        self.hooks.pop(key, None)
-        del self.steps[key]
+        for key in keys:
+            self.hooks.pop(key, None)
+            del self.steps[key]
         widest = int(self.beam.max()) if self.beam.size else 1
         if widest < self.capacity:
             self._resize(widest)

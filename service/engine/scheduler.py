@@ -29,7 +29,7 @@ import numpy as np
 
 from service.backends.base import Backend
 from service.engine.beam import BeamSearch, Hypothesis, StepRows
-from service.engine.beam_batch import BatchRows, BeamBatch
+from service.engine.beam_batch import BatchRows, BeamBatch, NewRequest
 from service.engine.rerank import fixed_dim, ranker_scores
 from service.manifest import CaptionerEntry, Manifest
 from service.metrics import Metrics
@@ -211,30 +211,33 @@ class CaptionerScheduler:
 
     def _join(self) -> None:
         """Move encoded jobs into the decoding batch (between step calls only)."""
-        for job in self._joining:
-            r = job.request
-            assert job.memory is not None and job.state0 is not None
-            if job.search is None:
-                self._batch.add(
-                    job.serial,
-                    job.memory,
-                    job.state0,
-                    beam_size=r.beam_size,
-                    max_length=r.max_length,
-                    min_length=r.min_length,
-                    length_penalty=r.length_penalty,
-                    logits_hook=r.logits_hook,
+        joining = [j for j in self._joining if j.search is None]
+        self._batch.add_many(
+            [
+                NewRequest(
+                    j.serial,
+                    j.memory,
+                    j.state0,
+                    beam_size=j.request.beam_size,
+                    max_length=j.request.max_length,
+                    min_length=j.request.min_length,
+                    length_penalty=j.request.length_penalty,
+                    logits_hook=j.request.logits_hook,
                 )
-            self._active.append(job)
+                for j in joining
+                if j.memory is not None and j.state0 is not None
+            ]
+        )
+        self._active.extend(self._joining)
         self._joining.clear()
 
     def _leave(self, jobs: Sequence[_Job], exc: BaseException | None = None) -> None:
         """Take ``jobs`` out of decoding (freeing their rows); fail them with ``exc`` if given."""
-        for job in jobs:
-            if job in self._active:
-                self._active.remove(job)
-                self._batch.discard(job.serial)
-                self._reserved_rows -= job.request.rows
+        leaving = [j for j in jobs if j in self._active]
+        for job in leaving:
+            self._active.remove(job)
+            self._reserved_rows -= job.request.rows
+        self._batch.discard(*(j.serial for j in leaving))
         if exc is not None:
             self._fail(jobs, exc)
 
@@ -348,8 +351,9 @@ class CaptionerScheduler:
             for job in in_step:
                 if job.search is None and job.serial in done_keys:
                     job.iterations = self._batch.steps[job.serial]
-                    job.hypotheses = self._batch.pop(job.serial, job.request.n_best)
+                    job.hypotheses = self._batch.results(job.serial, job.request.n_best)
                     finished.append(job)
+            self._batch.discard(*(j.serial for j in finished))
         at = n_batch
         for job, part in zip(side, side_rows, strict=True):
             n = part.rows.shape[0]

@@ -31,6 +31,9 @@ def test_bench_writes_its_json(tiny_repo: Path, tmp_path: Path) -> None:
         limit["rows_per_s"] / result["rows_per_caption"], rel=0.01
     )
     assert result["naive"]["captions_per_s"] > 0
+    compute = result["compute_limit"]
+    assert 0 < compute["step_share"] < 1 and compute["captions_per_s"] < limit["ideal_captions_per_s"]
+    assert {"visual_encoder", "butr_step", "butr_text"} <= set(compute["ms_per_caption"])
     assert [row["clients"] for row in result["load"]] == [1, 4]
     for row in result["load"]:
         assert row["sent"] == row["received"] > 0 and row["errors_5xx"] == 0
