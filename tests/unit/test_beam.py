@@ -64,18 +64,7 @@ def exhaustive(image: int, max_length: int, length_penalty: float) -> list[tuple
 
 
 def run(image_ids, beam_size, max_length, n_best, length_penalty=1.0, calls=None):
-    return beam_search(
-        make_step_fn(image_ids, calls),
-        n_images=len(image_ids),
-        beam_size=beam_size,
-        max_length=max_length,
-        bos=BOS,
-        eos=EOS,
-        n_best=n_best,
-        length_penalty=length_penalty,
-        initial_state=np.zeros((len(image_ids), 2), dtype=np.float32),
-        banned_ids=BANNED,
-    )
+    return run_with(image_ids, beam_size, max_length, n_best, length_penalty, calls=calls)
 
 
 @pytest.mark.parametrize("length_penalty", [0.0, 0.6, 1.0, 2.0])
@@ -205,10 +194,11 @@ def test_n_best_validated() -> None:
 
 
 # -------------------------------------------------------------------------------------------- hooks
-def run_with(image_ids, beam_size, max_length, n_best, length_penalty=1.0, **kwargs):
-    """``run`` with extra ``beam_search`` keyword arguments (logits_hook, groups, diversity_penalty)."""
+def run_with(image_ids, beam_size, max_length, n_best, length_penalty=1.0, calls=None, **kwargs):
+    """``beam_search`` on the toy model, with extra keyword arguments (logits_hook, groups,
+    diversity_penalty); ``calls`` collects the rows of each step call."""
     return beam_search(
-        make_step_fn(image_ids),
+        make_step_fn(image_ids, calls),
         n_images=len(image_ids),
         beam_size=beam_size,
         max_length=max_length,
