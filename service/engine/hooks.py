@@ -252,6 +252,8 @@ class HookPlan:
     diverse: bool = False  # a diverse_beam hook was given
     return_original: bool = False  # synonym_substitution with return_original
     min_words: int = 0  # largest min_length hook
+    min_words_index: int | None = None  # its position in the request's hooks
+    diverse_index: int | None = None  # position of the diverse_beam hook
     counts: Counter[str] = field(default_factory=Counter)
     on_apply: OnApply | None = None
 
@@ -276,9 +278,13 @@ class HookPlan:
     def check(self, beam_size: int, max_length: int | None = None) -> None:
         """Validate the plan against the request's search settings; raises ``HookError``."""
         if self.diverse and (self.groups > beam_size or beam_size % self.groups):
-            raise HookError("diverse_beam", "groups", f"must divide the beam size {beam_size}")
+            raise HookError(
+                "diverse_beam", "groups", f"must divide the beam size {beam_size}", self.diverse_index
+            )
         if max_length is not None and self.min_words > max_length:
-            raise HookError("min_length", "min_words", f"must be <= max_length {max_length}")
+            raise HookError(
+                "min_length", "min_words", f"must be <= max_length {max_length}", self.min_words_index
+            )
 
     def logits_hook(self, substitute: bool = True) -> HookChain | None:
         """The composed hook for ``BeamSearch(logits_hook=...)``; ``None`` when there is nothing to do.
@@ -427,7 +433,8 @@ def _build_no_repeat_ngram(p: _Params, ctx: _Context, plan: HookPlan) -> None:
 def _build_min_length(p: _Params, ctx: _Context, plan: HookPlan) -> None:
     min_words = p.integer("min_words", 0)
     plan.processors.append((p.hook, _checked(p, "min_words", lambda: MinLength(min_words, ctx.vocab.eos_id))))
-    plan.min_words = max(plan.min_words, min_words)
+    if min_words > plan.min_words or plan.min_words_index is None:
+        plan.min_words, plan.min_words_index = max(plan.min_words, min_words), p.index
 
 
 def _build_synonym_substitution(p: _Params, ctx: _Context, plan: HookPlan) -> None:
@@ -460,6 +467,7 @@ def _build_diverse_beam(p: _Params, ctx: _Context, plan: HookPlan) -> None:
     plan.groups = p.integer("groups", 1)
     plan.diversity_penalty = p.number("diversity_penalty", DEFAULT_DIVERSITY_PENALTY, 0.0)
     plan.diverse = True
+    plan.diverse_index = p.index
 
 
 HOOKS: dict[str, HookType] = {

@@ -73,7 +73,19 @@ def test_bad_hooks_are_422_naming_them(client: TestClient) -> None:
         ([{"name": "nope"}], "hooks.0.name", "unknown hook"),
         ([{"name": "no_repeat_ngram", "params": {"n": 0}}], "hooks.0.params.n", ">= 1"),
         ([{"name": "ban_words", "params": {"words": ["zzzz"]}}], "hooks.0.params.words", "zzzz"),
-        ([{"name": "diverse_beam", "params": {"groups": 3}}], "groups", "divide the beam size 4"),
+        (
+            [{"name": "diverse_beam", "params": {"groups": 3}}],
+            "hooks.0.params.groups",
+            "divide the beam size 4",
+        ),
+        (
+            [
+                {"name": "ban_words", "params": {"ids": [5]}},
+                {"name": "min_length", "params": {"min_words": 99}},
+            ],
+            "hooks.1.params.min_words",
+            "max_length",
+        ),
         ([{"name": "min_length", "params": {"min_words": 2, "extra": 1}}], "hooks.0.params.extra", "unknown"),
     ]
     for hooks, field, text in cases:
