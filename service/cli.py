@@ -193,10 +193,38 @@ def build_parser() -> argparse.ArgumentParser:
     triton.add_argument("--ready-timeout", type=float, default=120.0)
     triton.set_defaults(func=_triton)
 
+    subst = sub.add_parser(
+        "substitutivity", help="seed 001 substitutivity test: O vs S captions under synonym substitution"
+    )
+    subst.add_argument("--zoo", default="model_zoo")
+    subst.add_argument("--data", required=True, help="evaluation world folder (with splits/full)")
+    subst.add_argument("--train", required=True, help="the captioner's training world folder")
+    subst.add_argument("--captioner", default="butd_full")
+    subst.add_argument("--images", type=int, default=2000)
+    subst.add_argument("--out", default="reports")
+    subst.add_argument("--no-meteor", action="store_true")
+    subst.set_defaults(func=_substitutivity)
+
     bench = sub.add_parser("bench", help="benchmark the engine and the gateway (loadtests/bench.py)")
     _bench_arguments(bench)
     bench.set_defaults(func=_bench)
     return parser
+
+
+def _substitutivity(args: argparse.Namespace) -> int:
+    from export.substitutivity import run_substitutivity
+
+    result = run_substitutivity(
+        Path(args.zoo),
+        Path(args.data),
+        Path(args.train),
+        Path(args.out),
+        captioner=args.captioner,
+        images=args.images,
+        meteor=not args.no_meteor,
+    )
+    print(f"{result['images']} images substituted; wrote {Path(args.out) / 'substitutivity.md'}")
+    return 0
 
 
 def _bench_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,0 +1,211 @@
+"""Seed 001 §4.3 substitutivity test: captions with and without synonym substitution during beam search.
+
+A captioner trained on the full split decodes the evaluation world's images (O; a world seed never
+used in training, so every image is a test image). Following the
+seed: the candidate pairs (category, fine-grained word) are kept when both words occur at least
+``min_train`` (200) times in the captioner's training captions; images are kept whose O caption
+contains a fine-grained word (S1) that occurs at least ``min_generated`` (10) times in the O captions.
+Those images are decoded again with the ``synonym_substitution`` hook (S: whenever a hypothesis' most
+likely next word is in S1, its category word from S2 gets probability 1) — one request per chunk
+returns both O and S. Scores (seed 001 Table 6): O vs GT, S vs GT, O vs S (O as the reference), and Ot
+vs St, the sub-captions after the first S1 word of O and after its substitute in S. High O-vs-S and
+Ot-vs-St overlap means the model goes on describing the image the same way after the substitution.
+
+``compcap substitutivity --zoo model_zoo --data <eval world> --train <training world> --out reports``
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from export.data.coco import load_folder
+from export.data.splits import load_split, synonym_counts
+from export.evaluate import load_images, split_path_for
+from service.backends.onnxruntime import OnnxRuntimeBackend
+from service.engine.captioning import CaptionEngine, CaptionOutput
+from service.evaluation.cider import CiderD
+from service.evaluation.metrics import caption_metrics
+from service.manifest import load_manifest
+from service.text.concepts import load_concepts
+from service.text.synonyms import candidate_table, plural
+from service.text.vocabulary import Vocabulary, tokenize
+
+ROWS = ("O vs GT", "S vs GT", "O vs S", "Ot vs St")
+
+
+def substitution_table(
+    train_captions: list[str], vocab_words: set[str], min_train: int
+) -> tuple[list[tuple[str, str]], list[dict[str, Any]]]:
+    """``(S1 fine word, S2 category word)`` pairs, singular and plural, of the candidate pairs whose two
+    words both occur ``min_train`` times in ``train_captions`` and are in the vocabulary; and the counts."""
+    concepts = load_concepts()
+    counts = synonym_counts(train_captions, candidate_table(concepts), concepts)
+    pairs: dict[str, str] = {}
+    for c in counts:
+        if c["category_count"] < min_train or c["fine_count"] < min_train:
+            continue
+        for fine, category in (
+            (c["fine"], c["category"]),
+            (plural(c["fine"], concepts), plural(c["category"], concepts)),
+        ):
+            if fine != category and fine in vocab_words and category in vocab_words and fine not in pairs:
+                pairs[fine] = category
+    return sorted(pairs.items()), counts
+
+
+def after_first(words: list[str], targets: set[str]) -> list[str] | None:
+    """The words after the first one in ``targets`` (``None`` when none is)."""
+    for n, w in enumerate(words):
+        if w in targets:
+            return words[n + 1 :]
+    return None
+
+
+async def _decode(
+    engine: CaptionEngine, images: np.ndarray, params_kw: dict[str, Any], chunk: int, desc: str
+) -> list[CaptionOutput]:
+    params = engine.resolve(**params_kw)
+    outs = []
+    for start in tqdm(range(0, len(images), chunk), desc=desc, unit="chunk"):
+        outs.append(await engine.caption(images[start : start + chunk], params, timeout_s=600))
+    return outs
+
+
+def run_substitutivity(
+    zoo: Path,
+    data: Path,
+    train: Path,
+    out: Path,
+    captioner: str = "butd_full",
+    images: int = 2000,
+    min_train: int = 200,
+    min_generated: int = 10,
+    beam_size: int = 5,
+    chunk: int = 64,
+    meteor: bool = True,
+) -> dict[str, Any]:
+    zoo, data, train, out = Path(zoo), Path(data), Path(train), Path(out)
+    manifest = load_manifest(zoo)
+    cap = manifest.captioner(captioner)
+    vocab = Vocabulary.load(zoo / manifest.vocabulary.file)
+    train_ds = load_folder(train)
+    kind, _, group = cap.training.split.partition("/")
+    train_split = load_split(split_path_for(train, kind, int(group) if group else None))
+    train_ids = [int(i) for i in train_split.sets["train"]]
+    train_refs = {i: train_ds.captions[i] for i in train_ids}
+    pairs, counts = substitution_table(train_ds.subset_captions(train_ids), set(vocab.words), min_train)
+    s1 = {a for a, _ in pairs}
+
+    eval_ds = load_folder(data)
+    eval_ids = [int(i) for i in eval_ds.image_ids][:images]  # a world the captioner never saw
+    pixels = load_images(
+        eval_ds.root, [eval_ds.file_names[i] for i in eval_ids], manifest.image.height, manifest.image.width
+    )
+
+    backend = OnnxRuntimeBackend(zoo, manifest)
+    engine = CaptionEngine(backend, manifest, vocab)
+    base = {"model": captioner, "beam_size": beam_size, "n_best": 1, "rerank": False}
+    try:
+        plain = asyncio.run(_decode(engine, pixels, base, chunk, f"O {captioner}"))
+        original = [per[0].text for o in plain for per in o.results]
+        generated = Counter(w for text in original for w in set(tokenize(text)) if w in s1)
+        kept = {w for w, n in generated.items() if n >= min_generated}
+        chosen = [n for n, text in enumerate(original) if kept & set(tokenize(text))]
+        hook = {"name": "synonym_substitution", "params": {"pairs": [[a, b] for a, b in pairs if a in kept]}}
+        both = (
+            asyncio.run(_decode(engine, pixels[chosen], {**base, "hooks": [hook]}, chunk, "O/S"))
+            if chosen
+            else []
+        )
+    finally:
+        asyncio.run(backend.close())
+    sub = [per[0].text for o in both for per in o.results]
+    orig = [per[0].text for o in both for per in (o.original or [])]
+    if orig != [original[n] for n in chosen]:
+        raise RuntimeError("the O captions of the O/S requests differ from the plain decode")
+    mapping = {a: b for a, b in pairs if a in kept}
+    ids = [eval_ids[n] for n in chosen]
+    gt = {i: eval_ds.captions[i] for i in ids}
+    o_text, s_text = dict(zip(ids, orig, strict=True)), dict(zip(ids, sub, strict=True))
+    tails = {
+        i: (
+            after_first(tokenize(o_text[i]), set(mapping)),
+            after_first(tokenize(s_text[i]), set(mapping.values())),
+        )
+        for i in ids
+    }
+    tail_ids = [i for i, (ot, st) in tails.items() if ot and st]
+    cider = CiderD.from_references(train_refs)
+    rows: dict[str, Any] = {}
+    if ids:
+        rows["O vs GT"] = caption_metrics(gt, o_text, cider, meteor).to_dict()
+        rows["S vs GT"] = caption_metrics(gt, s_text, cider, meteor).to_dict()
+        rows["O vs S"] = caption_metrics({i: [o_text[i]] for i in ids}, s_text, cider, meteor).to_dict()
+    if tail_ids:
+        rows["Ot vs St"] = caption_metrics(
+            {i: [" ".join(tails[i][0] or [])] for i in tail_ids},
+            {i: " ".join(tails[i][1] or []) for i in tail_ids},
+            cider,
+            meteor,
+        ).to_dict()
+    mapped = sum(
+        " ".join(mapping.get(w, w) for w in tokenize(o_text[i])) == " ".join(tokenize(s_text[i])) for i in ids
+    )
+    result = {
+        "captioner": captioner,
+        "trained_on": cap.training.split,
+        "eval_data": str(data),
+        "eval_images": len(eval_ids),
+        "min_train": min_train,
+        "min_generated": min_generated,
+        "candidates": counts,
+        "pairs": [[a, b] for a, b in pairs],
+        "substituted_words": {w: generated[w] for w in sorted(kept)},
+        "images": len(ids),
+        "images_with_tails": len(tail_ids),
+        "s_is_o_with_the_word_replaced": mapped,
+        "rows": rows,
+        "examples": [{"image_id": i, "O": o_text[i], "S": s_text[i]} for i in ids[:12]],
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "substitutivity.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    (out / "substitutivity.md").write_text(markdown(result), encoding="utf-8")
+    return result
+
+
+def markdown(r: dict[str, Any]) -> str:
+    words = ", ".join(f"{w} ({n})" for w, n in r["substituted_words"].items()) or "none"
+    lines = [
+        "# Substitutivity (seed 001 §4.3, Table 6 shape) on SceneWorld",
+        "",
+        f"Captioner `{r['captioner']}` (trained on `{r['trained_on']}`), beam 5, no re-ranking, on the "
+        f"first {r['eval_images']} images of `{r['eval_data']}` (a world seed never used in training). "
+        f"Pairs kept where both words occur ≥ {r['min_train']} times in its training captions; images "
+        f"kept whose caption O contains a fine-grained word generated ≥ {r['min_generated']} times: "
+        f"{words}. S: the same beam search with `synonym_substitution` (fine-grained word → category, "
+        "probability 1). "
+        f"{r['images']} images; Ot/St (after the substituted word) on {r['images_with_tails']}. S equals "
+        f"O with the word replaced on {r['s_is_o_with_the_word_replaced']} of {r['images']} images.",
+        "",
+        "| comparison | BLEU-1 | BLEU-4 | METEOR | ROUGE-L | CIDEr-D |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in ROWS:
+        row = r["rows"].get(name)
+        if row is None:
+            continue
+        meteor = "–" if row["meteor"] is None else f"{100 * row['meteor']:.2f}"
+        lines.append(
+            f"| {name} | {100 * row['bleu1']:.2f} | {100 * row['bleu4']:.2f} | {meteor} | "
+            f"{100 * row['rouge_l']:.2f} | {100 * row['cider_d']:.2f} |"
+        )
+    lines += ["", "Examples (O → S):", ""]
+    lines += [f"- {e['O']} → {e['S']}" for e in r["examples"]]
+    return "\n".join(lines) + "\n"
