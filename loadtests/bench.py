@@ -294,13 +294,21 @@ class Gateway(AbstractContextManager["Gateway"]):
         )
 
     def __enter__(self) -> Gateway:
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"compcap serve exited with {self.process.returncode}")
             try:
                 if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return self
+                    return
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
@@ -469,14 +477,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         settings = Settings(repo=repo, backend=args.backend, triton_url=env.get("COMPCAP_TRITON_URL", ""))
         console.print(f"[bold]in-process[/]: single decode, step curve, naive x{args.naive_clients}")
         local = asyncio.run(in_process(settings, manifest, params_kw, images, args))
-        gateway = stack.enter_context(Gateway(repo, env))
         step_model = manifest.captioner(model).step
         load = []
-        for clients in args.clients:
-            console.print(f"[bold]gateway[/]: {clients} clients for {args.duration:.0f} s")
-            load.append(
-                asyncio.run(closed_loop(gateway.url, pngs, query, clients, args.duration, step_model))
-            )
+        with Gateway(repo, env) as gateway:
+            for clients in args.clients:
+                console.print(f"[bold]gateway[/]: {clients} clients for {args.duration:.0f} s")
+                load.append(
+                    asyncio.run(closed_loop(gateway.url, pngs, query, clients, args.duration, step_model))
+                )
+        naive_http = None
+        if args.naive_gateway_clients:
+            clients = args.naive_gateway_clients
+            console.print(f"[bold]gateway without cross-request batching[/]: {clients} clients")
+            with Gateway(repo, {**env, "COMPCAP_CROSS_REQUEST_BATCHING": "false"}) as naive_gateway:
+                naive_http = asyncio.run(
+                    closed_loop(naive_gateway.url, pngs, query, clients, args.duration, step_model)
+                )
     return {
         "backend": args.backend,
         "model": model,
@@ -487,7 +503,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "steps_per_caption": round(local.steps_per_caption, 1),
         "limit": local.limit,
         "step_curve": local.batch_curve,
-        "naive": {"captions_per_s": round(local.naive_captions_per_s, 2), "clients": args.naive_clients},
+        "naive": {
+            "captions_per_s": round(local.naive_captions_per_s, 2),
+            "clients": args.naive_clients,
+            "gateway": naive_http,  # the same gateway over HTTP with COMPCAP_CROSS_REQUEST_BATCHING=false
+        },
         "compute_limit": local.compute_limit,
         "load": load,
         "cpu_count": os.cpu_count(),
@@ -536,6 +556,12 @@ def summary(result: dict[str, Any]) -> Table:
         f"({result['rows_per_caption']:.0f} rows per caption); naive {naive:.1f} captions/s; all model "
         f"calls of a caption at large batches: {result['compute_limit']['captions_per_s']:.0f} captions/s "
         f"(step share {100 * result['compute_limit']['step_share']:.0f}%)"
+        + (
+            f"; gateway without cross-request batching at {naive_http['clients']} clients: "
+            f"{naive_http['captions_per_s']:.1f} captions/s"
+            if (naive_http := result["naive"].get("gateway"))
+            else ""
+        )
     )
     return table
 
@@ -562,6 +588,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--images", type=int, default=64, help="distinct bench images")
     parser.add_argument("--single-runs", type=int, default=50)
     parser.add_argument("--naive-clients", type=int, default=32)
+    parser.add_argument(
+        "--naive-gateway-clients",
+        type=int,
+        default=32,
+        help="also load a gateway without cross-request batching at this many clients (0: skip)",
+    )
     parser.add_argument("--max-rows", type=int, default=640, help="largest step batch in the limit curve")
     parser.add_argument("--curve-seconds", type=float, default=0.5, help="timing per step batch size")
     parser.add_argument("--triton-url", default=None, help="use this Triton instead of starting one")

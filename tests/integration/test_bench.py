@@ -18,8 +18,8 @@ def test_bench_writes_its_json(tiny_repo: Path, tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     cmd = [
         sys.executable, "-m", "service.cli", "bench", "--repo", str(tiny_repo), "--clients", "1,4",
-        "--duration", "1", "--single-runs", "5", "--naive-clients", "4", "--max-rows", "20",
-        "--curve-seconds", "0.05", "--images", "4", "--json", str(out),
+        "--duration", "1", "--single-runs", "5", "--naive-clients", "4", "--naive-gateway-clients", "2",
+        "--max-rows", "20", "--curve-seconds", "0.05", "--images", "4", "--json", str(out),
     ]  # fmt: skip
     subprocess.run(cmd, check=True, timeout=300, capture_output=True)
     result = json.loads(out.read_text())
@@ -31,6 +31,8 @@ def test_bench_writes_its_json(tiny_repo: Path, tmp_path: Path) -> None:
         limit["rows_per_s"] / result["rows_per_caption"], rel=0.01
     )
     assert result["naive"]["captions_per_s"] > 0
+    naive_http = result["naive"]["gateway"]
+    assert naive_http["clients"] == 2 and naive_http["sent"] == naive_http["received"] > 0
     compute = result["compute_limit"]
     assert 0 < compute["step_share"] < 1 and compute["captions_per_s"] < limit["ideal_captions_per_s"]
     assert {"visual_encoder", "butr_step", "butr_text"} <= set(compute["ms_per_caption"])
