@@ -205,6 +205,18 @@ def build_parser() -> argparse.ArgumentParser:
     subst.add_argument("--no-meteor", action="store_true")
     subst.set_defaults(func=_substitutivity)
 
+    prod = sub.add_parser(
+        "productivity", help="seed 001 productivity test: BUTD trained without the long/dense tail"
+    )
+    prod.add_argument("--train-data", required=True, help="the training world folder")
+    prod.add_argument("--eval-data", required=True, help="the evaluation world folder")
+    prod.add_argument("--by", default="length", choices=["length", "density"])
+    prod.add_argument("--zoo", default="model_zoo", help="visual encoder, vocabulary and FULL BUTD")
+    prod.add_argument("--out", default="reports")
+    prod.add_argument("--work", default=None, help="default: <zoo>.work/productivity_<by>")
+    prod.add_argument("--no-meteor", action="store_true")
+    prod.set_defaults(func=_productivity)
+
     bench = sub.add_parser("bench", help="benchmark the engine and the gateway (loadtests/bench.py)")
     _bench_arguments(bench)
     bench.set_defaults(func=_bench)
@@ -224,6 +236,22 @@ def _substitutivity(args: argparse.Namespace) -> int:
         meteor=not args.no_meteor,
     )
     print(f"{result['images']} images substituted; wrote {Path(args.out) / 'substitutivity.md'}")
+    return 0
+
+
+def _productivity(args: argparse.Namespace) -> int:
+    from export.productivity import run_productivity
+
+    run_productivity(
+        Path(args.train_data),
+        Path(args.eval_data),
+        args.by,
+        Path(args.out),
+        work=Path(args.work) if args.work else None,
+        zoo=Path(args.zoo),
+        meteor=not args.no_meteor,
+    )
+    print(f"wrote {Path(args.out) / f'productivity_{args.by}.md'}")
     return 0
 
 
