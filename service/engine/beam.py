@@ -422,14 +422,16 @@ async def beam_search_async(
     """Run a beam search with an async (or sync) ``step_fn``; ``on_step(n_rows)`` is called per step.
     ``logits_hook``, ``groups`` and ``diversity_penalty`` as in ``BeamSearch``."""
     _check_n_best(n_best, beam_size)
-    search = _make(
+    if initial_state is None:
+        initial_state = np.zeros((n_images, 1), dtype=np.float32)
+    search = BeamSearch(
         n_images,
         beam_size,
         max_length,
         bos,
         eos,
-        length_penalty,
         initial_state,
+        length_penalty,
         banned_ids,
         min_length,
         logits_hook=logits_hook,
@@ -446,36 +448,3 @@ async def beam_search_async(
         logprobs, state_out = result
         search.advance(rows, logprobs, state_out)
     return search.results(n_best)
-
-
-def _make(
-    n_images: int,
-    beam_size: int,
-    max_length: int,
-    bos: int,
-    eos: int,
-    length_penalty: float,
-    initial_state: np.ndarray | None,
-    banned_ids: Sequence[int],
-    min_length: int,
-    *,
-    logits_hook: LogitsHookFn | None = None,
-    groups: int = 1,
-    diversity_penalty: float = 0.0,
-) -> BeamSearch:
-    if initial_state is None:
-        initial_state = np.zeros((n_images, 1), dtype=np.float32)
-    return BeamSearch(
-        n_images,
-        beam_size,
-        max_length,
-        bos,
-        eos,
-        initial_state,
-        length_penalty,
-        banned_ids,
-        min_length,
-        logits_hook=logits_hook,
-        groups=groups,
-        diversity_penalty=diversity_penalty,
-    )
