@@ -10,7 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.manifest import MANIFEST_NAME
 
-MAX_BEAM_SIZE = 10
+MAX_BEAM_SIZE = 100  # re-ranking reads up to 100 candidates (the seeds' BUTR+RR evaluation: B = 100)
 
 
 class Settings(BaseSettings):

@@ -148,6 +148,7 @@ def _response(out: CaptionOutput, decode_images_ms: float, total_ms: float) -> C
         n_best=p.n_best,
         max_length=p.max_length,
         length_penalty=p.length_penalty,
+        rerank_weight=p.rerank_weight,
         hooks=p.hook_names,
         results=results,
         timings_ms=Timings(

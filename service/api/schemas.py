@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from service.engine.rerank import MAX_RERANK_WEIGHT
 from service.manifest import Training
 from service.settings import MAX_BEAM_SIZE
 
@@ -30,7 +31,9 @@ class CaptionOptions(BaseModel):
     ``max_length`` = the captioner's trained maximum (capped by settings); ``n_best`` = ``beam_size``
     (every finished beam is returned, so the ranker re-orders all of them); ``rerank`` = the
     captioner's jointly trained ranker if it has one, else none (``false`` turns it off, a ranker
-    name picks one); ``length_penalty`` = 1.0 (score = logprob / words ** length_penalty).
+    name picks one); ``length_penalty`` = 1.0 (score = logprob / words ** length_penalty). A re-ranked
+    request re-ranks all ``beam_size`` finished beams and returns the best ``n_best`` (seed 000's
+    BUTR+RR: ``beam_size=100, n_best=5``); ``rerank_weight`` = 0.0 (the ranker's order alone).
     """
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
@@ -43,6 +46,13 @@ class CaptionOptions(BaseModel):
     )
     rerank: bool | str | None = Field(default=None, description="ranker name, or false for no re-ranking")
     length_penalty: float = Field(default=1.0, ge=0.0, le=2.0)
+    rerank_weight: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=MAX_RERANK_WEIGHT,
+        description="re-ranked order = ranker cosine + rerank_weight × normalized_logprob (0: the ranker "
+        "alone, as seed 000)",
+    )
     hooks: list[HookSpec] | None = Field(
         default=None,
         description="decoding hooks applied in order; in a multipart request, a JSON array in the "
@@ -117,6 +127,7 @@ class CaptionResponse(BaseModel):
     n_best: int
     max_length: int
     length_penalty: float
+    rerank_weight: float
     hooks: list[str] = Field(default_factory=list, description="hooks applied, in order")
     results: list[ImageResult]
     timings_ms: Timings

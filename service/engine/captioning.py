@@ -21,7 +21,7 @@ import numpy as np
 from service.backends.base import Backend
 from service.engine.beam import AsyncStepFn, Hypothesis, beam_search_async, length_norm
 from service.engine.hooks import HookError, HookPlan, build_hooks
-from service.engine.rerank import fixed_dim, ranker_scores
+from service.engine.rerank import MAX_RERANK_WEIGHT, fixed_dim, ranker_scores, rerank_order
 from service.engine.scheduler import CaptionerScheduler, DecodeRequest, QueueFullError
 from service.manifest import CaptionerEntry, Manifest
 from service.metrics import Metrics
@@ -93,10 +93,17 @@ class CaptionParams:
     length_penalty: float
     ranker: str | None
     hooks: HookPlan | None = None  # this request's decoding hooks (None: plain beam search)
+    rerank_weight: float = 0.0  # re-rank score = ranker cosine + rerank_weight · normalized_logprob
 
     @property
     def hook_names(self) -> list[str]:
         return [] if self.hooks is None else self.hooks.names
+
+    @property
+    def search_n_best(self) -> int:
+        """Finished beams the search keeps: all of them when a ranker re-ranks (seed 000 §5.4: B
+        candidates re-ranked, the best ``n_best`` returned), else the ``n_best`` most likely."""
+        return self.beam_size if self.ranker is not None else self.n_best
 
 
 @dataclass(frozen=True)
@@ -179,6 +186,7 @@ class CaptionEngine:
         rerank: str | bool | None = None,
         length_penalty: float = 1.0,
         hooks: Sequence[Any] | None = None,
+        rerank_weight: float = 0.0,
     ) -> CaptionParams:
         """Validate request options against the manifest and limits; defaults documented in the API."""
         name = model or self.manifest.default_captioner
@@ -212,8 +220,16 @@ class CaptionEngine:
             if rerank not in {r.name for r in self.manifest.rankers}:
                 raise UnknownModelError("rerank", f"unknown ranker {rerank!r}; rankers: {self._rankers()}")
             ranker = rerank
+        if not 0.0 <= rerank_weight <= MAX_RERANK_WEIGHT:
+            raise InvalidParameterError("rerank_weight", f"rerank_weight must be in [0, {MAX_RERANK_WEIGHT}]")
+        if rerank_weight and ranker is None:
+            raise InvalidParameterError(
+                "rerank_weight", "rerank_weight weighs a ranker's order, but this request is not re-ranked"
+            )
         plan = self._hook_plan(hooks, beam, length) if hooks else None
-        return CaptionParams(cap.name, beam, length, best, float(length_penalty), ranker, plan)
+        return CaptionParams(
+            cap.name, beam, length, best, float(length_penalty), ranker, plan, float(rerank_weight)
+        )
 
     def _hook_plan(self, hooks: Sequence[Any], beam_size: int, max_length: int) -> HookPlan:
         """Validated hooks of one request; a bad spec raises ``InvalidParameterError`` naming it."""
@@ -262,7 +278,7 @@ class CaptionEngine:
             raise OverloadedError(exc.retry_after_s) from None
         if self.metrics is not None:
             self.metrics.captions_served.labels(model=params.captioner).inc(len(images))
-        ordered = [self._ordered(d.hypotheses, d.ranker_scores) for d in done]
+        ordered = [self._ordered(d.hypotheses, d.ranker_scores, params) for d in done]
         return CaptionOutput(
             params=params,
             results=ordered[0],
@@ -276,7 +292,7 @@ class CaptionEngine:
             images=images,
             beam_size=params.beam_size,
             max_length=params.max_length,
-            n_best=params.n_best,
+            n_best=params.search_n_best,
             length_penalty=params.length_penalty,
             ranker=params.ranker,
             logits_hook=kwargs.get("logits_hook"),
@@ -285,9 +301,13 @@ class CaptionEngine:
         )
 
     def _ordered(
-        self, hypotheses: list[list[Hypothesis]], scores: list[list[float]] | None
+        self, hypotheses: list[list[Hypothesis]], scores: list[list[float]] | None, params: CaptionParams
     ) -> list[list[Caption]]:
-        return [self._order(per, None if scores is None else scores[i]) for i, per in enumerate(hypotheses)]
+        """Per image, the ``n_best`` captions in final order (re-ranked when ``scores`` are given)."""
+        return [
+            self._order(per, None if scores is None else scores[i], params.rerank_weight)[: params.n_best]
+            for i, per in enumerate(hypotheses)
+        ]
 
     async def caption_alone(self, images: np.ndarray, params: CaptionParams) -> CaptionOutput:
         """Caption uint8 [B, H, W, 3] images with no cross-request batching (the naive baseline)."""
@@ -309,9 +329,9 @@ class CaptionEngine:
         timings["decode"] = (t2 - t1) * 1e3
 
         scores = await self._scores(params, regions, hyps)
-        results = self._ordered(hyps, scores)
+        results = self._ordered(hyps, scores, params)
         if original is not None:
-            original_out = self._ordered(original, await self._scores(params, regions, original))
+            original_out = self._ordered(original, await self._scores(params, regions, original), params)
         timings["rerank"] = (time.perf_counter() - t2) * 1e3
         if self.metrics is not None:
             self.metrics.captions_served.labels(model=cap.name).inc(len(images))
@@ -349,7 +369,7 @@ class CaptionEngine:
             max_length=params.max_length,
             bos=self.manifest.vocabulary.bos_id,
             eos=self.manifest.vocabulary.eos_id,
-            n_best=params.n_best,
+            n_best=params.search_n_best,
             length_penalty=params.length_penalty,
             initial_state=state0,
             banned_ids=self.banned,
@@ -396,21 +416,19 @@ class CaptionEngine:
 
         return observe
 
-    def _order(self, hyps: list[Hypothesis], scores: list[float] | None) -> list[Caption]:
-        captions = [
+    def _order(self, hyps: list[Hypothesis], scores: list[float] | None, weight: float) -> list[Caption]:
+        order = range(len(hyps)) if scores is None else rerank_order(scores, [h.score for h in hyps], weight)
+        return [
             Caption(
-                text=self.vocab.decode(h.tokens),
-                tokens=h.tokens,
-                logprob=h.logprob,
-                normalized_logprob=h.score,
-                ranker_score=None if scores is None else scores[rank],
-                beam_rank=rank + 1,
+                text=self.vocab.decode(hyps[i].tokens),
+                tokens=hyps[i].tokens,
+                logprob=hyps[i].logprob,
+                normalized_logprob=hyps[i].score,
+                ranker_score=None if scores is None else scores[i],
+                beam_rank=i + 1,
             )
-            for rank, h in enumerate(hyps)
+            for i in order
         ]
-        if scores is not None:
-            captions.sort(key=lambda c: -(c.ranker_score or 0.0))
-        return captions
 
 
 __all__ = [

@@ -133,6 +133,25 @@ def test_rerank_off_and_default(client: TestClient, manifest: Manifest) -> None:
     assert {c["text"] for c in scored} == {c["text"] for c in captions}  # same beams, new order
 
 
+def test_rerank_reads_every_beam_then_cuts_to_n_best(client: TestClient, manifest: Manifest) -> None:
+    """beam_size=B, n_best=K re-ranks all B finished beams (seed 000 §5.4), not only the K most likely."""
+    cap = next((c for c in manifest.captioners if c.ranker), None)
+    if cap is None:
+        pytest.skip("no captioner with a jointly trained ranker")
+    pulled_up = 0
+    for seed in range(8, 14):
+        every = post_images(client, png(seed), model=cap.name, beam_size=12, n_best=12).json()["results"][0]
+        top = post_images(client, png(seed), model=cap.name, beam_size=12, n_best=3).json()["results"][0]
+        assert [c["text"] for c in top["captions"]] == [c["text"] for c in every["captions"][:3]]
+        pulled_up += max(c["beam_rank"] for c in top["captions"]) > 3
+    assert pulled_up, "the ranker never chose a beam outside the 3 most likely: the test shows nothing"
+
+    weighted = post_images(client, png(8), model=cap.name, beam_size=12, rerank_weight=0.5).json()
+    assert weighted["rerank_weight"] == 0.5
+    combined = [c["ranker_score"] + 0.5 * c["normalized_logprob"] for c in weighted["results"][0]["captions"]]
+    assert combined == sorted(combined, reverse=True)
+
+
 def test_every_captioner_and_named_ranker(client: TestClient, manifest: Manifest) -> None:
     for cap in manifest.captioners:
         for ranker in [None, *[r.name for r in manifest.rankers]]:
@@ -174,8 +193,15 @@ def bad_requests(client: TestClient, bomb: bytes) -> dict[str, tuple[Callable[[]
         "unknown_model": (form(png(), model="nope"), 404, "unknown_model", "nope"),
         "unknown_ranker": (form(png(), rerank="nope"), 404, "unknown_model", "nope"),
         "beam_0": (form(png(), beam_size=0), 422, "validation_error", "beam_size"),
-        "beam_50": (form(png(), beam_size=50), 422, "validation_error", "beam_size"),
-        "beam_json": (raw(json={"images": [b64], "beam_size": 50}), 422, "validation_error", "beam_size"),
+        "beam_101": (form(png(), beam_size=101), 422, "validation_error", "beam_size"),
+        "beam_json": (raw(json={"images": [b64], "beam_size": 101}), 422, "validation_error", "beam_size"),
+        "rerank_weight_negative": (form(png(), rerank_weight=-1), 422, "validation_error", "rerank_weight"),
+        "rerank_weight_unranked": (
+            form(png(), rerank="false", rerank_weight=0.1),
+            422,
+            "invalid_parameter",
+            "rerank_weight",
+        ),
         "n_best_gt_beam": (form(png(), beam_size=2, n_best=3), 422, "invalid_parameter", "n_best"),
         "max_length_big": (form(png(), max_length=10_000), 422, "invalid_parameter", "max_length"),
         "length_penalty": (form(png(), length_penalty=3), 422, "validation_error", "length_penalty"),
@@ -198,7 +224,8 @@ def bad_requests(client: TestClient, bomb: bytes) -> dict[str, tuple[Callable[[]
 
 BAD_CASES = [
     "non_image", "truncated_png", "empty_upload", "bomb", "unknown_model", "unknown_ranker", "beam_0",
-    "beam_50", "beam_json", "n_best_gt_beam", "max_length_big", "length_penalty", "unknown_param",
+    "beam_101", "beam_json", "rerank_weight_negative", "rerank_weight_unranked",
+    "n_best_gt_beam", "max_length_big", "length_penalty", "unknown_param",
     "no_image_multipart", "no_image_json", "no_body", "bad_base64", "bad_json", "wrong_type", "too_many",
     "media_type",
 ]  # fmt: skip
