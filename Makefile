@@ -67,4 +67,4 @@ models: $(STAMP)
 	$(VENV)/bin/compcap models --preset $(PRESET) --out $(ZOO)
 
 report: $(STAMP)
-	$(VENV)/bin/compcap report --zoo $(ZOO) --out reports
+	$(VENV)/bin/compcap report --zoo $(ZOO) --out reports --rerank-sweep

@@ -99,17 +99,24 @@ async def _decode(
     beam_size: int,
     chunk: int,
     rerank_beam_size: int,
+    rerank_weight: float,
 ) -> list[list[str]]:
     """Top ``beam_size`` captions per image in final order. A re-ranked run decodes ``rerank_beam_size``
-    beams and re-ranks all of them (seed 000 §5.4: B candidates, then the ranker's top K), so that
-    re-ranking can change which K captions Recall@K sees, not only their order."""
+    beams and re-ranks all of them (seed 000 §5.4: B candidates, then the ranker's top K; the engine does
+    this for ``n_best < beam_size``), so that re-ranking can change which K captions Recall@K sees."""
     beam = rerank_beam_size if ranker else beam_size
-    params = engine.resolve(model=captioner, beam_size=beam, n_best=beam, rerank=ranker or False)
+    params = engine.resolve(
+        model=captioner,
+        beam_size=beam,
+        n_best=beam_size,
+        rerank=ranker or False,
+        rerank_weight=rerank_weight if ranker else 0.0,
+    )
     texts: list[list[str]] = []
     with tqdm(total=len(images), desc=f"decode {captioner}+{ranker or 'none'}", unit="img") as bar:
         for start in range(0, len(images), chunk):
             output = await engine.caption(images[start : start + chunk], params)
-            texts.extend([c.text for c in per[:beam_size]] for per in output.results)
+            texts.extend([c.text for c in per] for per in output.results)
             bar.update(len(output.results))
     return texts
 
@@ -122,6 +129,7 @@ async def _decode_all(
     beam_size: int,
     chunk: int,
     rerank_beam_size: int,
+    rerank_weight: float,
 ) -> list[list[list[str]]]:
     backend = OnnxRuntimeBackend(repo, manifest)
     limits = EngineLimits(max_beam_size=max(beam_size, rerank_beam_size))
@@ -130,7 +138,8 @@ async def _decode_all(
             backend, manifest, Vocabulary.load(repo / manifest.vocabulary.file), limits=limits
         )
         return [
-            await _decode(engine, images, cap, rk, beam_size, chunk, rerank_beam_size) for cap, rk in runs
+            await _decode(engine, images, cap, rk, beam_size, chunk, rerank_beam_size, rerank_weight)
+            for cap, rk in runs
         ]
     finally:
         await backend.close()
@@ -172,7 +181,8 @@ def evaluate(
     chunk: int = 64,
     captioners: Sequence[str] | None = None,
     meteor: bool = True,
-    rerank_beam_size: int = 20,
+    rerank_beam_size: int = 100,
+    rerank_weight: float = 0.0,
     fallback_ranker: bool = True,
 ) -> dict[str, Any]:
     """Evaluate every captioner of ``repo`` on set ``set_name`` of a split of the dataset in ``data``.
@@ -180,7 +190,8 @@ def evaluate(
     ``limit`` keeps the first N evaluation images; ``pairs_fn`` replaces the spaCy attachment checker
     (``service.text.attachment.AttachmentChecker().pairs_batch``); ``json_out`` also writes the result;
     ``captioners`` restricts the runs to those captioners (default: all); ``meteor=False`` skips METEOR
-    (a Java start per run)."""
+    (a Java start per run). Re-ranked runs re-rank ``rerank_beam_size`` beams (100, as the seeds' own
+    BUTR+RR evaluation) by ranker cosine + ``rerank_weight`` × normalised log-prob (0: the ranker alone)."""
     from export.data.coco import load_folder
     from export.data.splits import load_split
 
@@ -222,7 +233,9 @@ def evaluate(
     runs = [run for run in runs_for(manifest, fallback_ranker) if captioners is None or run[0] in captioners]
     if not runs:
         raise ValueError(f"none of {list(captioners or [])} is a captioner of {repo}")
-    decoded = asyncio.run(_decode_all(repo, manifest, images, runs, beam_size, chunk, rerank_beam_size))
+    decoded = asyncio.run(
+        _decode_all(repo, manifest, images, runs, beam_size, chunk, rerank_beam_size, rerank_weight)
+    )
 
     parse: PairsFn | None = None
     if held_out:
@@ -273,6 +286,7 @@ def evaluate(
         "images": len(eval_ids),
         "beam_size": beam_size,
         "rerank_beam_size": rerank_beam_size,
+        "rerank_weight": rerank_weight,
         "results": results,
     }
     if json_out is not None:

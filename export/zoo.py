@@ -43,7 +43,9 @@ from service.manifest import Manifest
 from service.text.attachment import AttachmentChecker
 from service.text.vocabulary import Vocabulary
 
-EVAL_SEED = 20261121  # the evaluation world: a seed not used during development
+# The evaluation world: a seed not used during development. 20261121 served until the re-ranking weight
+# grid was looked at on it during development (session 3); it is retired for the report.
+EVAL_SEED = 20270313
 GROUPS = (1, 2, 3, 4)
 console = Console(stderr=True)
 
@@ -91,6 +93,30 @@ def zoo_plan(groups: Sequence[int] = GROUPS, extra_group: int = 1) -> list[tuple
     return plan
 
 
+def ensure_eval_world(
+    work_dir: Path,
+    preset: Preset,
+    eval_seed: int = EVAL_SEED,
+    seed: int = 0,
+    groups: Sequence[int] = GROUPS,
+    checker: AttachmentChecker | None = None,
+) -> Path:
+    """The evaluation world ``<work>/data/eval_<eval_seed>`` with its systematicity and full splits,
+    rendered and split where missing (a zoo can be evaluated on a new world without retraining)."""
+    eval_dir = work_dir / "data" / f"eval_{eval_seed}"
+    if not (eval_dir / "captions.json").is_file():
+        write_dataset(eval_dir, images=preset.zoo_eval_images, seed=eval_seed, image_size=preset.image_size)
+    eval_ds = None
+    for kind, group in [*(("systematicity", g) for g in groups), ("full", None)]:
+        folder = eval_dir / "splits" / (f"systematicity_{group}" if group is not None else "full")
+        if (folder / "split.json").is_file():
+            continue
+        eval_ds = eval_ds or load_folder(eval_dir)
+        checker = checker or AttachmentChecker()
+        write_split(build_split(eval_ds, kind, group=group, checker=checker, seed=seed), folder)
+    return eval_dir
+
+
 def build_zoo(
     out: Path,
     preset: str = "default",
@@ -104,22 +130,15 @@ def build_zoo(
     started = time.perf_counter()
     work_dir = Path(work) if work else out.with_name(out.name + ".work")
     (images, captions, graphs, ids), _ = _data(work_dir, p, seed)
-    eval_dir = work_dir / "data" / f"eval_{eval_seed}"
-    if not (eval_dir / "captions.json").is_file():
-        write_dataset(eval_dir, images=p.zoo_eval_images, seed=eval_seed, image_size=p.image_size)
     checker = AttachmentChecker()
-    train_ds, eval_ds = load_folder(work_dir / "data" / "train"), load_folder(eval_dir)
+    eval_dir = ensure_eval_world(work_dir, p, eval_seed, seed, groups, checker)
+    train_ds = load_folder(work_dir / "data" / "train")
     splits: dict[int, Split] = {}
     for g in groups:
         splits[g] = build_split(train_ds, "systematicity", group=g, checker=checker, seed=seed)
         write_split(splits[g], work_dir / "data" / "train" / "splits" / f"systematicity_{g}")
-        write_split(
-            build_split(eval_ds, "systematicity", group=g, checker=checker, seed=seed),
-            eval_dir / "splits" / f"systematicity_{g}",
-        )
     full = build_split(train_ds, "full", seed=seed)  # FULL trains on its train set, is selected on its val
     write_split(full, work_dir / "data" / "train" / "splits" / "full")
-    write_split(build_split(eval_ds, "full", seed=seed), eval_dir / "splits" / "full")
     position = {image_id: i for i, image_id in enumerate(ids)}
     vocab = Vocabulary.build(c for caps in captions for c in caps)
     encoder, enc_log = train_visual_encoder(images, _cell_labels(graphs, p), label_sizes(), p, seed)

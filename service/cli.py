@@ -63,13 +63,28 @@ def _models(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from export.report import write_report
-    from export.zoo import EVAL_SEED
+    import json
 
-    data = Path(args.data) if args.data else Path(args.zoo + ".work") / "data" / f"eval_{EVAL_SEED}"
+    from export.presets import get_preset
+    from export.report import write_report
+    from export.zoo import EVAL_SEED, ensure_eval_world
+
+    work = Path(args.zoo + ".work")
     groups = [int(g) for g in args.groups.split(",")]
+    if args.data:
+        data = Path(args.data)
+    else:  # render and split the evaluation world if this zoo has not met it yet
+        build = json.loads((Path(args.zoo) / "build_report.json").read_text(encoding="utf-8"))
+        data = ensure_eval_world(work, get_preset(build["preset"]), EVAL_SEED, build.get("seed", 0), groups)
+    dev = Path(args.dev_data) if args.dev_data else work / "data" / "train"
     write_report(
-        Path(args.zoo), data, Path(args.out), groups=groups, reuse=args.reuse, sweep=args.rerank_sweep
+        Path(args.zoo),
+        data,
+        Path(args.out),
+        groups=groups,
+        reuse=args.reuse,
+        sweep=args.rerank_sweep,
+        dev_data=dev if (dev / "splits").is_dir() else None,
     )
     print(f"wrote {Path(args.out) / 'reproduction.md'}")
     return 0
@@ -167,7 +182,15 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", default="reports")
     report.add_argument("--reuse", action="store_true", help="re-render from reports/reproduction.json")
     report.add_argument(
-        "--rerank-sweep", action="store_true", help="also BUTR+RR Recall@5 for B = 5, 10, 20, 40"
+        "--rerank-sweep",
+        action="store_true",
+        help="also BUTR+RR Recall@5 for B = 5..100 and both targets against the re-ranking weight",
+    )
+    report.add_argument(
+        "--dev-data",
+        default=None,
+        help="world whose held-out halves choose BUTR+RR's re-ranking weight "
+        "(default: <zoo>.work/data/train)",
     )
     report.set_defaults(func=_report)
 

@@ -10,6 +10,7 @@ import pytest
 
 from export.data.splits import load_split
 from export.evaluate import evaluate
+from export.rerank_select import Entry, weight_sweep
 from export.world.dataset import write_dataset
 from service.cli import main
 from service.manifest import load_manifest
@@ -70,3 +71,30 @@ def test_evaluate_restricts_to_named_captioners(world: Path, tiny_repo: Path) ->
     assert {r["captioner"] for r in result["results"]} == {"butd"} and result["images"] == 5
     with pytest.raises(ValueError, match="none of"):
         evaluate(tiny_repo, world, None, "systematicity", 1, None, meteor=False, captioners=["nope"])
+
+
+def test_rerank_weight_sweep_matches_evaluate(world: Path, tiny_repo: Path) -> None:
+    """The sweep's re-ordering of decoded candidates gives the same Recall@5 and CIDEr-D as evaluating
+    BUTR+RR with that weight through the engine, and its baseline is BUTD's beam-5 row."""
+    if not (world / "splits" / "systematicity_1" / "split.json").is_file():
+        main(["splits", "--data", str(world), "--kind", "systematicity", "--group", "1", "--out",
+              str(world / "splits" / "systematicity_1")])  # fmt: skip
+    for set_name in ("test_no_comb",):
+        if set_name not in load_split(world / "splits" / "systematicity_1" / "split.json").sets:
+            pytest.skip("the split has no Test no Comb set")
+    sweep = weight_sweep(tiny_repo, world, [Entry(1, "butr", "butr", "butd")], weights=(0.0, 0.3), beam=8)
+    assert set(sweep["rows"]) == {"baseline", "likelihood", "0", "0.3"}
+
+    def row(captioner: str, set_name: str, weight: float = 0.0) -> dict:
+        result = evaluate(tiny_repo, world, None, "systematicity", 1, None, set_name=set_name, meteor=False,
+                          captioners=[captioner], fallback_ranker=False, rerank_beam_size=8,
+                          rerank_weight=weight)  # fmt: skip
+        return next(r for r in result["results"] if r["ranker"] == (None if captioner == "butd" else "butr"))
+
+    for weight, key in ((0.0, "0"), (0.3, "0.3")):
+        recall = row("butr", "test", weight)["recall_at_5_mean"]
+        assert sweep["rows"][key]["recall_at_5"] == pytest.approx(recall, abs=1e-6)
+        cider = row("butr", "test_no_comb", weight)["cider_d"]
+        assert sweep["rows"][key]["cider_d_no_comb"] == pytest.approx(cider, abs=1e-6)
+    baseline = row("butd", "test_no_comb")["cider_d"]
+    assert sweep["rows"]["baseline"]["cider_d_no_comb"] == pytest.approx(baseline, abs=1e-6)
