@@ -37,13 +37,14 @@ class GraphSpec:
 
 
 def export_graph(owner: nn.Module, fn: Callable[..., object], spec: GraphSpec, path: Path) -> None:
-    """Trace ``fn`` (a method of ``owner``) with ``spec``'s example inputs and write ONNX to ``path``."""
+    """Trace ``fn`` (a method of ``owner``) with ``spec``'s example inputs and write ONNX to ``path``.
+    ``owner`` is left in eval mode (the exporter restores the wrapper's mode, and with it the owner's)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     owner.eval()
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            _Wrap(fn, owner),
+            _Wrap(fn, owner).eval(),
             tuple(spec.inputs.values()),
             str(path),
             dynamo=False,

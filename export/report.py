@@ -277,6 +277,37 @@ def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.1f}"
 
 
+def _tradeoff_plot(rerank: dict[str, Any] | None, out: Path) -> list[str]:
+    """Recall@5 against in-distribution CIDEr-D for each re-ranking weight (development and evaluation
+    worlds), with BUTD's beam-5 point and the captioner-alone order."""
+    worlds = [(name, rerank[name]) for name in ("dev", "test") if rerank and rerank.get(name)]
+    if not worlds:
+        return []
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for (name, sweep), colour in zip(worlds, ("#aa3377", "#4477aa"), strict=False):
+        rows = sweep["rows"]
+        keys = [k for k in rows if k not in ("baseline", "likelihood")]
+        xs = [100 * rows[k]["cider_d_no_comb"] for k in keys]
+        ys = [100 * rows[k]["recall_at_5"] for k in keys]
+        world = "development world" if name == "dev" else "evaluation world"
+        ax.plot(xs, ys, marker="o", color=colour, label=f"BUTR+RR, λ = {', '.join(keys)} ({world})")
+        for x, y, k in zip(xs, ys, keys, strict=True):
+            ax.annotate(k, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        base = rows["baseline"]
+        ax.scatter([100 * base["cider_d_no_comb"]], [100 * base["recall_at_5"]], marker="s", color=colour)
+        ax.axvline(90 * base["cider_d_no_comb"], color=colour, linestyle=":", linewidth=1)
+        like = rows["likelihood"]
+        ax.scatter([100 * like["cider_d_no_comb"]], [100 * like["recall_at_5"]], marker="x", color=colour)
+    ax.set_xlabel("CIDEr-D on Test no Comb (■ BUTD beam 5; dotted: 90% of it; × captioner alone)")
+    ax.set_ylabel("mean Recall@5 on Test Comb (%)")
+    ax.set_title(f"Re-ranking {rerank['beam'] if rerank else ''} beams: recall against fluency", fontsize=10)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "rerank_weight.png", dpi=120)
+    plt.close(fig)
+    return ["rerank_weight.png"]
+
+
 def _plots(table: dict[str, Any], out: Path) -> list[str]:
     labels = list(table)
     fig, ax = plt.subplots(figsize=(7, 3.5))
@@ -552,6 +583,6 @@ def write_report(
     (out / "reproduction.json").write_text(
         json.dumps({"table": table, **collected}, indent=2), encoding="utf-8"
     )
-    plots = _plots(table, out)
+    plots = _plots(table, out) + _tradeoff_plot(collected.get("rerank"), out)
     (out / "reproduction.md").write_text(render(table, collected, zoo, data, plots), encoding="utf-8")
     return table

@@ -10,8 +10,10 @@ import pytest
 
 from export.data.splits import load_split
 from export.evaluate import evaluate
+from export.presets import get_preset
 from export.rerank_select import Entry, weight_sweep
 from export.world.dataset import write_dataset
+from export.zoo import ensure_eval_world
 from service.cli import main
 from service.manifest import load_manifest
 
@@ -98,3 +100,17 @@ def test_rerank_weight_sweep_matches_evaluate(world: Path, tiny_repo: Path) -> N
         assert sweep["rows"][key]["cider_d_no_comb"] == pytest.approx(cider, abs=1e-6)
     baseline = row("butd", "test_no_comb")["cider_d"]
     assert sweep["rows"]["baseline"]["cider_d_no_comb"] == pytest.approx(baseline, abs=1e-6)
+
+
+def test_ensure_eval_world_renders_and_splits_once(tmp_path: Path) -> None:
+    """A zoo meets a new evaluation world without retraining: rendered and split where missing, kept after."""
+    preset = get_preset("tiny")
+    folder = ensure_eval_world(tmp_path, preset, eval_seed=99, groups=(1,))
+    assert folder == tmp_path / "data" / "eval_99"
+    split_file = folder / "splits" / "systematicity_1" / "split.json"
+    assert (folder / "captions.json").is_file() and (folder / "splits" / "full" / "split.json").is_file()
+    sets = load_split(split_file).sets
+    assert sets["test"] and not set(sets["test"]) & set(sets["train"])
+    stamp = split_file.stat().st_mtime_ns, (folder / "captions.json").stat().st_mtime_ns
+    assert ensure_eval_world(tmp_path, preset, eval_seed=99, groups=(1,)) == folder
+    assert (split_file.stat().st_mtime_ns, (folder / "captions.json").stat().st_mtime_ns) == stamp

@@ -57,7 +57,9 @@ def test_step_onnx_parity(butr: BUTR, tmp_path: Path) -> None:
         "state": {0: "n"},
     }
     path = tmp_path / "step.onnx"
+    butr.train()
     export_graph(butr, butr.step, GraphSpec(inputs(4, 3), ["logprobs", "state_out", "attention"], dyn), path)
+    assert not any(m.training for m in butr.modules())  # export leaves the model in eval mode
     for n, t in ((1, 1), (9, 5)):  # other row counts and prefix lengths than the traced ones
         assert parity(butr, butr.step, path, inputs(n, t)) <= 1e-4
 
