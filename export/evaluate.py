@@ -45,7 +45,7 @@ import numpy as np
 from tqdm import tqdm
 
 from service.backends.onnxruntime import OnnxRuntimeBackend
-from service.engine.captioning import CaptionEngine, EngineLimits
+from service.engine.captioning import CaptionEngine, EngineError, EngineLimits
 from service.evaluation.cider import CiderD
 from service.evaluation.diversity import diversity, training_index
 from service.evaluation.metrics import caption_metrics, java_available
@@ -307,12 +307,24 @@ def run_evaluate_cli(
     group: int | None,
     json_out: Path | None,
     set_name: str = "test",
+    rerank_beam_size: int = 100,
+    rerank_weight: float = 0.0,
 ) -> int:
     """``compcap evaluate --repo DIR --data DIR --split KIND [--group N] --json OUT``: evaluate and print
     a summary table (recall and metrics ×100 as in seed 000's tables; CIDEr-D ×100). Returns the exit code."""
     try:
-        out = evaluate(repo, data, split_path, kind, group, json_out, set_name=set_name)
-    except (FileNotFoundError, KeyError, ValueError) as exc:
+        out = evaluate(
+            repo,
+            data,
+            split_path,
+            kind,
+            group,
+            json_out,
+            set_name=set_name,
+            rerank_beam_size=rerank_beam_size,
+            rerank_weight=rerank_weight,
+        )
+    except (FileNotFoundError, KeyError, ValueError, EngineError) as exc:
         print(f"compcap evaluate: {exc}", file=sys.stderr)
         return 2
     title = f"{kind}" + (f" group {group}" if group is not None else "") + f", {out['images']} images"

@@ -50,7 +50,15 @@ def _evaluate(args: argparse.Namespace) -> int:
     split_path = Path(args.split_file) if args.split_file else None
     json_out = Path(args.json) if args.json else None
     return run_evaluate_cli(
-        Path(args.repo), Path(args.data), split_path, args.split, args.group, json_out, set_name=args.set
+        Path(args.repo),
+        Path(args.data),
+        split_path,
+        args.split,
+        args.group,
+        json_out,
+        set_name=args.set,
+        rerank_beam_size=args.rerank_beam_size,
+        rerank_weight=args.rerank_weight,
     )
 
 
@@ -163,6 +171,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--set",
         default="test",
         help="set of the split: test, test_no_comb, test_rich, test_base, test_dense, val",
+    )
+    evaluate.add_argument(
+        "--rerank-beam-size", type=int, default=100, help="beams a re-ranked run re-ranks (B; default 100)"
+    )
+    evaluate.add_argument(
+        "--rerank-weight",
+        type=float,
+        default=0.0,
+        help="re-ranked order = cosine + weight × normalised log-prob (default 0: the ranker alone)",
     )
     evaluate.set_defaults(func=_evaluate)
 

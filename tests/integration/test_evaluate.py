@@ -114,3 +114,36 @@ def test_ensure_eval_world_renders_and_splits_once(tmp_path: Path) -> None:
     stamp = split_file.stat().st_mtime_ns, (folder / "captions.json").stat().st_mtime_ns
     assert ensure_eval_world(tmp_path, preset, eval_seed=99, groups=(1,)) == folder
     assert (split_file.stat().st_mtime_ns, (folder / "captions.json").stat().st_mtime_ns) == stamp
+
+
+def test_evaluate_cli_names_a_bad_rerank_weight(
+    world: Path, tiny_repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    split_dir = world / "splits" / "systematicity_1"
+    if not (split_dir / "split.json").is_file():
+        main(
+            [
+                "splits",
+                "--data",
+                str(world),
+                "--kind",
+                "systematicity",
+                "--group",
+                "1",
+                "--out",
+                str(split_dir),
+            ]
+        )
+    args = [
+        "evaluate",
+        "--repo",
+        str(tiny_repo),
+        "--data",
+        str(world),
+        "--split",
+        "systematicity",
+        "--group",
+        "1",
+    ]
+    assert main([*args, "--rerank-weight", "20"]) == 2
+    assert "rerank_weight" in capsys.readouterr().err
