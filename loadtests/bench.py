@@ -493,7 +493,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 naive_http = asyncio.run(
                     closed_loop(naive_gateway.url, pngs, query, clients, args.duration, step_model)
                 )
-    return {
+    out: dict[str, Any] = {
         "backend": args.backend,
         "model": model,
         "rerank": args.rerank,
@@ -512,6 +512,36 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "load": load,
         "cpu_count": os.cpu_count(),
     }
+    for row in out["load"]:
+        row["ceiling_of_limit"] = round(ceiling_of_limit(out, row["mean_rows_per_call"]), 3)
+    return out
+
+
+def step_rows_per_s(step_curve: Sequence[dict[str, float]], rows: float) -> float:
+    """rows/s of the step at ``rows`` rows per call: the best measured time per call at each batch size
+    (over ORT spin modes), linear in rows between measured sizes, clamped to the measured range."""
+    best: dict[int, float] = {}
+    for point in step_curve:
+        r = int(point["rows"])
+        best[r] = min(best.get(r, float("inf")), float(point["ms_per_call"]))
+    if not best:
+        raise ValueError("step_curve is empty")
+    sizes = sorted(best)
+    at = min(max(rows, sizes[0]), sizes[-1])
+    ms = float(np.interp(at, sizes, [best[r] for r in sizes]))
+    return at / ms * 1e3
+
+
+def ceiling_of_limit(result: dict[str, Any], mean_rows: float) -> float:
+    """The share of the step-only limit (``limit.ideal_captions_per_s``) that a gateway with no overhead
+    at all could reach when its step calls carry ``mean_rows`` rows: each caption still needs its
+    ``rows_per_caption`` step rows at that batch size's speed plus the other model calls of
+    ``compute_limit`` (encoder, init, ranker) at large batches."""
+    ms = result["compute_limit"]["ms_per_caption"]
+    step_model = max(ms, key=lambda k: ms[k] if k.endswith("_step") else -1.0)
+    other_ms = sum(v for k, v in ms.items() if k != step_model)
+    step_ms = result["rows_per_caption"] / step_rows_per_s(result["step_curve"], mean_rows) * 1e3
+    return (1e3 / (step_ms + other_ms)) / result["limit"]["ideal_captions_per_s"]
 
 
 def summary(result: dict[str, Any]) -> Table:
@@ -525,6 +555,7 @@ def summary(result: dict[str, Any]) -> Table:
         "clients",
         "captions/s",
         "% of limit",
+        "ceiling",
         "% of compute",
         "× naive",
         "p50 ms",
@@ -540,6 +571,7 @@ def summary(result: dict[str, Any]) -> Table:
             str(row["clients"]),
             f"{row['captions_per_s']:.1f}",
             f"{100 * row['captions_per_s'] / limit:.0f}%",
+            f"{100 * ceiling_of_limit(result, row['mean_rows_per_call']):.0f}%",
             f"{100 * row['captions_per_s'] / result['compute_limit']['captions_per_s']:.0f}%",
             f"{row['captions_per_s'] / naive:.2f}",
             str(row["p50_ms"]),
@@ -555,7 +587,8 @@ def summary(result: dict[str, Any]) -> Table:
         f"= {limit:.1f} captions/s "
         f"({result['rows_per_caption']:.0f} rows per caption); naive {naive:.1f} captions/s; all model "
         f"calls of a caption at large batches: {result['compute_limit']['captions_per_s']:.0f} captions/s "
-        f"(step share {100 * result['compute_limit']['step_share']:.0f}%)"
+        f"(step share {100 * result['compute_limit']['step_share']:.0f}%); ceiling = the % of the limit a "
+        "gateway with zero overhead could reach at that level's rows per call"
         + (
             f"; gateway without cross-request batching at {naive_http['clients']} clients: "
             f"{naive_http['captions_per_s']:.1f} captions/s"

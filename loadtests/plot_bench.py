@@ -14,6 +14,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from loadtests.bench import ceiling_of_limit
+
 
 def plot(results: list[dict], out: Path) -> None:
     fig, (throughput, latency) = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -32,6 +34,16 @@ def plot(results: list[dict], out: Path) -> None:
         )
         throughput.axhline(
             result["naive"]["captions_per_s"], color=color, ls=":", lw=1, label=f"{name}: naive"
+        )
+        limit = result["limit"]["ideal_captions_per_s"]
+        throughput.plot(
+            clients,
+            [limit * ceiling_of_limit(result, row["mean_rows_per_call"]) for row in result["load"]],
+            "^-.",
+            color=color,
+            lw=1,
+            alpha=0.7,
+            label=f"{name}: zero-overhead ceiling",
         )
         latency.plot(
             clients, [row["p50_ms"] for row in result["load"]], "o-", color=color, label=f"{name}: p50"

@@ -41,3 +41,4 @@ def test_bench_writes_its_json(tiny_repo: Path, tmp_path: Path) -> None:
         assert row["sent"] == row["received"] > 0 and row["errors_5xx"] == 0
         assert row["captions_per_s"] > 0 and row["p50_ms"] <= row["p99_ms"]
         assert row["mean_rows_per_call"] >= 1
+        assert 0 < row["ceiling_of_limit"] <= compute["captions_per_s"] / limit["ideal_captions_per_s"] + 1e-3
