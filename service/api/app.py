@@ -20,7 +20,7 @@ from service.backends.factory import make_backend
 from service.engine.captioning import CaptionEngine, EngineLimits, SchedulerLimits
 from service.manifest import Manifest, load_manifest
 from service.metrics import Metrics
-from service.settings import MAX_BEAM_SIZE, Settings
+from service.settings import Settings
 from service.text.vocabulary import Vocabulary
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ class Runtime:
         self.metrics = Metrics()
         self.limits = EngineLimits(
             default_beam_size=settings.default_beam_size,
-            max_beam_size=MAX_BEAM_SIZE,
+            max_beam_size=settings.max_beam_size,
             max_length_cap=settings.max_length_cap,
         )
         self.backend: Backend | None = None

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from service.api.app import create_app
 from service.manifest import Manifest
 from service.settings import Settings
-from tests.api.conftest import MAX_IMAGES
+from tests.api.conftest import MAX_IMAGES, wait_ready
 
 
 def png(seed: int = 0, size: tuple[int, int] = (64, 48)) -> bytes:
@@ -355,3 +355,15 @@ def test_settings_from_environment(tiny_repo: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("COMPCAP_MAX_UPLOAD_BYTES", "-1")
     with pytest.raises(ValidationError, match="max_upload_bytes"):
         Settings()
+
+
+def test_operator_max_beam_size(tiny_repo: Path) -> None:
+    """COMPCAP_MAX_BEAM_SIZE caps beam_size below the API's ceiling; a default above it fails at start-up."""
+    with pytest.raises(ValueError, match="default_beam_size"):
+        Settings(repo=tiny_repo, max_beam_size=4)
+    app = create_app(Settings(repo=tiny_repo, max_beam_size=8, default_beam_size=3, intra_op_threads=1))
+    with TestClient(app) as capped:
+        wait_ready(capped)
+        assert post_images(capped, png(1), beam_size=8).status_code == 200
+        refused = post_images(capped, png(1), beam_size=9)
+        assert refused.status_code == 422 and error_of(refused)["details"][0]["field"] == "beam_size"
