@@ -6,8 +6,9 @@ VPY       := $(VENV)/bin/python
 STAMP     := $(VENV)/.installed
 REPO      ?= model_repo
 PRESET    ?= default
-HOST      ?= 127.0.0.1
-PORT      ?= 8080
+# empty: COMPCAP_HOST / COMPCAP_PORT or the settings' defaults (127.0.0.1:8080) apply
+HOST      ?=
+PORT      ?=
 # the Triton venv: Debian's python3.11, whose libpython the python-backend stub links (not pyenv's)
 TRITON_PY ?= /usr/bin/python3.11
 TVENV     := .venv-triton
@@ -45,7 +46,7 @@ build: $(STAMP)
 	$(VENV)/bin/compcap build --preset $(PRESET) --out $(REPO)
 
 run: $(STAMP) $(REPO)/manifest.json
-	$(VENV)/bin/compcap serve --host $(HOST) --port $(PORT) --repo $(REPO)
+	$(VENV)/bin/compcap serve --repo $(REPO) $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
 
 test: $(STAMP) $(TSTAMP)
 	$(VPY) -m pytest -q -p no:cacheprovider

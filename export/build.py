@@ -14,7 +14,7 @@ import torch
 from rich.console import Console
 
 from export.data.coco import load_folder
-from export.data.splits import Split, build_split, write_split
+from export.data.splits import Split, build_split, split_dir_for, write_split
 from export.package import TrainedCaptioner, TrainedRanker, export_repository
 from export.presets import Preset, get_preset
 from export.quality import evaluate_repository
@@ -42,7 +42,8 @@ QUALITY_RUNS: list[tuple[str, str | None]] = [
 console = Console(stderr=True)
 
 
-def _data(work: Path, preset: Preset, seed: int) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+def training_worlds(work: Path, preset: Preset, seed: int) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The training and test worlds under ``<work>/data`` (rendered where missing or stale), loaded."""
     train_dir, test_dir = work / "data" / "train", work / "data" / "test"
     for folder, n, s in (
         (train_dir, preset.train_images, seed),
@@ -65,7 +66,8 @@ def _is_current(folder: Path, images: int, seed: int) -> bool:
     )
 
 
-def _cell_labels(graphs: list[dict[str, Any]], preset: Preset) -> dict[str, np.ndarray]:
+def cell_label_arrays(graphs: list[dict[str, Any]], preset: Preset) -> dict[str, np.ndarray]:
+    """Per-cell scene labels of every image (the visual encoder's targets), stacked per label kind."""
     cells = [world_labels.cell_labels(g, preset.grid, preset.image_size) for g in graphs]
     return {k: np.stack([c[k] for c in cells]) for k in cells[0]}
 
@@ -120,10 +122,10 @@ def training_split(train_dir: Path, group: int | None, seed: int) -> Split:
     dataset = load_folder(train_dir)
     if group is None:
         split = build_split(dataset, "full", seed=seed)
-        write_split(split, train_dir / "splits" / "full")
+        write_split(split, split_dir_for(train_dir, "full", None))
         return split
     split = build_split(dataset, "systematicity", group=group, checker=AttachmentChecker(), seed=seed)
-    write_split(split, train_dir / "splits" / f"systematicity_{group}")
+    write_split(split, split_dir_for(train_dir, "systematicity", group))
     return split
 
 
@@ -148,7 +150,7 @@ def _train_all(
     """The encoder learns from every image's scene graph (no captions); captioners and rankers learn from
     the captions of the split's training images only, so they never see a held-out pair; captioners are
     selected on the split's val images (held-out-pair images for systematicity)."""
-    encoder, enc_log = train_visual_encoder(images, _cell_labels(graphs, p), label_sizes(), p, seed)
+    encoder, enc_log = train_visual_encoder(images, cell_label_arrays(graphs, p), label_sizes(), p, seed)
     all_regions = extract_regions(encoder, images)
     position = {image_id: i for i, image_id in enumerate(ids)}
     val = validation_set(split, position, all_regions, captions, p.val_images)
@@ -184,8 +186,8 @@ def build_repo(out: Path, preset: str = "default", seed: int = 0, work: str | Pa
     work_dir = Path(work) if work else out.with_name(out.name + ".work")
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    (train_images, train_captions, train_graphs, train_ids), (test_images, test_captions, _, _) = _data(
-        work_dir, p, seed
+    (train_images, train_captions, train_graphs, train_ids), (test_images, test_captions, _, _) = (
+        training_worlds(work_dir, p, seed)
     )
     timings["world"] = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -229,7 +231,7 @@ def build_repo(out: Path, preset: str = "default", seed: int = 0, work: str | Pa
         "quality": quality,
     }
     (staging / "build_report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
-    _install(staging, out)
+    install_repository(staging, out)
     console.print(
         f"[green]built {out}[/] in {report['timings_s']['total']} s; parity max {max(checks.values()):.1e}"
     )
@@ -250,7 +252,7 @@ def training_summary(logs: dict[str, TrainLog]) -> dict[str, Any]:
     }
 
 
-def _install(staging: Path, out: Path) -> None:
+def install_repository(staging: Path, out: Path) -> None:
     """Move the staged repository into ``out``: model folders of an earlier build are removed, anything
     not generated (e.g. the tracked README) is kept."""
     out.mkdir(parents=True, exist_ok=True)

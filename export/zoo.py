@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -19,22 +19,19 @@ from typing import Any, Literal
 import numpy as np
 import torch
 from rich.console import Console
-from torch import nn
 
 from export.build import (
-    _cell_labels,
-    _data,
-    _install,
+    cell_label_arrays,
+    install_repository,
     label_sizes,
     training_record,
     training_summary,
+    training_worlds,
     validation_set,
 )
 from export.data.coco import load_folder
-from export.data.splits import Split, build_split, write_split
-from export.models.butr import BUTR
-from export.models.sat import SAT
-from export.models.transformer import TransformerCaptioner
+from export.data.splits import Split, build_split, split_dir_for, write_split
+from export.models.factory import ARCHITECTURES, captioner_factory
 from export.package import TrainedCaptioner, TrainedRanker, export_repository
 from export.presets import Preset, get_preset
 from export.train import TrainLog, extract_regions, train_captioner, train_visual_encoder, train_vsepp
@@ -48,41 +45,6 @@ from service.text.vocabulary import Vocabulary
 EVAL_SEED = 20270313
 GROUPS = (1, 2, 3, 4)
 console = Console(stderr=True)
-
-
-def _captioner_factory(
-    kind: str, vocab: Vocabulary, region_dim: int, regions: int, p: Preset
-) -> Callable[[], nn.Module]:
-    v = len(vocab)
-    factories: dict[str, Callable[[], nn.Module]] = {
-        "butd": lambda: BUTR(v, region_dim, p.word_dim, p.hidden_dim, p.joint_dim, p.attention_dim),
-        "butr": lambda: BUTR(v, region_dim, p.word_dim, p.hidden_dim, p.joint_dim, p.attention_dim),
-        "sat": lambda: SAT(v, region_dim, p.word_dim, p.hidden_dim, p.attention_dim),
-        "transformer": lambda: TransformerCaptioner(
-            v,
-            region_dim,
-            regions,
-            p.transformer_dim,
-            p.transformer_heads,
-            p.transformer_layers,
-            max_tokens=p.max_length + 2,
-        ),
-        "m2": lambda: TransformerCaptioner(
-            v,
-            region_dim,
-            regions,
-            p.transformer_dim,
-            p.transformer_heads,
-            p.transformer_layers,
-            memory_slots=p.memory_slots,
-            meshed=True,
-            max_tokens=p.max_length + 2,
-        ),
-    }
-    return factories[kind]
-
-
-ARCHITECTURES = {"butd": "BUTD", "butr": "BUTR", "sat": "SAT", "transformer": "Transformer", "m2": "M2"}
 
 
 def zoo_plan(groups: Sequence[int] = GROUPS, extra_group: int = 1) -> list[tuple[str, int | None]]:
@@ -108,7 +70,7 @@ def ensure_eval_world(
         write_dataset(eval_dir, images=preset.zoo_eval_images, seed=eval_seed, image_size=preset.image_size)
     eval_ds = None
     for kind, group in [*(("systematicity", g) for g in groups), ("full", None)]:
-        folder = eval_dir / "splits" / (f"systematicity_{group}" if group is not None else "full")
+        folder = split_dir_for(eval_dir, kind, group)
         if (folder / "split.json").is_file():
             continue
         eval_ds = eval_ds or load_folder(eval_dir)
@@ -129,19 +91,19 @@ def build_zoo(
     p = replace(get_preset(preset), caption_epochs=get_preset(preset).zoo_caption_epochs)
     started = time.perf_counter()
     work_dir = Path(work) if work else out.with_name(out.name + ".work")
-    (images, captions, graphs, ids), _ = _data(work_dir, p, seed)
+    (images, captions, graphs, ids), _ = training_worlds(work_dir, p, seed)
     checker = AttachmentChecker()
     eval_dir = ensure_eval_world(work_dir, p, eval_seed, seed, groups, checker)
     train_ds = load_folder(work_dir / "data" / "train")
     splits: dict[int, Split] = {}
     for g in groups:
         splits[g] = build_split(train_ds, "systematicity", group=g, checker=checker, seed=seed)
-        write_split(splits[g], work_dir / "data" / "train" / "splits" / f"systematicity_{g}")
+        write_split(splits[g], split_dir_for(work_dir / "data" / "train", "systematicity", g))
     full = build_split(train_ds, "full", seed=seed)  # FULL trains on its train set, is selected on its val
-    write_split(full, work_dir / "data" / "train" / "splits" / "full")
+    write_split(full, split_dir_for(work_dir / "data" / "train", "full", None))
     position = {image_id: i for i, image_id in enumerate(ids)}
     vocab = Vocabulary.build(c for caps in captions for c in caps)
-    encoder, enc_log = train_visual_encoder(images, _cell_labels(graphs, p), label_sizes(), p, seed)
+    encoder, enc_log = train_visual_encoder(images, cell_label_arrays(graphs, p), label_sizes(), p, seed)
     regions = extract_regions(encoder, images)
     dataset = f"sceneworld(seed={seed}, images={len(images)})"
     trained: list[TrainedCaptioner] = []
@@ -153,7 +115,7 @@ def build_zoo(
         val = validation_set(split, position, regions, captions, p.val_images)
         name = f"{arch}_g{group}" if group is not None else f"{arch}_full"
         torch.manual_seed(seed + len(trained))
-        model = _captioner_factory(arch, vocab, regions.size(-1), regions.size(1), p)()
+        model = captioner_factory(arch, vocab, regions.size(-1), regions.size(1), p)()
         lr = p.transformer_learning_rate if arch in ("transformer", "m2") else None
         log = train_captioner(
             model,
@@ -210,7 +172,7 @@ def build_zoo(
         "training": training_summary(logs),
     }
     (staging / "build_report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
-    _install(staging, out)
+    install_repository(staging, out)
     console.print(
         f"[green]built zoo {out}[/] in {report['seconds']} s: {[c.name for c in manifest.captioners]}"
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.manifest import MANIFEST_NAME
@@ -79,3 +79,12 @@ class Settings(BaseSettings):
                 f"default_beam_size ({self.default_beam_size}) exceeds max_beam_size ({self.max_beam_size})"
             )
         return self
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Settings from the environment plus ``overrides``; invalid values exit naming the field."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise SystemExit(f"compcap serve: invalid settings: {problems}") from None

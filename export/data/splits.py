@@ -24,6 +24,7 @@ Every split is deterministic given the dataset, kind, group, options and ``seed`
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -376,6 +377,19 @@ def check_disjoint(split: Split) -> None:
             seen[i] = name
 
 
+def split_dir_for(data: Path, kind: str, group: int | None) -> Path:
+    """The one place a split of ``data`` lives by default: ``<data>/splits/<kind>[_<group>]``. ``compcap
+    splits`` writes there unless given ``--out``, and ``compcap evaluate`` (and every study) reads from
+    there unless given ``--split-file``, so the two compose."""
+    name = kind if group is None else f"{kind}_{group}"
+    return Path(data) / "splits" / name
+
+
+def split_path_for(data: Path, kind: str, group: int | None) -> Path:
+    """The split file in ``split_dir_for``: ``<data>/splits/<kind>[_<group>]/split.json``."""
+    return split_dir_for(data, kind, group) / SPLIT_FILE
+
+
 def write_split(split: Split, out: Path) -> Path:
     """Write ``out/split.json`` and return its path."""
     out = Path(out)
@@ -421,15 +435,17 @@ def run_splits_cli(
     data: Path,
     kind: str,
     group: int | None,
-    out: Path,
+    out: Path | None = None,
     by: str = "length",
     seed: int = 0,
     cache: Path | None = None,
     **options: Any,
 ) -> dict[str, Any]:
-    """What ``compcap splits`` calls: load ``data``, build the split, write ``out/split.json``, print
-    and return a summary. ``cache``: caption-pairs cache file (default: next to the dataset if
-    writable, else ``out/caption_pairs.json``)."""
+    """What ``compcap splits`` calls: load ``data``, build the split, write ``out/split.json`` (default
+    ``out``: ``split_dir_for(data, kind, group)``, where ``compcap evaluate`` looks), print and return a
+    summary. ``cache``: caption-pairs cache file (default: next to the dataset if writable, else
+    ``out/caption_pairs.json``)."""
+    out = split_dir_for(data, kind, group) if out is None else Path(out)
     ds = load_dataset(Path(data))
     if kind == "systematicity":
         if cache is None:
@@ -438,7 +454,14 @@ def run_splits_cli(
     if kind == "productivity":
         options["by"] = by
     split = build_split(ds, kind, group=group, seed=seed, **options)
-    path = write_split(split, Path(out))
+    path = write_split(split, out)
     result = summary(split, path)
     print(json.dumps(result, indent=2))
+    if path.resolve() != split_path_for(data, kind, group).resolve():
+        group_flag = "" if group is None else f" --group {group}"
+        print(
+            f"compcap evaluate reads this split only when told where it is: "
+            f"compcap evaluate --data {data} --split {kind}{group_flag} --split-file {path} ...",
+            file=sys.stderr,
+        )
     return result

@@ -4,14 +4,15 @@ dataset written by the test, the real spaCy attachment checker and onnxruntime."
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
-from export.data.splits import load_split
-from export.evaluate import evaluate
+from export.data.splits import load_split, split_path_for
 from export.presets import get_preset
-from export.rerank_select import Entry, weight_sweep
+from export.studies.evaluate import evaluate
+from export.studies.rerank_select import Entry, weight_sweep
 from export.world.dataset import write_dataset
 from export.zoo import ensure_eval_world
 from service.cli import main
@@ -64,6 +65,37 @@ def test_splits_cli_then_evaluate_json_shape(world: Path, tiny_repo: Path, tmp_p
         for metric in ("bleu1", "bleu4", "rouge_l", "cider_d", "asl", "ttr1", "novel"):
             assert row[metric] is not None and row[metric] >= 0.0
         assert row["meteor"] is None  # skipped on request
+
+
+def test_splits_then_evaluate_compose_without_a_split_file(
+    world: Path, tiny_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``compcap splits`` without ``--out`` writes where ``compcap evaluate`` looks: the README's two
+    commands compose with no ``--split-file``."""
+    data = tmp_path / "world"
+    shutil.copytree(world, data, ignore=shutil.ignore_patterns("splits"))  # no split yet
+    where = ["--data", str(data), "--group", "1"]
+    assert main(["splits", *where, "--kind", "systematicity"]) == 0
+    printed = capsys.readouterr()
+    assert json.loads(printed.out)["path"] == str(split_path_for(data, "systematicity", 1))
+    assert "--split-file" not in printed.err  # nothing more to tell: evaluate finds it
+
+    json_out = tmp_path / "eval.json"
+    fast = ["--limit", "4", "--no-meteor", "--rerank-beam-size", "8", "--json", str(json_out)]
+    assert main(["evaluate", "--repo", str(tiny_repo), *where, "--split", "systematicity", *fast]) == 0
+    result = json.loads(json_out.read_text())
+    assert (result["split"], result["group"], result["images"]) == ("systematicity", 1, 4)
+    assert result["rerank_beam_size"] == 8 and all(r["meteor"] is None for r in result["results"])
+
+
+def test_splits_written_elsewhere_name_the_split_file_evaluate_needs(
+    world: Path, tiny_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "elsewhere"
+    assert main(["splits", "--data", str(world), "--kind", "full", "--out", str(out)]) == 0
+    assert f"--split-file {out / 'split.json'}" in capsys.readouterr().err
+    args = ["evaluate", "--repo", str(tiny_repo), "--data", str(world), "--split", "full", "--limit", "2"]
+    assert main([*args, "--no-meteor", "--split-file", str(out / "split.json")]) == 0
 
 
 def test_evaluate_restricts_to_named_captioners(world: Path, tiny_repo: Path) -> None:

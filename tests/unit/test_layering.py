@@ -1,38 +1,174 @@
-"""The service must import and build its app without torch (DESIGN.md: torch stays in export/), and
-service code must not import export (the one-way contract is model_repo/manifest.json)."""
+"""The layering of ``service/``, checked on the source (AST of every module, imports at any level, inside
+functions and under ``if TYPE_CHECKING:`` included): service never imports export, loadtests or torch
+(DESIGN.md: the one-way contract is model_repo/manifest.json); the engine knows nothing of the API or the
+feature packages; the backends know nothing of the engine or the API; and no import cycle among the
+modules of ``service/``. The service must also import without torch (checked in a fresh interpreter)."""
 
 from __future__ import annotations
 
 import ast
 import subprocess
 import sys
+from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 
-SERVICE = Path(__file__).resolve().parents[2] / "service"
+ROOT = Path(__file__).resolve().parents[2]
+SERVICE = ROOT / "service"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@cache
+def service_modules() -> dict[str, Path]:
+    return {module_name(path): path for path in sorted(SERVICE.rglob("*.py"))}
+
+
+def import_statements(module: str, path: Path) -> Iterator[tuple[str, list[str]]]:
+    """(base, names) of every import statement of a module, at any level: ``import a.b`` is ``("a.b",
+    [])``, ``from a import b, c`` is ``("a", ["b", "c"])``; relative bases are resolved."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            yield from ((alias.name, []) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                anchor = ".".join(parts[: len(parts) - node.level + 1])
+                base = f"{anchor}.{base}" if base else anchor
+            yield base, [alias.name for alias in node.names]
+
+
+def imported_names(module: str, path: Path) -> set[str]:
+    """The modules (or packages) a module imports from, as written: the bases of its import statements."""
+    return {base for base, _ in import_statements(module, path)}
+
+
+def service_imports(module: str) -> set[str]:
+    """The modules of ``service/`` that ``module`` imports: ``from service.x import y`` is ``service.x.y``
+    when that is a module, else ``service.x``."""
+    known = service_modules()
+    out: set[str] = set()
+    for base, names in import_statements(module, known[module]):
+        for name in names or [None]:
+            target = f"{base}.{name}" if name and f"{base}.{name}" in known else base
+            if target in known and target != module:
+                out.add(target)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    return {module: service_imports(module) for module in service_modules()}
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components of ``graph``."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for succ in sorted(graph.get(node, ())):
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            components.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return components
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    return [c for c in strongly_connected(graph) if len(c) > 1]
+
+
+def offenders(prefix: str, forbidden: tuple[str, ...]) -> list[str]:
+    """``module: import`` for every import by a module under ``prefix`` of a name under ``forbidden``."""
+    found = []
+    for module, path in service_modules().items():
+        if module == prefix or module.startswith(prefix + "."):
+            for name in imported_names(module, path):
+                if any(name == f or name.startswith(f + ".") for f in forbidden):
+                    found.append(f"{module}: {name}")
+    return sorted(found)
+
+
+# -- the checker itself ------------------------------------------------------------------------------
+
+
+def test_cycle_finder_finds_a_cycle_and_only_cycles() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_imports_are_found_inside_functions_and_type_checking(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from service.api.app import Runtime\n"
+        "def f():\n    import export.zoo\n    from . import sibling\n"
+    )
+    statements = list(import_statements("service.engine.m", source))
+    assert ("service.api.app", ["Runtime"]) in statements and ("export.zoo", []) in statements
+    assert ("service.engine", ["sibling"]) in statements
+
+
+# -- the layering --------------------------------------------------------------------------------
+
+
+def test_service_sources_never_import_export_loadtests_or_torch() -> None:
+    assert offenders("service", ("export", "loadtests", "torch")) == []
+
+
+def test_engine_knows_nothing_of_api_or_features() -> None:
+    forbidden = ("service.api", "service.probes", "service.explain", "service.compare")
+    assert offenders("service.engine", forbidden) == []
+
+
+def test_backends_know_nothing_of_engine_or_api() -> None:
+    assert offenders("service.backends", ("service.engine", "service.api")) == []
+
+
+def test_no_import_cycle_among_service_modules() -> None:
+    """``if TYPE_CHECKING:`` imports count: a cycle through them is still a tangle (HEAD had one,
+    ``service.api.app`` <-> ``service.api.routes``, through the ``Runtime`` type)."""
+    assert cycles(import_graph()) == []
 
 
 def test_service_imports_without_torch() -> None:
+    engine = sorted(m for m in service_modules() if m.startswith("service.engine"))
+    modules = ["service.api.app", "service.api.server", "service.cli", "service.commands", *engine]
+    modules += ["service.backends.onnxruntime", "service.evaluation.metrics"]
     code = (
-        "import sys\n"
-        "import service.api.app, service.api.server, service.cli, service.engine.captioning\n"
-        "import service.backends.onnxruntime, service.evaluation.metrics\n"
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
         "assert not [m for m in sys.modules if m.startswith('export')], 'export was imported'\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
-
-
-def test_service_sources_never_import_export_or_torch() -> None:
-    offenders = []
-    for path in SERVICE.rglob("*.py"):
-        if path.name == "cli.py":  # offline subcommands import export lazily, inside functions
-            continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] in ("export", "torch")]
-    assert offenders == []

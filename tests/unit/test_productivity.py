@@ -11,7 +11,7 @@ import torch
 from export.models.visual_encoder import VisualEncoder
 from export.onnx import GraphSpec, export_graph
 from export.presets import get_preset
-from export.productivity import (
+from export.studies.productivity import (
     encoder_from_onnx,
     findings,
     gaps,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from export.rerank_select import choose_weight
+from export.studies.rerank_select import choose_weight
 
 
 def sweep(**rows: tuple[float, float]) -> dict:

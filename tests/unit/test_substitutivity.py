@@ -3,7 +3,7 @@ after the substituted word."""
 
 from __future__ import annotations
 
-from export.substitutivity import after_first, substitution_table
+from export.studies.substitutivity import after_first, substitution_table
 
 
 def test_pairs_need_both_words_often_enough_in_training_and_in_the_vocabulary() -> None:

@@ -17,7 +17,8 @@ beam search, ``n_best = beam_size`` captions per image in final order (ranker or
 
 Data layout: ``--data DIR`` is a COCO-format dataset folder (``export.data.coco.load_folder``); the
 split is read from ``<data>/splits/<kind>/split.json``, or ``<data>/splits/<kind>_<group>/split.json``
-when a group is given (e.g. ``splits/systematicity_1/split.json``), unless a split path is passed.
+when a group is given (e.g. ``splits/systematicity_1/split.json``; ``export.data.splits.split_path_for``,
+where ``compcap splits`` writes by default), unless a split path is passed.
 Images are decoded and resized to the manifest's input size with ``service.images.decode_image``.
 
 The JSON written (and returned)::
@@ -44,25 +45,20 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from service.backends.onnxruntime import OnnxRuntimeBackend
-from service.engine.captioning import CaptionEngine, EngineError, EngineLimits
+from export.data.splits import split_path_for
+from export.decoding import decode, open_engine
+from service.engine.engine import CaptionEngine
+from service.engine.params import EngineError
 from service.evaluation.cider import CiderD
 from service.evaluation.diversity import diversity, training_index
 from service.evaluation.metrics import caption_metrics, java_available
 from service.evaluation.recall import CachedPairs, PairsFn, recall_at_k
 from service.images import decode_image
 from service.manifest import Manifest, load_manifest
-from service.text.vocabulary import Vocabulary
 
 KS = (1, 2, 3, 4, 5)
 FALLBACK_RANKER = "vsepp"
 _ROUND = 6
-
-
-def split_path_for(data: Path, kind: str, group: int | None) -> Path:
-    """Where a split lives in a data folder: ``<data>/splits/<kind>[_<group>]/split.json``."""
-    name = kind if group is None else f"{kind}_{group}"
-    return Path(data) / "splits" / name / "split.json"
 
 
 def runs_for(manifest: Manifest, fallback: bool = True) -> list[tuple[str, str | None]]:
@@ -97,7 +93,6 @@ async def _decode(
     captioner: str,
     ranker: str | None,
     beam_size: int,
-    chunk: int,
     rerank_beam_size: int,
     rerank_weight: float,
 ) -> list[list[str]]:
@@ -112,37 +107,23 @@ async def _decode(
         rerank=ranker or False,
         rerank_weight=rerank_weight if ranker else 0.0,
     )
-    texts: list[list[str]] = []
-    with tqdm(total=len(images), desc=f"decode {captioner}+{ranker or 'none'}", unit="img") as bar:
-        for start in range(0, len(images), chunk):
-            output = await engine.caption(images[start : start + chunk], params)
-            texts.extend([c.text for c in per] for per in output.results)
-            bar.update(len(output.results))
-    return texts
+    captions = await decode(engine, images, params, f"decode {captioner}+{ranker or 'none'}")
+    return [[c.text for c in per] for per in captions]
 
 
 async def _decode_all(
     repo: Path,
-    manifest: Manifest,
     images: np.ndarray,
     runs: Sequence[tuple[str, str | None]],
     beam_size: int,
-    chunk: int,
     rerank_beam_size: int,
     rerank_weight: float,
 ) -> list[list[list[str]]]:
-    backend = OnnxRuntimeBackend(repo, manifest)
-    limits = EngineLimits(max_beam_size=max(beam_size, rerank_beam_size))
-    try:
-        engine = CaptionEngine(
-            backend, manifest, Vocabulary.load(repo / manifest.vocabulary.file), limits=limits
-        )
+    async with await open_engine(repo, max_beam_size=max(beam_size, rerank_beam_size)) as engine:
         return [
-            await _decode(engine, images, cap, rk, beam_size, chunk, rerank_beam_size, rerank_weight)
+            await _decode(engine, images, cap, rk, beam_size, rerank_beam_size, rerank_weight)
             for cap, rk in runs
         ]
-    finally:
-        await backend.close()
 
 
 def _r(x: float | None) -> float | None:
@@ -178,7 +159,6 @@ def evaluate(
     limit: int | None = None,
     *,
     pairs_fn: PairsFn | None = None,
-    chunk: int = 64,
     captioners: Sequence[str] | None = None,
     meteor: bool = True,
     rerank_beam_size: int = 100,
@@ -233,9 +213,7 @@ def evaluate(
     runs = [run for run in runs_for(manifest, fallback_ranker) if captioners is None or run[0] in captioners]
     if not runs:
         raise ValueError(f"none of {list(captioners or [])} is a captioner of {repo}")
-    decoded = asyncio.run(
-        _decode_all(repo, manifest, images, runs, beam_size, chunk, rerank_beam_size, rerank_weight)
-    )
+    decoded = asyncio.run(_decode_all(repo, images, runs, beam_size, rerank_beam_size, rerank_weight))
 
     parse: PairsFn | None = None
     if held_out:
@@ -309,6 +287,8 @@ def run_evaluate_cli(
     set_name: str = "test",
     rerank_beam_size: int = 100,
     rerank_weight: float = 0.0,
+    limit: int | None = None,
+    meteor: bool = True,
 ) -> int:
     """``compcap evaluate --repo DIR --data DIR --split KIND [--group N] --json OUT``: evaluate and print
     a summary table (recall and metrics ×100 as in seed 000's tables; CIDEr-D ×100). Returns the exit code."""
@@ -321,6 +301,8 @@ def run_evaluate_cli(
             group,
             json_out,
             set_name=set_name,
+            limit=limit,
+            meteor=meteor,
             rerank_beam_size=rerank_beam_size,
             rerank_weight=rerank_weight,
         )
@@ -346,4 +328,4 @@ def run_evaluate_cli(
     return 0
 
 
-__all__ = ["evaluate", "load_images", "run_evaluate_cli", "runs_for", "split_path_for"]
+__all__ = ["evaluate", "load_images", "run_evaluate_cli", "runs_for"]

@@ -23,14 +23,14 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from export.evaluate import load_images, split_path_for
-from service.backends.onnxruntime import OnnxRuntimeBackend
-from service.engine.captioning import CaptionEngine, EngineLimits
+from export.data.splits import split_path_for
+from export.decoding import decode, open_engine
+from export.studies.evaluate import load_images
+from service.engine.engine import CaptionEngine
 from service.engine.rerank import rerank_order
 from service.evaluation.cider import CiderD
 from service.evaluation.recall import CachedPairs, PairsFn, recall_at_k
 from service.manifest import load_manifest
-from service.text.vocabulary import Vocabulary
 
 DEFAULT_WEIGHTS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 SETS = ("test", "test_no_comb")
@@ -65,19 +65,17 @@ class Candidates:
 
 
 async def _decode(
-    engine: CaptionEngine, images: np.ndarray, captioner: str, ranker: str | None, beam: int, chunk: int
+    engine: CaptionEngine, images: np.ndarray, captioner: str, ranker: str | None, beam: int
 ) -> tuple[list[list[str]], list[list[float]], list[list[float]]]:
     params = engine.resolve(model=captioner, beam_size=beam, n_best=beam, rerank=ranker or False)
     texts: list[list[str]] = []
     fluency: list[list[float]] = []
     cosine: list[list[float]] = []
-    for start in range(0, len(images), chunk):
-        out = await engine.caption(images[start : start + chunk], params)
-        for per in out.results:
-            per = sorted(per, key=lambda c: c.beam_rank)  # beam order; rerank_order re-ranks
-            texts.append([c.text for c in per])
-            fluency.append([c.normalized_logprob for c in per])
-            cosine.append([c.ranker_score or 0.0 for c in per])
+    for per in await decode(engine, images, params, f"candidates {captioner}+{ranker or 'none'}"):
+        per = sorted(per, key=lambda c: c.beam_rank)  # beam order; rerank_order re-ranks
+        texts.append([c.text for c in per])
+        fluency.append([c.normalized_logprob for c in per])
+        cosine.append([c.ranker_score or 0.0 for c in per])
     return texts, fluency, cosine
 
 
@@ -89,7 +87,6 @@ def weight_sweep(
     beam: int = 100,
     *,
     pairs_fn: PairsFn | None = None,
-    chunk: int = 64,
 ) -> dict[str, Any]:
     """Mean Recall@5 (``test``) and CIDEr-D (``test_no_comb``) over ``entries`` for each weight, for
     the candidates in beam order (``likelihood``: the top 5 of the same B beams by the captioner alone)
@@ -110,13 +107,7 @@ def weight_sweep(
         per_weight.setdefault(key, {}).setdefault(metric, []).append(value)
 
     async def run() -> None:
-        backend = OnnxRuntimeBackend(repo, manifest)
-        engine = CaptionEngine(
-            backend,
-            manifest,
-            Vocabulary.load(repo / manifest.vocabulary.file),
-            limits=EngineLimits(max_beam_size=max(beam, 5)),
-        )
+        engine = await open_engine(repo, max_beam_size=max(beam, 5))
         try:
             for entry in tqdm(entries, desc="re-rank weight sweep", unit="group"):
                 split = load_split(split_path_for(data, "systematicity", entry.group))
@@ -132,9 +123,9 @@ def weight_sweep(
                         manifest.image.width,
                     )
                     cands = Candidates(
-                        ids, *await _decode(engine, images, entry.captioner, entry.ranker, beam, chunk)
+                        ids, *await _decode(engine, images, entry.captioner, entry.ranker, beam)
                     )
-                    base = Candidates(ids, *await _decode(engine, images, entry.baseline, None, 5, chunk))
+                    base = Candidates(ids, *await _decode(engine, images, entry.baseline, None, 5))
                     runs = {"baseline": base.top(5, None), "likelihood": cands.top(5, None)}
                     runs.update({f"{w:g}": cands.top(5, w) for w in weights})
                     for key, generated in runs.items():
@@ -145,7 +136,7 @@ def weight_sweep(
                             top1 = {i: caps[0] if caps else "" for i, caps in generated.items()}
                             add(key, "cider_d_no_comb", cider.corpus_score(refs, top1)[0])
         finally:
-            await backend.close()
+            await engine.close()
 
     asyncio.run(run())
     return {

@@ -11,9 +11,9 @@ the zoo's — with the zoo's vocabulary, and exported into a small repository un
 The same kind of split of the evaluation world (a world seed never used in training) supplies the test
 sets: its tail (Test Rich / Test High Density) and its Test Base. That captioner and the zoo's FULL BUTD
 (trained on the training world's "full" split, tail included: the upper reference) decode both sets
-through the served engine (``export.evaluate.evaluate``, beam 5, no re-ranking). The table follows seed
-001 Tables 3 and 5 (B1, B4, M, R, C; BERTScore is not computed) with the generated mean length of its
-Table 4 (ASL) and the references' mean length beside it.
+through the served engine (``export.studies.evaluate.evaluate``, beam 5, no re-ranking). The table
+follows seed 001 Tables 3 and 5 (B1, B4, M, R, C; BERTScore is not computed) with the generated mean
+length of its Table 4 (ASL) and the references' mean length beside it.
 
 ``compcap productivity --train-data <training world> --eval-data <eval world> --by length --out reports``
 """
@@ -39,13 +39,13 @@ from torch import nn
 from export.build import training_record, validation_set
 from export.data.coco import load_folder
 from export.data.splits import Split, build_split, write_split
-from export.evaluate import evaluate
+from export.models.factory import captioner_factory
 from export.models.visual_encoder import VisualEncoder
 from export.package import TrainedCaptioner, export_repository
 from export.presets import Preset, get_preset
+from export.studies.evaluate import evaluate
 from export.train import extract_regions, train_captioner
 from export.world.dataset import load_dataset
-from export.zoo import _captioner_factory
 from service.text.vocabulary import Vocabulary, tokenize
 
 TAIL = {"length": "test_rich", "density": "test_dense"}
@@ -184,7 +184,7 @@ def run_productivity(
 
     t0 = time.perf_counter()
     torch.manual_seed(seed)
-    model = _captioner_factory("butd", vocab, regions.size(-1), regions.size(1), p)()
+    model = captioner_factory("butd", vocab, regions.size(-1), regions.size(1), p)()
     log = train_captioner(model, regions[rows], [captions[i] for i in rows], vocab, p, seed, name, val=val)
     dataset = f"sceneworld({train_data}, images={len(images)})"
     training = training_record(train_split, len(rows), log, dataset).model_copy(

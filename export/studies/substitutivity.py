@@ -6,10 +6,11 @@ seed: the candidate pairs (category, fine-grained word) are kept when both words
 ``min_train`` (200) times in the captioner's training captions; images are kept whose O caption
 contains a fine-grained word (S1) that occurs at least ``min_generated`` (10) times in the O captions.
 Those images are decoded again with the ``synonym_substitution`` hook (S: whenever a hypothesis' most
-likely next word is in S1, its category word from S2 gets probability 1) — one request per chunk
-returns both O and S. Scores (seed 001 Table 6): O vs GT, S vs GT, O vs S (O as the reference), and Ot
-vs St, the sub-captions after the first S1 word of O and after its substitute in S. High O-vs-S and
-Ot-vs-St overlap means the model goes on describing the image the same way after the substitution.
+likely next word is in S1, its category word from S2 gets probability 1); O is the plain decode (the
+same search without the hook, an ordinary request). Scores (seed 001 Table 6): O vs GT, S vs GT,
+O vs S (O as the reference), and Ot vs St, the sub-captions after the first S1 word of O and after
+its substitute in S. High O-vs-S and Ot-vs-St overlap means the model goes on describing the image
+the same way after the substitution.
 
 ``compcap substitutivity --zoo model_zoo --data <eval world> --train <training world> --out reports``
 """
@@ -23,13 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from export.data.coco import load_folder
-from export.data.splits import load_split, synonym_counts
-from export.evaluate import load_images, split_path_for
-from service.backends.onnxruntime import OnnxRuntimeBackend
-from service.engine.captioning import CaptionEngine, CaptionOutput
+from export.data.splits import load_split, split_path_for, synonym_counts
+from export.decoding import decode, open_engine
+from export.studies.evaluate import load_images
 from service.evaluation.cider import CiderD
 from service.evaluation.metrics import caption_metrics
 from service.manifest import load_manifest
@@ -68,14 +67,27 @@ def after_first(words: list[str], targets: set[str]) -> list[str] | None:
     return None
 
 
-async def _decode(
-    engine: CaptionEngine, images: np.ndarray, params_kw: dict[str, Any], chunk: int, desc: str
-) -> list[CaptionOutput]:
-    params = engine.resolve(**params_kw)
-    outs = []
-    for start in tqdm(range(0, len(images), chunk), desc=desc, unit="chunk"):
-        outs.append(await engine.caption(images[start : start + chunk], params, timeout_s=600))
-    return outs
+async def _decode_o_and_s(
+    zoo: Path,
+    pixels: np.ndarray,
+    base: dict[str, Any],
+    s1: set[str],
+    pairs: list[tuple[str, str]],
+    min_generated: int,
+) -> tuple[list[str], list[int], list[str], dict[str, int]]:
+    """O for every image (the plain search); S (the same search with ``synonym_substitution`` on the
+    words generated at least ``min_generated`` times) for the images whose O holds one of them."""
+    async with await open_engine(zoo) as engine:
+        plain = await decode(engine, pixels, engine.resolve(**base), f"O {base['model']}")
+        original = [per[0].text for per in plain]
+        generated = Counter(w for text in original for w in set(tokenize(text)) if w in s1)
+        kept = {w for w, n in generated.items() if n >= min_generated}
+        chosen = [n for n, text in enumerate(original) if kept & set(tokenize(text))]
+        hook = {"name": "synonym_substitution", "params": {"pairs": [[a, b] for a, b in pairs if a in kept]}}
+        substituted = (
+            await decode(engine, pixels[chosen], engine.resolve(**base, hooks=[hook]), "S") if chosen else []
+        )
+    return original, chosen, [per[0].text for per in substituted], {w: generated[w] for w in kept}
 
 
 def run_substitutivity(
@@ -88,7 +100,6 @@ def run_substitutivity(
     min_train: int = 200,
     min_generated: int = 10,
     beam_size: int = 5,
-    chunk: int = 64,
     meteor: bool = True,
 ) -> dict[str, Any]:
     zoo, data, train, out = Path(zoo), Path(data), Path(train), Path(out)
@@ -109,27 +120,12 @@ def run_substitutivity(
         eval_ds.root, [eval_ds.file_names[i] for i in eval_ids], manifest.image.height, manifest.image.width
     )
 
-    backend = OnnxRuntimeBackend(zoo, manifest)
-    engine = CaptionEngine(backend, manifest, vocab)
     base = {"model": captioner, "beam_size": beam_size, "n_best": 1, "rerank": False}
-    try:
-        plain = asyncio.run(_decode(engine, pixels, base, chunk, f"O {captioner}"))
-        original = [per[0].text for o in plain for per in o.results]
-        generated = Counter(w for text in original for w in set(tokenize(text)) if w in s1)
-        kept = {w for w, n in generated.items() if n >= min_generated}
-        chosen = [n for n, text in enumerate(original) if kept & set(tokenize(text))]
-        hook = {"name": "synonym_substitution", "params": {"pairs": [[a, b] for a, b in pairs if a in kept]}}
-        both = (
-            asyncio.run(_decode(engine, pixels[chosen], {**base, "hooks": [hook]}, chunk, "O/S"))
-            if chosen
-            else []
-        )
-    finally:
-        asyncio.run(backend.close())
-    sub = [per[0].text for o in both for per in o.results]
-    orig = [per[0].text for o in both for per in (o.original or [])]
-    if orig != [original[n] for n in chosen]:
-        raise RuntimeError("the O captions of the O/S requests differ from the plain decode")
+    original, chosen, sub, kept_counts = asyncio.run(
+        _decode_o_and_s(zoo, pixels, base, s1, pairs, min_generated)
+    )
+    orig = [original[n] for n in chosen]  # O: the same search without the hook, an ordinary request
+    kept = set(kept_counts)
     mapping = {a: b for a, b in pairs if a in kept}
     ids = [eval_ids[n] for n in chosen]
     gt = {i: eval_ds.captions[i] for i in ids}
@@ -167,7 +163,7 @@ def run_substitutivity(
         "min_generated": min_generated,
         "candidates": counts,
         "pairs": [[a, b] for a, b in pairs],
-        "substituted_words": {w: generated[w] for w in sorted(kept)},
+        "substituted_words": {w: kept_counts[w] for w in sorted(kept)},
         "images": len(ids),
         "images_with_tails": len(tail_ids),
         "s_is_o_with_the_word_replaced": mapped,

@@ -1,5 +1,5 @@
 """README examples: caption a few held-out SceneWorld images with the served engine (embedded backend)
-and write them, enlarged for viewing, with a Markdown table. ``python -m export.examples``."""
+and write them, enlarged for viewing, with a Markdown table. ``python -m export.studies.examples``."""
 
 from __future__ import annotations
 
@@ -8,31 +8,24 @@ import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 from PIL import Image
 
 from export.build import TEST_SEED_OFFSET
 from export.world.dataset import generate
-from service.backends.onnxruntime import OnnxRuntimeBackend
-from service.engine.captioning import CaptionEngine
-from service.manifest import load_manifest
-from service.text.vocabulary import Vocabulary
+from service.engine.engine import CaptionEngine
 
 RUNS: list[tuple[str, str | bool]] = [("butr", True), ("butd", False)]
 
 
-async def _caption_all(repo: Path, images: object) -> dict[str, list[str]]:
-    manifest = load_manifest(repo)
-    backend = OnnxRuntimeBackend(repo, manifest)
-    engine = CaptionEngine(backend, manifest, Vocabulary.load(repo / manifest.vocabulary.file))
+async def _caption_all(repo: Path, images: np.ndarray) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
-    try:
+    async with await CaptionEngine.from_repo(repo) as engine:
         for model, rerank in RUNS:
             params = engine.resolve(model=model, rerank=rerank)
-            result = await engine.caption(images, params)  # type: ignore[arg-type]
+            result = await engine.caption(images, params)
             label = f"{model}+{params.ranker}" if params.ranker else model
             out[label] = [per[0].text for per in result.results]
-    finally:
-        await backend.close()
     return out
 
 

@@ -1,0 +1,178 @@
+"""The studies' ``compcap`` commands: evaluate, report, substitutivity, productivity. Light at import
+(argparse only); each command imports its study when it runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from service.cli_table import Command, CommandTable
+
+SPLIT_KINDS = ("systematicity", "productivity", "substitutivity", "full")
+
+
+def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repo", required=True)
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--split", required=True, choices=SPLIT_KINDS)
+    parser.add_argument("--group", type=int, default=None)
+    parser.add_argument(
+        "--split-file",
+        default=None,
+        help="split.json (default: <data>/splits/<kind>[_<group>]/split.json, where compcap splits writes)",
+    )
+    parser.add_argument("--json", default=None, help="write the results JSON here")
+    parser.add_argument(
+        "--set",
+        default="test",
+        help="set of the split: test, test_no_comb, test_rich, test_base, test_dense, val",
+    )
+    parser.add_argument(
+        "--rerank-beam-size", type=int, default=100, help="beams a re-ranked run re-ranks (B; default 100)"
+    )
+    parser.add_argument(
+        "--rerank-weight",
+        type=float,
+        default=0.0,
+        help="re-ranked order = cosine + weight × normalised log-prob (default 0: the ranker alone)",
+    )
+    parser.add_argument("--limit", type=int, default=None, help="evaluate only the set's first N images")
+    parser.add_argument("--no-meteor", action="store_true", help="skip METEOR (a Java start per run)")
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from export.studies.evaluate import run_evaluate_cli
+
+    split_path = Path(args.split_file) if args.split_file else None
+    json_out = Path(args.json) if args.json else None
+    return run_evaluate_cli(
+        Path(args.repo),
+        Path(args.data),
+        split_path,
+        args.split,
+        args.group,
+        json_out,
+        set_name=args.set,
+        rerank_beam_size=args.rerank_beam_size,
+        rerank_weight=args.rerank_weight,
+        limit=args.limit,
+        meteor=not args.no_meteor,
+    )
+
+
+def _report_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--zoo", default="model_zoo")
+    parser.add_argument(
+        "--data", default=None, help="evaluation world (default: <zoo>.work/data/eval_<seed>)"
+    )
+    parser.add_argument("--groups", default="1,2,3,4")
+    parser.add_argument("--out", default="reports")
+    parser.add_argument("--reuse", action="store_true", help="re-render from reports/reproduction.json")
+    parser.add_argument(
+        "--rerank-sweep",
+        action="store_true",
+        help="also BUTR+RR Recall@5 for B = 5..100 and both targets against the re-ranking weight",
+    )
+    parser.add_argument(
+        "--dev-data",
+        default=None,
+        help="world whose held-out halves choose BUTR+RR's re-ranking weight "
+        "(default: <zoo>.work/data/train)",
+    )
+
+
+def _report(args: argparse.Namespace) -> int:
+    from export.presets import get_preset
+    from export.studies.report import write_report
+    from export.zoo import EVAL_SEED, ensure_eval_world
+
+    work = Path(args.zoo + ".work")
+    groups = [int(g) for g in args.groups.split(",")]
+    if args.data:
+        data = Path(args.data)
+    else:  # render and split the evaluation world if this zoo has not met it yet
+        build = json.loads((Path(args.zoo) / "build_report.json").read_text(encoding="utf-8"))
+        data = ensure_eval_world(work, get_preset(build["preset"]), EVAL_SEED, build.get("seed", 0), groups)
+    dev = Path(args.dev_data) if args.dev_data else work / "data" / "train"
+    write_report(
+        Path(args.zoo),
+        data,
+        Path(args.out),
+        groups=groups,
+        reuse=args.reuse,
+        sweep=args.rerank_sweep,
+        dev_data=dev if (dev / "splits").is_dir() else None,
+    )
+    print(f"wrote {Path(args.out) / 'reproduction.md'}")
+    return 0
+
+
+def _substitutivity_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--zoo", default="model_zoo")
+    parser.add_argument("--data", required=True, help="evaluation world folder (with splits/full)")
+    parser.add_argument("--train", required=True, help="the captioner's training world folder")
+    parser.add_argument("--captioner", default="butd_full")
+    parser.add_argument("--images", type=int, default=2000)
+    parser.add_argument("--out", default="reports")
+    parser.add_argument("--no-meteor", action="store_true")
+
+
+def _substitutivity(args: argparse.Namespace) -> int:
+    from export.studies.substitutivity import run_substitutivity
+
+    result = run_substitutivity(
+        Path(args.zoo),
+        Path(args.data),
+        Path(args.train),
+        Path(args.out),
+        captioner=args.captioner,
+        images=args.images,
+        meteor=not args.no_meteor,
+    )
+    print(f"{result['images']} images substituted; wrote {Path(args.out) / 'substitutivity.md'}")
+    return 0
+
+
+def _productivity_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--train-data", required=True, help="the training world folder")
+    parser.add_argument("--eval-data", required=True, help="the evaluation world folder")
+    parser.add_argument("--by", default="length", choices=["length", "density"])
+    parser.add_argument("--zoo", default="model_zoo", help="visual encoder, vocabulary and FULL BUTD")
+    parser.add_argument("--out", default="reports")
+    parser.add_argument("--work", default=None, help="default: <zoo>.work/productivity_<by>")
+    parser.add_argument("--no-meteor", action="store_true")
+
+
+def _productivity(args: argparse.Namespace) -> int:
+    from export.studies.productivity import run_productivity
+
+    run_productivity(
+        Path(args.train_data),
+        Path(args.eval_data),
+        args.by,
+        Path(args.out),
+        work=Path(args.work) if args.work else None,
+        zoo=Path(args.zoo),
+        meteor=not args.no_meteor,
+    )
+    print(f"wrote {Path(args.out) / f'productivity_{args.by}.md'}")
+    return 0
+
+
+COMMANDS: CommandTable = {
+    "evaluate": Command(
+        "evaluate every captioner of a repository on a split", _evaluate_arguments, _evaluate
+    ),
+    "report": Command("evaluate the zoo and write reports/reproduction.md", _report_arguments, _report),
+    "substitutivity": Command(
+        "seed 001 substitutivity test: O vs S captions under synonym substitution",
+        _substitutivity_arguments,
+        _substitutivity,
+    ),
+    "productivity": Command(
+        "seed 001 productivity test: BUTD trained without the long/dense tail",
+        _productivity_arguments,
+        _productivity,
+    ),
+}

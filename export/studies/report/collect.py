@@ -1,0 +1,141 @@
+"""The report's data: which captioners each table row averages, their evaluations on both sets of every
+held-out group (``export.studies.evaluate``), the model-selection records, and BUTR+RR's runs against
+the number of re-ranked beams."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from export.studies.evaluate import evaluate
+from export.studies.rerank_select import Entry
+from service.manifest import Manifest, load_manifest
+
+SETS = {"test": "Test Comb (held-out pairs)", "test_no_comb": "Test no Comb (in-distribution)"}
+
+
+def rows_for(manifest: Manifest, groups: Sequence[int]) -> dict[str, list[tuple[int, str, str | None]]]:
+    """Table row → [(group, captioner, ranker)] whose results are averaged into it."""
+    names = {c.name for c in manifest.captioners}
+    rows: dict[str, list[tuple[int, str, str | None]]] = {}
+    for label, arch, rerank in (
+        ("SAT", "sat", False),
+        ("BUTD", "butd", False),
+        ("BUTR", "butr", False),
+        ("BUTR+RR", "butr", True),
+        ("Transformer", "transformer", False),
+        ("M2", "m2", False),
+    ):
+        rows[label] = [
+            (g, f"{arch}_g{g}", f"{arch}_g{g}" if rerank else None) for g in groups if f"{arch}_g{g}" in names
+        ]
+    rows["FULL"] = [(g, "butd_full", None) for g in groups] if "butd_full" in names else []
+    return {k: v for k, v in rows.items() if v}
+
+
+def find_result(results: list[dict[str, Any]], captioner: str, ranker: str | None) -> dict[str, Any]:
+    """The result row of ``captioner`` re-ranked by ``ranker`` (None: not re-ranked)."""
+    for row in results:
+        if row["captioner"] == captioner and row["ranker"] == ranker:
+            return row
+    raise KeyError(f"no result for {captioner}+{ranker}")
+
+
+def mean_of(values: list[float | None]) -> float | None:
+    """The mean of the values that are not None; None when there are none."""
+    kept = [v for v in values if v is not None]
+    return sum(kept) / len(kept) if kept else None
+
+
+def collect(
+    zoo: Path, data: Path, groups: Sequence[int], out: Path, rerank_weight: float = 0.0
+) -> dict[str, Any]:
+    """Evaluate each group's captioners (and FULL) on both sets; write and return the raw results.
+    BUTR+RR re-ranks 100 beams with ``rerank_weight``."""
+    manifest = load_manifest(zoo)
+    rows = rows_for(manifest, groups)
+    raw: dict[str, Any] = {}
+    for g in groups:
+        caps = sorted({cap for entries in rows.values() for grp, cap, _ in entries if grp == g})
+        for set_name in SETS:
+            key = f"group{g}/{set_name}"
+            raw[key] = evaluate(
+                zoo,
+                data,
+                None,
+                "systematicity",
+                g,
+                out / f"systematicity_{g}_{set_name}.json",
+                set_name=set_name,
+                captioners=caps,
+                fallback_ranker=False,
+                rerank_weight=rerank_weight,
+            )
+    listed = {k: [list(e) for e in v] for k, v in rows.items()}
+    return {"rows": listed, "raw": raw, "selection": selection(manifest, listed)}
+
+
+def selection(manifest: Manifest, rows: dict[str, list[list[Any]]]) -> list[dict[str, Any]]:
+    """Per captioner of the zoo: its table row, training split, epochs run / cap, the epoch validation
+    selected and the val BLEU-4 curve (from the manifest's training records)."""
+    label = {entry[1]: row for row, entries in rows.items() for entry in entries if entry[2] is None}
+    out = []
+    for cap in manifest.captioners:
+        t = cap.training
+        curve = list(t.val_bleu4)
+        out.append(
+            {
+                "captioner": cap.name,
+                "row": label.get(cap.name, cap.architecture),
+                "trained_on": t.split,
+                "images": t.images,
+                "epochs": t.epochs,
+                "max_epochs": t.max_epochs,
+                "selected_epoch": t.selected_epoch,
+                "val_images": t.val_images,
+                "val_bleu4": curve,
+                "selected_val_bleu4": curve[t.selected_epoch - 1] if t.selected_epoch and curve else None,
+            }
+        )
+    return out
+
+
+def rerank_sweep(
+    zoo: Path,
+    data: Path,
+    groups: Sequence[int],
+    rerank_weight: float,
+    candidates: Sequence[int] = (5, 10, 20, 40, 100),
+) -> dict[str, float | None]:
+    """Mean Recall@5 of BUTR+RR on Test Comb when the ranker re-ranks B beams (B in ``candidates``)."""
+    out: dict[str, float | None] = {}
+    for b in candidates:
+        values = []
+        for g in groups:
+            result = evaluate(
+                zoo,
+                data,
+                None,
+                "systematicity",
+                g,
+                None,
+                captioners=[f"butr_g{g}"],
+                fallback_ranker=False,
+                meteor=False,
+                rerank_beam_size=b,
+                rerank_weight=rerank_weight,
+            )
+            values.append(find_result(result["results"], f"butr_g{g}", f"butr_g{g}")["recall_at_5_mean"])
+        out[str(b)] = mean_of(values)
+    return out
+
+
+def rerank_entries(zoo: Path, groups: Sequence[int]) -> list[Entry]:
+    """BUTR+RR of each group with its BUTD baseline, for the groups the zoo has both of."""
+    names = {c.name for c in load_manifest(zoo).captioners}
+    return [
+        Entry(g, f"butr_g{g}", f"butr_g{g}", f"butd_g{g}")
+        for g in groups
+        if {f"butr_g{g}", f"butd_g{g}"} <= names
+    ]

@@ -1,0 +1,128 @@
+"""``compcap``: one entry point over the packages' command tables; listing them imports nothing heavy;
+``compcap serve`` takes its settings from ``COMPCAP_*`` and a flag overrides one only when given."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from service import cli
+from service.cli_table import Command
+from service.commands import serve_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+EVERY_COMMAND = {
+    "world", "train", "build", "splits", "evaluate", "models", "report", "serve", "triton",
+    "substitutivity", "productivity", "bench",
+}  # fmt: skip
+HEAVY = ("numpy", "torch", "onnxruntime", "fastapi", "uvicorn", "pydantic", "matplotlib", "PIL", "spacy")
+COMMAND_TABLES = {
+    "export", "export.commands", "export.studies", "export.studies.commands", "loadtests",
+    "loadtests.commands",
+}  # fmt: skip
+
+
+def test_every_command_is_in_some_table() -> None:
+    assert set(cli.all_commands()) == EVERY_COMMAND
+
+
+HELP_AND_MODULES = """
+import json, runpy, sys
+sys.argv = ["compcap", "--help"]
+try:
+    runpy.run_module("service.cli", run_name="__main__")
+except SystemExit as exc:
+    code = exc.code
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}), file=sys.stderr)
+"""
+
+
+def test_help_lists_every_command_and_imports_nothing_heavy() -> None:
+    """``compcap --help`` (``python -m service.cli --help`` in a fresh interpreter) lists each command with
+    its help, importing the command tables and nothing heavy."""
+    result = subprocess.run(
+        [sys.executable, "-c", HELP_AND_MODULES],
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "250"},  # one line per command
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    report = json.loads(result.stderr.splitlines()[-1])
+    assert report["code"] == 0, result.stderr
+    listed = {m.group(1): m.group(2) for m in re.finditer(r"^ {4}(\S+) +(.+)$", result.stdout, re.M)}
+    assert listed == {name: command.help for name, command in cli.all_commands().items()}
+    imported = set(report["modules"])
+    assert [m for m in imported if m.split(".")[0] in HEAVY] == []
+    assert {m for m in imported if m.split(".")[0] in ("export", "loadtests")} == COMMAND_TABLES
+
+
+def test_only_the_chosen_command_gets_its_arguments() -> None:
+    added: list[str] = []
+
+    def command(name: str) -> Command:
+        def add(parser: argparse.ArgumentParser) -> None:
+            added.append(name)
+            parser.add_argument("--x", type=int, default=1)
+
+        return Command(f"help of {name}", add, lambda args: args.x)
+
+    commands = {"one": command("one"), "two": command("two")}
+    args = cli.build_parser(["two", "--x", "7"], commands).parse_args(["two", "--x", "7"])
+    assert added == ["two"] and args.func(args) == 7
+
+
+def test_two_tables_defining_one_command_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    same = Command("h", lambda parser: None, lambda args: 0)
+    monkeypatch.setattr(cli, "command_tables", lambda: [("a", {"x": same}), ("b", {"x": same})])
+    with pytest.raises(RuntimeError, match="'x' is defined by both a and b"):
+        cli.all_commands()
+
+
+def _serve_args(*flags: str) -> argparse.Namespace:
+    words = ["serve", *flags]
+    return cli.build_parser(words).parse_args(words)
+
+
+def test_serve_flag_given_overrides_the_environment(
+    tiny_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COMPCAP_HOST", "0.0.0.0")
+    monkeypatch.setenv("COMPCAP_PORT", "9999")
+    monkeypatch.setenv("COMPCAP_REPO", str(tmp_path / "no_repo_here"))
+    settings = serve_settings(_serve_args("--host", "127.0.0.2", "--port", "1234", "--repo", str(tiny_repo)))
+    assert (settings.host, settings.port, settings.repo) == ("127.0.0.2", 1234, tiny_repo)
+
+
+def test_serve_flag_absent_leaves_the_environment(tiny_repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COMPCAP_HOST", "0.0.0.0")
+    monkeypatch.setenv("COMPCAP_PORT", "9999")
+    monkeypatch.setenv("COMPCAP_REPO", str(tiny_repo))
+    settings = serve_settings(_serve_args())
+    assert (settings.host, settings.port, settings.repo) == ("0.0.0.0", 9999, tiny_repo)
+    settings = serve_settings(_serve_args("--port", "1234"))  # one flag given: only that one overrides
+    assert (settings.host, settings.port, settings.repo) == ("0.0.0.0", 1234, tiny_repo)
+
+
+def test_serve_without_flags_or_environment_uses_the_defaults(
+    tiny_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("COMPCAP_HOST", "COMPCAP_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    settings = serve_settings(_serve_args("--repo", str(tiny_repo)))
+    assert (settings.host, settings.port) == ("127.0.0.1", 8080)
+
+
+def test_command_tables_offer_the_split_kinds_of_the_pipeline() -> None:
+    from export.commands import SPLIT_KINDS
+    from export.data.splits import KINDS
+    from export.studies.commands import SPLIT_KINDS as EVALUATE_KINDS
+
+    assert SPLIT_KINDS == EVALUATE_KINDS == KINDS
