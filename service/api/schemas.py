@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from service.engine.rerank import MAX_RERANK_WEIGHT
+from service.api.limits import MAX_HOOKS, check_hook_params, check_json
+from service.engine.params import MAX_RERANK_WEIGHT
 from service.manifest import Training
 from service.settings import MAX_BEAM_SIZE
 
 _FALSE = {"false", "0", "no", "off", "none", "null"}
 _TRUE = {"true", "1", "yes", "on"}
+MAX_NAME = 64  # characters in a model, ranker or hook name (names are echoed in errors)
+# an 8x8 PNG: the request examples caption a real image
+EXAMPLE_PNG = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAgAAAAICAIAAABLbSncAAAAFUlEQVR42mM8UaHBgA0wMeAAg1MCAB4nAXgllso1AAAAAElFTkSuQmCC"
+)
+EXAMPLE_HOOKS = [{"name": "no_repeat_ngram", "params": {"n": 2}}]
 
 
 class HookSpec(BaseModel):
@@ -20,8 +27,16 @@ class HookSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=64)
-    params: dict[str, Any] = Field(default_factory=dict)
+    name: str = Field(min_length=1, max_length=MAX_NAME, examples=["no_repeat_ngram"])
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="the hook's parameters (``GET /v1/hooks``)", examples=[{"n": 2}]
+    )
+
+    @field_validator("params")
+    @classmethod
+    def _bounded(cls, value: dict[str, Any]) -> dict[str, Any]:
+        check_hook_params(value)
+        return value
 
 
 class CaptionOptions(BaseModel):
@@ -38,14 +53,23 @@ class CaptionOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
-    model: str | None = Field(default=None, description="captioner name")
-    beam_size: int | None = Field(default=None, ge=1, le=MAX_BEAM_SIZE)
+    model: str | None = Field(default=None, max_length=MAX_NAME, description="captioner name")
+    beam_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_BEAM_SIZE,
+        description="beams kept per image (the operator may cap it lower)",
+    )
     max_length: int | None = Field(default=None, ge=1, description="most words in a caption")
     n_best: int | None = Field(
         default=None, ge=1, le=MAX_BEAM_SIZE, description="captions returned per image"
     )
-    rerank: bool | str | None = Field(default=None, description="ranker name, or false for no re-ranking")
-    length_penalty: float = Field(default=1.0, ge=0.0, le=2.0)
+    rerank: bool | Annotated[str, Field(max_length=MAX_NAME)] | None = Field(
+        default=None, description="ranker name, true (the captioner's own) or false for no re-ranking"
+    )
+    length_penalty: float = Field(
+        default=1.0, ge=0.0, le=2.0, description="score = summed log-prob / words ** length_penalty"
+    )
     rerank_weight: float = Field(
         default=0.0,
         ge=0.0,
@@ -55,17 +79,20 @@ class CaptionOptions(BaseModel):
     )
     hooks: list[HookSpec] | None = Field(
         default=None,
+        max_length=MAX_HOOKS,
         description="decoding hooks applied in order; in a multipart request, a JSON array in the "
         "query string or a form field",
+        examples=[EXAMPLE_HOOKS],
     )
 
     @field_validator("hooks", mode="before")
     @classmethod
     def _hooks_json(cls, value: Any) -> Any:
         if isinstance(value, str):
+            check_json(value, "the hooks JSON")  # a LimitError (400 json_too_deep) passes through pydantic
             try:
                 return json.loads(value)
-            except json.JSONDecodeError as exc:
+            except (ValueError, RecursionError) as exc:
                 raise ValueError(f"hooks must be a JSON array: {exc}") from None
         return value
 
@@ -86,6 +113,12 @@ class CaptionOptions(BaseModel):
 
 
 class CaptionJSONRequest(CaptionOptions):
+    """``POST /v1/captions`` as JSON: base64 images and the decoding options."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"images": [EXAMPLE_PNG], "beam_size": 5, "n_best": 3}]}
+    )
+
     images: list[str] = Field(description="base64-encoded image files (data: URLs accepted)")
 
 
@@ -151,19 +184,67 @@ class RankerInfo(BaseModel):
     training: Training
 
 
+class ImageShape(BaseModel):
+    height: int = Field(description="images are resized to height x width before encoding")
+    width: int
+
+
 class ModelsResponse(BaseModel):
     preset: str
     default_captioner: str
-    image: dict[str, int]
+    image: ImageShape
     captioners: list[CaptionerInfo]
     rankers: list[RankerInfo]
 
 
-class ErrorDetail(BaseModel):
-    code: str
+class HookInfo(BaseModel):
+    name: str
+    description: str
+    params: dict[str, str] = Field(description="parameter name -> what it takes")
+
+
+class HooksResponse(BaseModel):
+    hooks: list[HookInfo] = Field(description="the hooks a request may name in ``hooks``, in registry order")
+
+
+class HealthResponse(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class ReadyResponse(BaseModel):
+    status: Literal["ready", "loading", "failed"]
+    backend: str | None = Field(default=None, description="the serving backend, once ready")
+    error: str | None = Field(default=None, description="why loading failed")
+
+
+class ErrorField(BaseModel):
+    field: str = Field(description="the offending option, e.g. ``beam_size`` or ``hooks.0.params.n``")
     message: str
-    details: list[dict[str, Any]] | None = None
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(description="machine-readable reason, e.g. ``not_an_image``, ``json_too_deep``")
+    message: str = Field(description="what was wrong, naming the field or limit")
+    details: list[ErrorField] | None = None
 
 
 class ErrorResponse(BaseModel):
+    """Every 4xx/5xx answer."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "error": {
+                        "code": "validation_error",
+                        "message": "beam_size: Input should be less than or equal to 100",
+                        "details": [
+                            {"field": "beam_size", "message": "Input should be less than or equal to 100"}
+                        ],
+                    }
+                }
+            ]
+        }
+    )
+
     error: ErrorDetail

@@ -1,0 +1,89 @@
+"""The ``Runtime`` (settings, manifest, metrics and — once loaded — the engine) and the route
+dependencies over it as ``Annotated`` aliases (the FastAPI full-stack template's ``api/deps.py``):
+a route asks for ``RuntimeDep`` or ``EngineDep`` and never reaches into ``app.state`` itself. The
+dependencies are ``async``, so resolving them costs no thread-pool hop per request."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from service.api.errors import ApiError
+from service.backends.base import Backend
+from service.backends.factory import make_backend
+from service.engine.engine import CaptionEngine
+from service.manifest import Manifest, load_manifest
+from service.metrics import Metrics
+from service.settings import Settings
+from service.text.vocabulary import Vocabulary
+
+log = logging.getLogger(__name__)
+
+
+class Runtime:
+    """What the routes need: settings, manifest, metrics and — once loaded — the engine."""
+
+    def __init__(self, settings: Settings, backend: Backend | None = None) -> None:
+        self.settings = settings
+        self.manifest: Manifest = load_manifest(settings.repo)
+        self.vocab = Vocabulary.load(settings.repo / self.manifest.vocabulary.file)
+        self.metrics = Metrics()
+        self.backend: Backend | None = None
+        self.engine: CaptionEngine | None = None
+        self.load_error: str | None = None
+        if backend is not None:
+            self._attach(backend)
+
+    def _attach(self, backend: Backend) -> None:
+        self.backend = backend
+        self.engine = CaptionEngine(backend, self.manifest, self.vocab, self.settings, self.metrics)
+        self.metrics.ready.set(1)
+
+    @property
+    def ready(self) -> bool:
+        return self.engine is not None
+
+    async def load(self) -> None:
+        if self.ready:
+            return
+        start = time.perf_counter()
+        try:
+            backend = await make_backend(self.settings, self.manifest, self.metrics)
+        except Exception as exc:
+            self.load_error = f"{type(exc).__name__}: {exc}"
+            log.exception("loading the %s backend failed", self.settings.backend)
+            return
+        self._attach(backend)
+        log.info("ready in %.2f s", time.perf_counter() - start)
+
+    async def close(self) -> None:
+        if self.engine is not None:
+            await self.engine.close()
+        if self.backend is not None:
+            await self.backend.close()
+
+
+async def get_runtime(request: Request) -> Runtime:
+    runtime: Runtime = request.app.state.runtime
+    return runtime
+
+
+RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+
+
+async def get_engine(runtime: RuntimeDep) -> CaptionEngine:
+    """The engine, or a 503 ``not_ready`` while the models load (or after they failed to)."""
+    if runtime.engine is None:
+        reason = (
+            f"models failed to load: {runtime.load_error}"
+            if runtime.load_error
+            else "models are still loading"
+        )
+        raise ApiError(503, "not_ready", reason)
+    return runtime.engine
+
+
+EngineDep = Annotated[CaptionEngine, Depends(get_engine)]

@@ -1,0 +1,80 @@
+"""Every exception becomes an ``errors`` response with a 4xx/5xx status, counted by reason."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service.api.errors import ApiError, error_response, validation_response
+from service.backends.base import BackendError
+from service.engine.params import EngineError, OverloadedError, UnknownModelError
+from service.images import ImageError
+from service.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+_HTTP_CODES = {
+    400: "bad_request",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "request_too_large",
+    415: "unsupported_media_type",
+}
+
+
+def install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
+    def count(code: str) -> None:
+        metrics.errors.labels(reason=code).inc()
+
+    @app.exception_handler(ApiError)
+    async def _api(_: Request, exc: ApiError) -> JSONResponse:
+        count(exc.code)
+        return error_response(exc.status, exc.code, exc.message)
+
+    @app.exception_handler(ImageError)
+    async def _image(_: Request, exc: ImageError) -> JSONResponse:
+        count(exc.code)
+        return error_response(exc.status, exc.code, exc.message)
+
+    @app.exception_handler(EngineError)
+    async def _engine(_: Request, exc: EngineError) -> JSONResponse:
+        count(exc.code)
+        if isinstance(exc, OverloadedError):
+            response = error_response(503, exc.code, exc.message)
+            response.headers["Retry-After"] = str(max(1, round(exc.retry_after_s)))
+            return response
+        status = 404 if isinstance(exc, UnknownModelError) else 422
+        return error_response(status, exc.code, exc.message, [{"field": exc.field, "message": exc.message}])
+
+    @app.exception_handler(RequestValidationError)
+    async def _request_validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        count("validation_error")
+        return validation_response(list(exc.errors()))
+
+    @app.exception_handler(ValidationError)
+    async def _validation(_: Request, exc: ValidationError) -> JSONResponse:
+        count("validation_error")
+        return validation_response(list(exc.errors()))
+
+    @app.exception_handler(BackendError)
+    async def _backend(_: Request, exc: BackendError) -> JSONResponse:
+        count(f"backend_{exc.reason}")
+        log.error("backend failure: %s", exc)
+        return error_response(502, "backend_error", str(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
+        count(code)
+        return error_response(exc.status_code, code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _internal(_: Request, exc: Exception) -> JSONResponse:
+        count("internal_error")
+        log.exception("unhandled error", exc_info=exc)
+        return error_response(500, "internal_error", "internal error; see the server log")

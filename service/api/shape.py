@@ -1,0 +1,100 @@
+"""Engine results and manifest entries shaped into the API's response schemas (the only module that
+reads ``CaptionOutput`` / ``Caption`` fields)."""
+
+from __future__ import annotations
+
+from service.api.schemas import (
+    CaptionerInfo,
+    CaptionOut,
+    CaptionResponse,
+    ImageResult,
+    ImageShape,
+    ModelsResponse,
+    RankerInfo,
+    Timings,
+)
+from service.engine.engine import Caption, CaptionOutput
+from service.manifest import Manifest
+
+
+def _captions(caps: list[Caption]) -> list[CaptionOut]:
+    return [
+        CaptionOut(
+            text=c.text,
+            tokens=c.tokens,
+            logprob=c.logprob,
+            normalized_logprob=c.normalized_logprob,
+            ranker_score=c.ranker_score,
+            beam_rank=c.beam_rank,
+        )
+        for c in caps
+    ]
+
+
+def caption_response(
+    out: CaptionOutput,
+    original: list[list[Caption]] | None,
+    decode_images_ms: float,
+    total_ms: float,
+) -> CaptionResponse:
+    """``original``: synonym_substitution's O captions per image, next to S (``out``)."""
+    p = out.params
+    results = [
+        ImageResult(
+            index=i,
+            caption=caps[0].text if caps else "",
+            captions=_captions(caps),
+            original_caption=None if original is None else (original[i][0].text if original[i] else ""),
+            original_captions=None if original is None else _captions(original[i]),
+        )
+        for i, caps in enumerate(out.results)
+    ]
+    t = out.timings_ms
+    return CaptionResponse(
+        model=p.model,
+        ranker=p.ranker,
+        beam_size=p.beam_size,
+        n_best=p.n_best,
+        max_length=p.max_length,
+        length_penalty=p.length_penalty,
+        rerank_weight=p.rerank_weight,
+        hooks=list(p.hook_names),
+        results=results,
+        timings_ms=Timings(
+            decode_images=decode_images_ms,
+            encode=t.get("encode", 0.0),
+            decode=t.get("decode", 0.0),
+            rerank=t.get("rerank", 0.0),
+            total=total_ms,
+        ),
+    )
+
+
+def models_response(m: Manifest) -> ModelsResponse:
+    return ModelsResponse(
+        preset=m.preset,
+        default_captioner=m.default_captioner,
+        image=ImageShape(height=m.image.height, width=m.image.width),
+        captioners=[
+            CaptionerInfo(
+                name=c.name,
+                architecture=c.architecture,
+                reads=c.reads,
+                max_length=c.max_length,
+                default_ranker=c.ranker,
+                training=c.training,
+                quality=c.quality,
+            )
+            for c in m.captioners
+        ],
+        rankers=[
+            RankerInfo(
+                name=r.name,
+                architecture=r.architecture,
+                embedding_dim=r.embedding_dim,
+                joint_with=r.joint_with,
+                training=r.training,
+            )
+            for r in m.rankers
+        ],
+    )
