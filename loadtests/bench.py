@@ -4,8 +4,8 @@ closed-loop HTTP load, measured in one run on one backend.
 (a) limit: ``<cap>_step`` alone on realistic inputs (memory of real encoded images, prefixes, state)
     at batch sizes 5..max_rows; rows/s at the best size, divided by the rows one beam-5 caption needs
     (measured on the bench images) = ideal captions/s.
-(b) naive: the in-process engine with no cross-request batching, ``--naive-clients`` concurrent
-    callers (each request decodes alone; its step calls carry only its own rows).
+(b) naive: the in-process engine with cross-request batching off (the same scheduler, one per
+    request), ``--naive-clients`` concurrent callers (each request's step calls carry only its rows).
 (c) load: ``compcap serve`` started on a free port (cross-request batching on), ``clients`` closed-loop
     HTTP clients for ``--duration`` s each; mean rows per decoder call from the gateway's /metrics.
 
@@ -25,7 +25,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,14 +38,13 @@ from PIL import Image
 from rich.console import Console
 from rich.table import Table
 
-from service.backends.base import Backend
 from service.backends.factory import make_backend
-from service.engine.captioning import CaptionEngine, CaptionParams
-from service.engine.rerank import fixed_dim, text_batch
+from service.engine.engine import CaptionEngine
+from service.engine.params import SearchParams
+from service.engine.runner import ModelRunner
 from service.manifest import Manifest, load_manifest
 from service.metrics import Metrics
 from service.settings import Settings
-from service.text.vocabulary import Vocabulary
 
 BEAM_SIZE = 5
 BATCH_ROWS = (5, 10, 20, 40, 80, 160, 320, 640)
@@ -73,20 +72,18 @@ def png_bytes(image: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-class RowCounter:
-    """Delegates to a real backend and counts the rows of each ``<cap>_step`` call."""
-
-    def __init__(self, inner: Backend) -> None:
-        self.inner = inner
-        self.step_rows: list[int] = []
-
-    async def infer(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if "image_index" in inputs:
-            self.step_rows.append(int(inputs["image_index"].shape[0]))
-        return await self.inner.infer(model, inputs)
-
-    async def close(self) -> None:
-        await self.inner.close()
+def step_totals(metrics: Metrics, step_model: str) -> tuple[float, float]:
+    """(rows, step calls) the engine has sent to ``step_model`` so far (its own Prometheus histogram)."""
+    rows = calls = 0.0
+    for family in metrics.beam_rows.collect():
+        for sample in family.samples:
+            if sample.labels.get("model") != step_model:
+                continue
+            if sample.name.endswith("_sum"):
+                rows = sample.value
+            elif sample.name.endswith("_count"):
+                calls = sample.value
+    return rows, calls
 
 
 # -- (single decode, limit, naive): in process ----------------------------------------------------
@@ -110,15 +107,13 @@ async def in_process(
     images: np.ndarray,
     args: argparse.Namespace,
 ) -> InProcess:
-    backend = RowCounter(await make_backend(settings, manifest, Metrics()))
-    vocab = Vocabulary.load(settings.repo / manifest.vocabulary.file)
-    engine = CaptionEngine(backend, manifest, vocab, scheduling=None)
+    metrics = Metrics()
+    alone = settings.model_copy(update={"cross_request_batching": False})
+    engine = await CaptionEngine.from_settings(alone, metrics)
     params = engine.resolve(**params_kw)
     try:
-        single, rows, steps = await _single_decodes(engine, backend, params, images, args.single_runs)
-        curve = await _step_curve(
-            backend, manifest, engine, params, images, args.max_rows, args.curve_seconds
-        )
+        single, rows, steps = await _single_decodes(engine, metrics, params, images, args.single_runs)
+        curve = await _step_curve(engine.runner, manifest, params, images, args.max_rows, args.curve_seconds)
         if settings.backend == "onnxruntime":  # the limit: the best of both thread-pool modes
             for point in curve:
                 point["ort_spinning"] = float(settings.ort_spinning)
@@ -126,7 +121,7 @@ async def in_process(
             spare = await make_backend(other, manifest, Metrics())
             try:
                 for point in await _step_curve(
-                    spare, manifest, engine, params, images, args.max_rows, args.curve_seconds
+                    ModelRunner(spare, manifest), manifest, params, images, args.max_rows, args.curve_seconds
                 ):
                     point["ort_spinning"] = float(other.ort_spinning)
                     curve.append(point)
@@ -138,53 +133,47 @@ async def in_process(
             "rows_per_s": round(best["rows_per_s"], 1),
             "ideal_captions_per_s": round(best["rows_per_s"] / rows, 2),
         }
-        compute = await _compute_limit(backend, manifest, params, images, best["rows_per_s"] / rows)
+        compute = await _compute_limit(engine.runner, manifest, params, images, best["rows_per_s"] / rows)
         naive = await _naive(engine, params, images, args.naive_clients, args.duration)
     finally:
-        await backend.close()
+        await engine.close()
     return InProcess(single, rows, steps, limit, curve, naive, compute)
 
 
-async def _timed(backend: Backend, model: str, inputs: dict[str, np.ndarray], seconds: float = 0.5) -> float:
-    """Seconds per call of ``model`` on ``inputs`` (after warm-up)."""
+async def _timed(call: Callable[[], Awaitable[object]], seconds: float = 0.5) -> float:
+    """Seconds per ``call()`` (after warm-up)."""
     for _ in range(2):
-        await backend.infer(model, inputs)
+        await call()
     calls, start = 0, time.perf_counter()
     while calls < 5 or time.perf_counter() - start < seconds:
-        await backend.infer(model, inputs)
+        await call()
         calls += 1
     return (time.perf_counter() - start) / calls
 
 
 async def _compute_limit(
-    backend: Backend,
+    runner: ModelRunner,
     manifest: Manifest,
-    params: CaptionParams,
+    params: SearchParams,
     images: np.ndarray,
     step_captions_per_s: float,
 ) -> dict[str, Any]:
     """Every model call a caption needs, each at a large batch (64 images, 5 captions each), one after
     another on all cores: the captions/s the models alone allow, and each model's share of it."""
-    cap = manifest.captioner(params.captioner)
+    cap = manifest.captioner(params.model)
     batch = images[np.arange(64) % len(images)]
     n = len(batch)
     ms: dict[str, float] = {}
-    ms["visual_encoder"] = await _timed(backend, "visual_encoder", {"image": batch}) / n * 1e3
-    regions = (await backend.infer("visual_encoder", {"image": batch}))["regions"]
-    ms[cap.init] = await _timed(backend, cap.init, {"regions": regions}) / n * 1e3
+    ms["visual_encoder"] = await _timed(lambda: runner.encode_images(batch)) / n * 1e3
+    regions = await runner.encode_images(batch)
+    ms[cap.init] = await _timed(lambda: runner.init(cap.name, regions)) / n * 1e3
     ms[cap.step] = 1e3 / step_captions_per_s
     if params.ranker is not None:
         ranker = manifest.ranker(params.ranker)
-        ms[ranker.image] = await _timed(backend, ranker.image, {"regions": regions}) / n * 1e3
+        ms[ranker.image] = await _timed(lambda: runner.embed_images(ranker, regions)) / n * 1e3
         rng = np.random.default_rng(1)
         captions = [list(rng.integers(4, manifest.vocabulary.size, 9)) for _ in range(n * params.n_best)]
-        tokens, length = text_batch(
-            captions,
-            manifest.vocabulary.bos_id,
-            manifest.vocabulary.pad_id,
-            fixed_dim(manifest, ranker.text, "tokens", 0),
-        )
-        ms[ranker.text] = await _timed(backend, ranker.text, {"tokens": tokens, "length": length}) / n * 1e3
+        ms[ranker.text] = await _timed(lambda: runner.embed_captions(ranker, captions)) / n * 1e3
     total = sum(ms.values())
     return {
         "captions_per_s": round(1e3 / total, 2),
@@ -194,66 +183,60 @@ async def _compute_limit(
 
 
 async def _single_decodes(
-    engine: CaptionEngine, counter: RowCounter, params: CaptionParams, images: np.ndarray, runs: int
+    engine: CaptionEngine, metrics: Metrics, params: SearchParams, images: np.ndarray, runs: int
 ) -> tuple[float, float, float]:
     """Median wall time of one image's full in-process caption (encode, decode, re-rank), and the
     mean rows and step calls one caption needs."""
     for i in range(3):
-        await engine.caption_alone(images[i : i + 1], params)
+        await engine.caption(images[i : i + 1], params)
     times, rows, steps = [], [], []
     for i in range(runs):
         image = images[i % len(images)][None]
-        counter.step_rows.clear()
+        step_model = engine.manifest.captioner(params.model).step
+        rows_before, calls_before = step_totals(metrics, step_model)
         start = time.perf_counter()
-        await engine.caption_alone(image, params)
+        await engine.caption(image, params)
         times.append((time.perf_counter() - start) * 1e3)
-        rows.append(sum(counter.step_rows))
-        steps.append(len(counter.step_rows))
+        rows_after, calls_after = step_totals(metrics, step_model)
+        rows.append(rows_after - rows_before)
+        steps.append(calls_after - calls_before)
     return float(np.median(times)), float(np.mean(rows)), float(np.mean(steps))
 
 
 async def _step_curve(
-    backend: Backend,
+    runner: ModelRunner,
     manifest: Manifest,
-    engine: CaptionEngine,
-    params: CaptionParams,
+    params: SearchParams,
     images: np.ndarray,
     max_rows: int,
     seconds_per_size: float = 0.5,
 ) -> list[dict[str, float]]:
     """rows/s of ``<cap>_step`` alone at each batch size, on the memory of real images."""
-    cap = manifest.captioner(params.captioner)
+    cap = manifest.captioner(params.model)
     n_img = max(1, max_rows // BEAM_SIZE)
     pool = images[np.arange(n_img) % len(images)]
-    regions = (await backend.infer("visual_encoder", {"image": pool}))["regions"]
-    init = await backend.infer(cap.init, {"regions": regions})
-    memory = np.ascontiguousarray(init["memory"], dtype=np.float32)
-    state0 = np.ascontiguousarray(init["state"], dtype=np.float32)
+    enc = await runner.encode(cap.name, pool)
     rng = np.random.default_rng(0)
     t = 1 if cap.reads == "last_token" else min(10, cap.max_length)
     out: list[dict[str, float]] = []
     for rows in [r for r in BATCH_ROWS if r <= max_rows]:
         n = rows // BEAM_SIZE
-        inputs: dict[str, np.ndarray] = {
-            "memory": np.ascontiguousarray(memory[:n]),
-            "image_index": np.repeat(np.arange(n), BEAM_SIZE).astype(np.int64),
-            "tokens": rng.integers(4, manifest.vocabulary.size, (rows, t)).astype(np.int64),
-            "length": np.full(rows, t, dtype=np.int64),
-            "state": np.repeat(state0[:n], BEAM_SIZE, axis=0),
-        }
-        for _ in range(3):
-            await backend.infer(cap.step, inputs)
-        calls, start = 0, time.perf_counter()
-        while calls < 10 or time.perf_counter() - start < seconds_per_size:
-            await backend.infer(cap.step, inputs)
-            calls += 1
-        seconds = (time.perf_counter() - start) / calls
+        memory = np.ascontiguousarray(enc.memory[:n])
+        image_index = np.repeat(np.arange(n), BEAM_SIZE).astype(np.int64)
+        tokens = rng.integers(4, manifest.vocabulary.size, (rows, t)).astype(np.int64)
+        lengths = np.full(rows, t, dtype=np.int64)
+        state = np.repeat(enc.state[:n], BEAM_SIZE, axis=0)
+
+        async def call() -> object:
+            return await runner.step(cap.name, memory, image_index, tokens, lengths, state)  # noqa: B023
+
+        seconds = await _timed(call, seconds_per_size)
         out.append({"rows": rows, "ms_per_call": round(seconds * 1e3, 3), "rows_per_s": rows / seconds})
     return out
 
 
 async def _naive(
-    engine: CaptionEngine, params: CaptionParams, images: np.ndarray, clients: int, duration: float
+    engine: CaptionEngine, params: SearchParams, images: np.ndarray, clients: int, duration: float
 ) -> float:
     """Captions/s with ``clients`` concurrent callers, each request decoding alone."""
     done = 0
@@ -263,7 +246,7 @@ async def _naive(
         nonlocal done
         i = k
         while time.perf_counter() < stop:
-            await engine.caption_alone(images[i % len(images)][None], params)
+            await engine.caption(images[i % len(images)][None], params)
             done += 1
             i += clients
 

@@ -1,40 +1,47 @@
-"""Beam search for the images of many requests at once, vectorised over all of them.
+"""The engine's one beam search: every image of every live request in one set of numpy arrays.
 
-``BeamBatch`` holds the state of every image of every active request in one set of numpy arrays:
-image ``i`` (of request ``key[i]``) owns grid rows ``i * C .. i * C + C - 1`` where ``C`` is the
-batch's beam capacity; its own beam size ``K_i <= C`` leaves columns ``K_i..C-1`` dead (``-inf``).
-Requests join (``add``) and leave (``pop``) between steps, at different step indices, with their own
-beam size, length limits and length penalty; one ``advance`` updates all of them with a fixed number
-of numpy calls, whatever the number of requests. Per-request decoding hooks are applied to the rows of
-their request only (a Python loop over the requests that have hooks, none for the others).
+Image ``i`` (of request ``key[i]``) owns grid rows ``i * C .. i * C + C - 1`` where ``C`` is the batch's
+beam capacity; its own beam size ``K_i <= C`` leaves columns ``K_i..C-1`` dead (``-inf``). Requests
+join (``add_many``) and leave (``discard``) between steps, at different step indices, each with its own
+``SearchParams`` (beam size, length limits, length penalty, beam groups, processors). One ``advance``
+updates all of them with a fixed number of numpy calls, whatever the number of requests; the
+requests' processors and observers run on their own rows only (a Python loop over just the requests
+that have them). Per-image tensors (``memory``) are kept once per image, never per beam.
 
-It computes exactly what ``beam.BeamSearch`` computes for each request alone (same selection, same
-finished pool, same stopping rule; see that module for the scoring) — the tests check this token for
-token — so ``BeamSearch`` stays the readable reference and this class the fast path.
+Scores, stopping and diverse (grouped) selection are ``service.engine.beam``'s. Each image's pool of
+finished hypotheses keeps its ``K_i`` best; an image is done when its pool is full and no live beam can
+still beat the pool's worst entry (a live beam's score can at best reach ``sum / max_length **
+length_penalty``), or when no live beam is left. At ``max_length`` words only EOS is allowed. With
+``groups`` G > 1 the image starts from G live rows (one per group, the same prefix), and the pool keeps
+each caption once. The per-request reference, ``tests/beam_oracle.py``, computes the same thing for one
+request alone; the tests check them token for token.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from service.engine.beam import NEG_INF, Hypothesis, LogitsHookFn, beam_step, pool_hypotheses
+from service.engine.beam import NEG_INF, Hypothesis, beam_step, grouped_beam_step, pool_hypotheses
+from service.engine.observer import StepEvent, StepObserver
+from service.engine.params import SearchParams
+from service.engine.processors import LogitsProcessor
+
+_PER_IMAGE = ("key", "beam", "groups", "diversity", "max_length", "min_length", "length_penalty", "t", "done")
+_PER_BEAM = ("tokens", "cum", "state", "fin_tokens", "fin_len", "fin_cum", "fin_score")
 
 
 @dataclass(frozen=True)
-class NewRequest:
-    """A request joining a ``BeamBatch`` (see ``BeamBatch.add``)."""
+class Joining:
+    """A request joining the batch: its encoded images and its search."""
 
     key: int
     memory: np.ndarray  # float32 [I, M, Dm]
     initial_state: np.ndarray  # float32 [I, S]
-    beam_size: int
-    max_length: int
-    min_length: int = 1
-    length_penalty: float = 1.0
-    logits_hook: LogitsHookFn | None = None
+    params: SearchParams
+    observer: StepObserver | None = None
 
 
 @dataclass(frozen=True)
@@ -45,8 +52,17 @@ class BatchRows:
     image_index: np.ndarray  # int64 [N], index into ``BeamBatch.memory``
     tokens: np.ndarray  # int64 [N, T]: BOS w1..wt PAD..., T = 1 + the longest prefix
     lengths: np.ndarray  # int64 [N] = t + 1
-    last_token: np.ndarray  # int64 [N]: wt (BOS at t = 0)
     state: np.ndarray  # float32 [N, S]
+
+
+@dataclass
+class StepUpdate:
+    """What one ``advance`` did to the requests: those now finished, and those whose processor or
+    observer raised (their rows went on without processors this step; the caller fails and discards
+    them)."""
+
+    finished: list[int] = field(default_factory=list)
+    failed: dict[int, Exception] = field(default_factory=dict)
 
 
 class BeamBatch:
@@ -54,7 +70,7 @@ class BeamBatch:
 
     def __init__(
         self, beam_capacity: int, length_capacity: int, bos: int, eos: int, banned_ids: Sequence[int]
-    ):
+    ) -> None:
         if beam_capacity < 1:
             raise ValueError(f"beam_capacity must be >= 1, got {beam_capacity}")
         if length_capacity < 1:
@@ -65,14 +81,16 @@ class BeamBatch:
         self.capacity = 1  # current width: the largest beam size in the batch
         self.bos, self.eos = bos, eos
         self.banned_ids = np.asarray(sorted(set(banned_ids)), dtype=np.int64)
-        c, lc = self.capacity, length_capacity
-        self.key = np.zeros(0, dtype=np.int64)  # owning request per image
+        self.key = np.zeros(0, dtype=np.int64)  # per image: the owning request
         self.beam = np.zeros(0, dtype=np.int64)
+        self.groups = np.zeros(0, dtype=np.int64)
+        self.diversity = np.zeros(0, dtype=np.float64)
         self.max_length = np.zeros(0, dtype=np.int64)
         self.min_length = np.zeros(0, dtype=np.int64)
         self.length_penalty = np.zeros(0, dtype=np.float64)
         self.t = np.zeros(0, dtype=np.int64)  # words in every live beam of the image
         self.done = np.zeros(0, dtype=bool)
+        c, lc = self.capacity, length_capacity
         self.tokens = np.zeros((0, c, lc + 1), dtype=np.int64)
         self.cum = np.zeros((0, c))
         self.state = np.zeros((0, c, 1), dtype=np.float32)
@@ -81,10 +99,11 @@ class BeamBatch:
         self.fin_len = np.zeros((0, c), dtype=np.int64)
         self.fin_cum = np.zeros((0, c))
         self.fin_score = np.zeros((0, c))
-        self.hooks: dict[int, LogitsHookFn] = {}
+        self.processors: dict[int, tuple[LogitsProcessor, ...]] = {}
+        self.observers: dict[int, StepObserver] = {}
         self.steps: dict[int, int] = {}  # advance calls per request
 
-    # -- membership -------------------------------------------------------------------------------
+    # -- membership -----------------------------------------------------------------------------------
 
     @property
     def n_images(self) -> int:
@@ -94,80 +113,62 @@ class BeamBatch:
     def keys(self) -> list[int]:
         return list(self.steps)
 
-    def add(
-        self,
-        key: int,
-        memory: np.ndarray,
-        initial_state: np.ndarray,
-        beam_size: int,
-        max_length: int,
-        min_length: int = 1,
-        length_penalty: float = 1.0,
-        logits_hook: LogitsHookFn | None = None,
-    ) -> None:
-        """Add request ``key``: ``memory`` [I, M, Dm] and ``initial_state`` [I, S] of its images."""
-        self.add_many(
-            [
-                NewRequest(
-                    key, memory, initial_state, beam_size, max_length, min_length, length_penalty, logits_hook
-                )
-            ]
-        )
-
-    def add_many(self, requests: Sequence[NewRequest]) -> None:
-        """Add several requests with one concatenation per array (see ``add``)."""
-        if not requests:
+    def add_many(self, joining: Sequence[Joining]) -> None:
+        """Add requests with one concatenation per array."""
+        if not joining:
             return
-        for r in requests:
+        for r in joining:
             self._check(r)
-        if len({r.key for r in requests}) != len(requests):
+        if len({r.key for r in joining}) != len(joining):
             raise ValueError("keys must be unique")
-        widest = max(r.beam_size for r in requests)
+        widest = max(r.params.beam_size for r in joining)
         if widest > self.capacity:
             self._resize(widest)
         c, lc = self.capacity, self.length_capacity
-        sizes = [r.memory.shape[0] for r in requests]
+        sizes = [r.memory.shape[0] for r in joining]
         n = sum(sizes)
-
-        def per_image(values: list[float] | list[int], dtype: type) -> np.ndarray:
-            return np.repeat(np.asarray(values, dtype=dtype), sizes)
-
-        state0 = np.concatenate([np.asarray(r.initial_state, dtype=np.float32) for r in requests])
+        starts = np.zeros((n, c), dtype=bool)  # the first beam of each group is live on the first step
+        at = 0
+        for r, size in zip(joining, sizes, strict=True):
+            starts[at : at + size, : r.params.beam_size : r.params.beam_size // r.params.groups] = True
+            at += size
+        state0 = np.concatenate([np.asarray(r.initial_state, dtype=np.float32) for r in joining])
         tokens = np.zeros((n, c, lc + 1), dtype=np.int64)
         tokens[:, :, 0] = self.bos
-        cum = np.full((n, c), NEG_INF)
-        cum[:, 0] = 0.0  # one live row per image on the first step
         state = np.zeros((n, c, state0.shape[1]), dtype=np.float32)
-        state[:, 0] = state0
-        memory = np.concatenate([np.asarray(r.memory, dtype=np.float32) for r in requests])
+        state[starts] = np.repeat(state0, starts.sum(axis=1), axis=0)
+        p = [r.params for r in joining]
+        new: dict[str, np.ndarray] = {
+            "key": np.asarray([r.key for r in joining], dtype=np.int64),
+            "beam": np.asarray([x.beam_size for x in p], dtype=np.int64),
+            "groups": np.asarray([x.groups for x in p], dtype=np.int64),
+            "diversity": np.asarray([x.diversity_penalty for x in p], dtype=np.float64),
+            "max_length": np.asarray([x.max_length for x in p], dtype=np.int64),
+            "min_length": np.asarray([x.min_length for x in p], dtype=np.int64),
+            "length_penalty": np.asarray([x.length_penalty for x in p], dtype=np.float64),
+        }
         fresh = self.n_images == 0
-        self.key = np.concatenate([self.key, per_image([r.key for r in requests], np.int64)])
-        self.beam = np.concatenate([self.beam, per_image([r.beam_size for r in requests], np.int64)])
-        self.max_length = np.concatenate(
-            [self.max_length, per_image([r.max_length for r in requests], np.int64)]
-        )
-        self.min_length = np.concatenate(
-            [self.min_length, per_image([r.min_length for r in requests], np.int64)]
-        )
-        self.length_penalty = np.concatenate(
-            [self.length_penalty, per_image([r.length_penalty for r in requests], np.float64)]
-        )
+        for name, values in new.items():
+            setattr(self, name, np.concatenate([getattr(self, name), np.repeat(values, sizes)]))
         self.t = np.concatenate([self.t, np.zeros(n, dtype=np.int64)])
         self.done = np.concatenate([self.done, np.zeros(n, dtype=bool)])
         self.tokens = np.concatenate([self.tokens, tokens])
-        self.cum = np.concatenate([self.cum, cum])
+        self.cum = np.concatenate([self.cum, np.where(starts, 0.0, NEG_INF)])
         self.state = state if fresh else np.concatenate([self.state, state])
+        memory = np.concatenate([np.asarray(r.memory, dtype=np.float32) for r in joining])
         self.memory = memory if fresh or self.memory is None else np.concatenate([self.memory, memory])
         self.fin_tokens = np.concatenate([self.fin_tokens, np.zeros((n, c, lc), dtype=np.int64)])
         self.fin_len = np.concatenate([self.fin_len, np.zeros((n, c), dtype=np.int64)])
         self.fin_cum = np.concatenate([self.fin_cum, np.full((n, c), NEG_INF)])
         self.fin_score = np.concatenate([self.fin_score, np.full((n, c), NEG_INF)])
-        for r in requests:
-            if r.logits_hook is not None:
-                self.hooks[r.key] = r.logits_hook
+        for r in joining:
+            if r.params.processors:
+                self.processors[r.key] = r.params.processors
+            if r.observer is not None:
+                self.observers[r.key] = r.observer
             self.steps[r.key] = 0
 
-    def _check(self, r: NewRequest) -> None:
+    def _check(self, r: Joining) -> None:
         if r.key in self.steps:
             raise ValueError(f"key {r.key} is already in the batch")
         n = r.memory.shape[0]
@@ -175,27 +176,14 @@ class BeamBatch:
             raise ValueError(
                 f"memory and initial_state must have the same I >= 1, got {n}, {r.initial_state.shape}"
             )
-        if not 1 <= r.beam_size <= self.max_capacity:
-            raise ValueError(f"beam_size must be in [1, {self.max_capacity}], got {r.beam_size}")
-        if not 1 <= r.max_length <= self.length_capacity:
-            raise ValueError(f"max_length must be in [1, {self.length_capacity}], got {r.max_length}")
-        if not 0 <= r.min_length <= r.max_length:
-            raise ValueError(f"min_length must be in [0, max_length], got {r.min_length}")
-        if r.length_penalty < 0:
-            raise ValueError(f"length_penalty must be >= 0, got {r.length_penalty}")
+        if r.params.beam_size > self.max_capacity:
+            raise ValueError(f"beam_size must be <= {self.max_capacity}, got {r.params.beam_size}")
+        if r.params.max_length > self.length_capacity:
+            raise ValueError(f"max_length must be <= {self.length_capacity}, got {r.params.max_length}")
         if self.n_images and self.state.shape[2] != r.initial_state.shape[1]:
             raise ValueError(
                 f"state width {r.initial_state.shape[1]} differs from the batch's {self.state.shape[2]}"
             )
-
-    def finished(self, key: int) -> bool:
-        return bool(self.done[self.key == key].all())
-
-    def pop(self, key: int, n_best: int) -> list[list[Hypothesis]]:
-        """Remove request ``key`` and return its results (see ``results``)."""
-        out = self.results(key, n_best)
-        self.discard(key)
-        return out
 
     def results(self, key: int, n_best: int) -> list[list[Hypothesis]]:
         """Per image of request ``key``, up to ``n_best`` finished hypotheses, best first."""
@@ -211,15 +199,13 @@ class BeamBatch:
         if not keys:
             return
         keep = ~np.isin(self.key, keys)
-        for name in (
-            "key", "beam", "max_length", "min_length", "length_penalty", "t", "done", "tokens", "cum",
-            "state", "fin_tokens", "fin_len", "fin_cum", "fin_score",
-        ):  # fmt: skip
+        for name in (*_PER_IMAGE, *_PER_BEAM):
             setattr(self, name, getattr(self, name)[keep])
         if self.memory is not None:
             self.memory = self.memory[keep] if keep.any() else None
         for key in keys:
-            self.hooks.pop(key, None)
+            self.processors.pop(key, None)
+            self.observers.pop(key, None)
             del self.steps[key]
         widest = int(self.beam.max()) if self.beam.size else 1
         if widest < self.capacity:
@@ -230,27 +216,17 @@ class BeamBatch:
         (``-inf``), so narrowing drops only dead columns and widening adds dead ones."""
         c = self.capacity
         if capacity < c:
-            keep = slice(0, capacity)
-            for name in ("tokens", "cum", "state", "fin_tokens", "fin_len", "fin_cum", "fin_score"):
-                setattr(self, name, np.ascontiguousarray(getattr(self, name)[:, keep]))
+            for name in _PER_BEAM:
+                setattr(self, name, np.ascontiguousarray(getattr(self, name)[:, :capacity]))
         elif capacity > c:
-            extra = capacity - c
-
-            def widen(a: np.ndarray, fill: float) -> np.ndarray:
-                pad = np.full((a.shape[0], extra, *a.shape[2:]), fill, dtype=a.dtype)
-                return np.concatenate([a, pad], axis=1)
-
-            self.tokens = widen(self.tokens, 0)
+            for name in _PER_BEAM:
+                a, fill = getattr(self, name), NEG_INF if name in ("cum", "fin_cum", "fin_score") else 0
+                pad = np.full((a.shape[0], capacity - c, *a.shape[2:]), fill, dtype=a.dtype)
+                setattr(self, name, np.concatenate([a, pad], axis=1))
             self.tokens[:, c:, 0] = self.bos
-            self.cum = widen(self.cum, NEG_INF)
-            self.state = widen(self.state, 0.0)
-            self.fin_tokens = widen(self.fin_tokens, 0)
-            self.fin_len = widen(self.fin_len, 0)
-            self.fin_cum = widen(self.fin_cum, NEG_INF)
-            self.fin_score = widen(self.fin_score, NEG_INF)
         self.capacity = capacity
 
-    # -- one step ---------------------------------------------------------------------------------
+    # -- one step -------------------------------------------------------------------------------------
 
     def rows(self) -> BatchRows:
         """The live rows of every image that is not done."""
@@ -260,13 +236,11 @@ class BeamBatch:
         image = rows // c
         t_row = self.t[image]
         width = int(t_row.max()) + 1 if rows.size else 1
-        flat = self.tokens.reshape(-1, self.length_capacity + 1)
         return BatchRows(
             rows=rows,
             image_index=image,
-            tokens=flat[rows, :width],
+            tokens=self.tokens.reshape(-1, self.length_capacity + 1)[rows, :width],
             lengths=t_row + 1,
-            last_token=flat[rows, t_row],
             state=self.state.reshape(-1, self.state.shape[2])[rows],
         )
 
@@ -285,62 +259,130 @@ class BeamBatch:
             logprobs[at_max, self.eos] = eos_col
         return logprobs
 
-    def advance(self, step: BatchRows, logprobs: np.ndarray, state_out: np.ndarray) -> list[int]:
-        """Consume the step output for ``step`` (what ``rows()`` returned); return the keys of the
-        requests that are now finished (all their images done)."""
+    def _process(self, step: BatchRows, live: np.ndarray, row_key: np.ndarray, update: StepUpdate) -> None:
+        """Each request's processors on its own rows (in place on ``live``), constrained again after."""
+        t_row, v = step.lengths - 1, live.shape[1]
+        for key, processors in self.processors.items():
+            mine = np.flatnonzero(row_key == key)
+            if not mine.size:
+                continue
+            tokens = step.tokens[mine, : int(t_row[mine[0]]) + 1]
+            out = live[mine].astype(np.float32)
+            try:
+                for proc in processors:
+                    out = np.asarray(proc(tokens, out))
+                    if out.shape != (mine.size, v):
+                        raise ValueError(f"a processor must return shape {(mine.size, v)}, got {out.shape}")
+            except Exception as exc:
+                update.failed[key] = exc
+                continue
+            live[mine] = self._constrain(np.array(out, dtype=np.float64), t_row[mine], step.image_index[mine])
+
+    def _select(self, cum: np.ndarray, logprobs: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(parent, token, cum, eos_cum), each [I, C]: plain selection for every image, then grouped
+        selection for the images of diverse requests, per distinct (beam, groups, penalty)."""
+        sel = beam_step(cum, logprobs, self.eos)
+        parent, token, new_cum, eos_cum = sel.parent, sel.token, sel.cum, sel.eos_cum
+        grouped = np.flatnonzero(self.groups > 1)
+        if grouped.size:
+            configs = np.stack([self.beam[grouped], self.groups[grouped], self.diversity[grouped]], axis=1)
+            for config in np.unique(configs, axis=0):
+                idx = grouped[(configs == config).all(axis=1)]
+                k, g = int(config[0]), int(config[1])
+                gs = grouped_beam_step(cum[idx, :k], logprobs[idx, :k], self.eos, g, float(config[2]))
+                parent[idx, :k], token[idx, :k], new_cum[idx, :k] = gs.parent, gs.token, gs.cum
+                eos_cum[idx, :k] = gs.eos_cum
+        return parent, token, new_cum, eos_cum
+
+    def advance(
+        self,
+        step: BatchRows,
+        logprobs: np.ndarray,
+        state_out: np.ndarray,
+        attention: np.ndarray | None = None,
+    ) -> StepUpdate:
+        """Consume the step output for ``step`` (what ``rows()`` returned): ``logprobs`` [N, V],
+        ``state_out`` [N, S], and the step model's ``attention`` [N, M] for observers."""
         n = step.rows.shape[0]
         if logprobs.ndim != 2 or logprobs.shape[0] != n:
             raise ValueError(f"logprobs must have shape [{n}, V], got {logprobs.shape}")
         if state_out.shape != step.state.shape:
             raise ValueError(f"state_out must have shape {step.state.shape}, got {state_out.shape}")
+        update = StepUpdate()
         i, c, v = self.n_images, self.capacity, logprobs.shape[1]
-        t_row = step.lengths - 1
-        live = self._constrain(np.array(logprobs, dtype=np.float64), t_row, step.image_index)
-        if self.hooks:
-            row_key = self.key[step.image_index]
-            for key, hook in self.hooks.items():
-                mine = np.flatnonzero(row_key == key)
-                if not mine.size:
-                    continue
-                hooked = np.asarray(
-                    hook(step.tokens[mine, : int(t_row[mine[0]]) + 1], live[mine].astype(np.float32))
-                )
-                if hooked.shape != (mine.size, v):
-                    raise ValueError(f"logits_hook must return shape {(mine.size, v)}, got {hooked.shape}")
-                live[mine] = self._constrain(
-                    np.array(hooked, dtype=np.float64), t_row[mine], step.image_index[mine]
-                )
+        live = self._constrain(np.array(logprobs, dtype=np.float64), step.lengths - 1, step.image_index)
+        row_key = self.key[step.image_index]
+        if self.processors:
+            self._process(step, live, row_key, update)
         full = np.full((i * c, v), NEG_INF)
         full[step.rows] = live
         state = self.state.reshape(i * c, -1)
         state[step.rows] = state_out
         cum = np.where(self.done[:, None], NEG_INF, self.cum)
-        sel = beam_step(cum, full.reshape(i, c, v), self.eos)
+        parent, token, sel_cum, eos_cum = self._select(cum, full.reshape(i, c, v))
         beyond = np.arange(c)[None, :] >= self.beam[:, None]  # columns past each image's beam size
-        sel_cum = np.where(beyond, NEG_INF, sel.cum)
+        sel_cum = np.where(beyond, NEG_INF, sel_cum)
+        eos_cum = np.where(beyond, NEG_INF, eos_cum)
+        t_before = self.t
 
-        self._add_finished(np.where(beyond, NEG_INF, sel.eos_cum), beyond)
+        self._add_finished(eos_cum, beyond)
         grid = np.arange(i)[:, None]
-        self.tokens = self.tokens[grid, sel.parent]
+        self.tokens = self.tokens[grid, parent]
         writable = self.t < self.max_length
         if writable.any():
             rows_w = np.flatnonzero(writable)
             self.tokens[rows_w, :, self.t[rows_w] + 1] = np.where(
-                np.isfinite(sel_cum[rows_w]), sel.token[rows_w], 0
+                np.isfinite(sel_cum[rows_w]), token[rows_w], 0
             )
-        self.state = self.state[grid, sel.parent]
+        self.state = self.state[grid, parent]
         self.cum = sel_cum
         self.t = self.t + 1
-        for key in np.unique(self.key[step.image_index]).tolist():
+        for key in np.unique(row_key).tolist():
             self.steps[key] += 1
         self._update_done()
-        return [k for k in self.steps if self.done[self.key == k].all()]
+        if self.observers:
+            lp = full.reshape(i, c, v)
+            for key, observer in self.observers.items():
+                mine = np.flatnonzero(row_key == key)
+                if not mine.size:
+                    continue
+                imgs = np.flatnonzero(self.key == key)
+                k = int(self.beam[imgs[0]])
+                p, w, s = parent[imgs, :k], token[imgs, :k], sel_cum[imgs, :k]
+                event = StepEvent(
+                    t=t_before[imgs],
+                    image=step.image_index[mine] - imgs[0],
+                    beam=step.rows[mine] % c,
+                    logprobs=live[mine],
+                    attention=None if attention is None else attention[mine],
+                    parent=p,
+                    token=w,
+                    token_logprob=np.where(np.isfinite(s), lp[imgs[:, None], p, w], NEG_INF),
+                    cum=s,
+                    eos_cum=eos_cum[imgs, :k],
+                    done=self.done[imgs].copy(),
+                )
+                try:
+                    observer(event)
+                except Exception as exc:
+                    update.failed.setdefault(key, exc)
+        update.finished = [k for k in self.steps if k not in update.failed and self.done[self.key == k].all()]
+        return update
 
     def _add_finished(self, eos_cum: np.ndarray, beyond: np.ndarray) -> None:
-        """Merge each beam's EOS continuation (``t`` words) into the pools, keeping each image's best."""
+        """Merge each beam's EOS continuation (``t`` words) into the pools, keeping each image's best;
+        in diverse requests a caption already offered by an earlier beam this step is not offered again."""
         c = self.capacity
         new_score = eos_cum / self._norm(self.t)[:, None]
         new_tokens = self.tokens[:, :, 1:]
+        grouped = np.flatnonzero(self.groups > 1)
+        if grouped.size:  # words past t are 0 in every beam, so whole rows compare the t words
+            g_tokens = new_tokens[grouped]
+            same = (g_tokens[:, :, None, :] == g_tokens[:, None, :, :]).all(axis=3)  # [G, C, C]
+            earlier = np.tril(np.ones((c, c), dtype=bool), -1)
+            real = np.isfinite(new_score[grouped])[:, None, :]
+            repeat = (same & earlier & real).any(axis=2)
+            new_score[grouped] = np.where(repeat, NEG_INF, new_score[grouped])
         score = np.concatenate([self.fin_score, new_score], axis=1)  # [I, 2C]
         order = np.argsort(-score, axis=1, kind="stable")[:, :c]
         grid = np.arange(self.n_images)[:, None]
@@ -351,7 +393,7 @@ class BeamBatch:
         self.fin_tokens = np.concatenate([self.fin_tokens, new_tokens], axis=1)[grid, order]
 
     def _norm(self, length: np.ndarray) -> np.ndarray:
-        """``max(length, 1) ** length_penalty`` per image (``beam.length_norm`` with per-image penalties)."""
+        """``max(length, 1) ** length_penalty`` per image."""
         return np.maximum(length, 1).astype(np.float64) ** self.length_penalty
 
     def _update_done(self) -> None:

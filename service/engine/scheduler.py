@@ -1,42 +1,39 @@
-"""Iteration-level batching of beam search across requests (Orca / vLLM style), one loop per captioner.
+"""Iteration-level batching of beam search across requests (Orca / vLLM ``EngineCore.step`` style), one
+loop per captioner: **plan** the iteration → **runner** call → **update** the batch.
 
-Every iteration makes ONE ``<cap>_step`` call carrying every live beam row of every active request of
-that captioner. Requests wait in a bounded queue; at each iteration the loop admits as many as the row
-budget (``max_rows``: ``images × beam_size`` reserved per request) and ``max_active`` allow, and runs
-``visual_encoder`` + ``<cap>_init`` for all of them in one batched call each, concurrently with the
-step calls of the requests already decoding; they join the batch at the next iteration after their
-encoding finishes. A request whose beam search is done leaves the batch at once; finished requests
-are re-ranked in batched ranker calls (one ``<ranker>_image`` and one ``<ranker>_text`` call for all of
-them) off the step loop. A request whose caller stopped waiting (deadline, disconnect) is dropped
-before the next step call, freeing its rows.
+- plan: drop requests past their deadline or abandoned by their caller (their rows are freed before the
+  next step call); move encoded requests into the ``BeamBatch``; admit waiting requests, in priority
+  order, as far as the row budget (``max_rows``: images × beam size per request) and ``max_active``
+  allow, and start encoding them (``visual_encoder`` + ``<cap>_init``, one batched call for all of
+  them) while the others keep decoding;
+- runner: ONE ``<cap>_step`` call with every live row of every decoding request;
+- update: advance the batch; requests whose search is done leave at once and are re-ranked off the
+  loop, one ``<ranker>_image`` + ``<ranker>_text`` call per ranker for all of them.
 
-Beam state lives in one ``BeamBatch`` (all requests' images in one set of arrays, advanced with a
-fixed number of numpy calls per step); per-image tensors (``memory``) are kept there once per image
-and the step call gets a row → image index. Diverse (grouped) searches select per group, so each runs
-in a ``BeamSearch`` of its own whose rows ride in the same step call.
+Every request leaves through ``_release``, the one place that frees its rows and answers its caller.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import time
-from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from service.backends.base import Backend
-from service.engine.beam import BeamSearch, Hypothesis, StepRows
-from service.engine.beam_batch import BatchRows, BeamBatch, NewRequest
-from service.engine.rerank import fixed_dim, ranker_scores
-from service.manifest import CaptionerEntry, Manifest
+from service.engine.beam_batch import BatchRows, BeamBatch, Joining
+from service.engine.observer import StepObserver
+from service.engine.params import SearchParams
+from service.engine.request import DecodeResult, Priority, Request, RequestStatus
+from service.engine.runner import Encoded, ModelRunner, StepOutput
+from service.manifest import CaptionerEntry
 from service.metrics import Metrics
 
 log = logging.getLogger(__name__)
-
-LogitsHook = Callable[[np.ndarray, np.ndarray], np.ndarray]
+S = RequestStatus
 
 
 class QueueFullError(Exception):
@@ -48,132 +45,97 @@ class QueueFullError(Exception):
 
 
 @dataclass(frozen=True)
-class DecodeRequest:
-    """One request's decoding job: ``images`` uint8 [I, H, W, 3] and the search options."""
+class SchedulerLimits:
+    """Bounds of one captioner's scheduler (from ``Settings``)."""
 
-    images: np.ndarray
-    beam_size: int
+    max_rows: int
+    max_queue: int
+    max_active: int
+    max_beam_size: int
     max_length: int
-    n_best: int
-    length_penalty: float = 1.0
-    ranker: str | None = None
-    logits_hook: LogitsHook | None = None
-    groups: int = 1
-    diversity_penalty: float = 0.0
-    min_length: int = 1
 
-    @property
-    def rows(self) -> int:
-        """Rows this request may occupy in one step call."""
-        return int(self.images.shape[0]) * self.beam_size
+    def __post_init__(self) -> None:
+        for name in ("max_rows", "max_queue", "max_active", "max_beam_size", "max_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
-@dataclass
-class DecodeResult:
-    hypotheses: list[list[Hypothesis]]  # per image, best score first
-    ranker_scores: list[list[float]] | None  # per image, aligned with ``hypotheses``
-    iterations: int  # step calls this request took part in
-    timings_ms: dict[str, float] = field(default_factory=dict)  # queue, encode, decode, rerank
-
-
-@dataclass(eq=False)
-class _Job:
-    serial: int
-    request: DecodeRequest
-    future: asyncio.Future[DecodeResult]
-    deadline: float  # time.monotonic()
-    submitted: float = field(default_factory=time.perf_counter)
-    encode_start: float = 0.0
-    decode_start: float = 0.0
-    decode_end: float = 0.0
-    encode_ms: float = 0.0
-    regions: np.ndarray | None = None
-    memory: np.ndarray | None = None
-    state0: np.ndarray | None = None
-    search: BeamSearch | None = None  # only for diverse (grouped) searches; others live in the BeamBatch
-    hypotheses: list[list[Hypothesis]] | None = None
-    iterations: int = 0
-
-    @property
-    def abandoned(self) -> bool:
-        return self.future.done()
-
-
-class CaptionerScheduler:
+class Scheduler:
     """The decoding loop of one captioner. ``submit`` is the only entry point; ``close`` stops it."""
 
     def __init__(
         self,
-        backend: Backend,
-        manifest: Manifest,
+        runner: ModelRunner,
         captioner: CaptionerEntry,
+        limits: SchedulerLimits,
         banned_ids: Sequence[int],
-        max_rows: int = 512,
-        max_queue: int = 256,
-        max_active: int = 128,
         metrics: Metrics | None = None,
-        beam_capacity: int = 10,
     ) -> None:
-        if max_rows < 1:
-            raise ValueError(f"max_rows must be >= 1, got {max_rows}")
-        if max_queue < 1:
-            raise ValueError(f"max_queue must be >= 1, got {max_queue}")
-        if max_active < 1:
-            raise ValueError(f"max_active must be >= 1, got {max_active}")
-        self.backend, self.manifest, self.cap = backend, manifest, captioner
-        self.banned_ids = tuple(banned_ids)
-        self.max_rows, self.max_queue, self.max_active = max_rows, max_queue, max_active
-        self.metrics = metrics
-        vocab = manifest.vocabulary
-        self.bos, self.eos, self.pad = vocab.bos_id, vocab.eos_id, vocab.pad_id
-        self.last_token = captioner.reads == "last_token"
-        self.fixed_t = None if self.last_token else fixed_dim(manifest, captioner.step, "tokens", 1)
-        self._waiting: deque[_Job] = deque()
-        self._active: list[_Job] = []
-        self._joining: list[_Job] = []  # encoded, join at the next iteration
-        self._reserved_rows = 0  # rows of jobs being encoded or decoding
+        self.runner, self.cap, self.limits, self.metrics = runner, captioner, limits, metrics
+        vocab = runner.manifest.vocabulary
+        length = min(limits.max_length, captioner.max_length)
+        self._batch = BeamBatch(limits.max_beam_size, length, vocab.bos_id, vocab.eos_id, banned_ids)
+        self._waiting: list[tuple[int, int, Request]] = []  # heap of (priority, key, request)
+        self._encoding_requests: list[Request] = []
+        self._encoded: list[Request] = []
+        self._decoding: dict[int, Request] = {}
+        self._reserved_rows = 0
+        self._serial = 0
+        self._wake = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
         self._encoding: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
-        self._wake = asyncio.Event()
-        self._batch = BeamBatch(beam_capacity, captioner.max_length, self.bos, self.eos, self.banned_ids)
-        self._loop_task: asyncio.Task[None] | None = None
         self._closed = False
-        self.iterations = 0
-        self._serial = 0
-
-    # -- public -----------------------------------------------------------------------------------
-
-    @property
-    def queue_length(self) -> int:
-        return len(self._waiting)
+        self.iterations = 0  # step calls made
 
     @property
     def active_requests(self) -> int:
-        return len(self._active) + len(self._joining)
+        return len(self._encoding_requests) + len(self._encoded) + len(self._decoding)
 
-    async def submit(self, request: DecodeRequest, timeout_s: float) -> DecodeResult:
-        """Decode ``request``; raises ``QueueFullError`` at once if the queue is full and
-        ``TimeoutError`` if the result is not ready within ``timeout_s``. Cancelling the caller (a
-        disconnect) drops the job before the next step call."""
+    @property
+    def queue_length(self) -> int:
+        return sum(1 for *_, r in self._waiting if r.status is S.WAITING)
+
+    async def submit(
+        self,
+        images: np.ndarray,
+        params: SearchParams,
+        timeout_s: float,
+        priority: Priority = Priority.USER,
+        observer: StepObserver | None = None,
+    ) -> DecodeResult:
+        """Decode ``images`` (uint8 [I, H, W, 3]) with ``params`` within ``timeout_s``; raises
+        ``QueueFullError`` at once when the queue is full and ``TimeoutError`` past the deadline."""
         if self._closed:
             raise RuntimeError("the scheduler is closed")
-        if request.rows > self.max_rows:
-            raise ValueError(f"images × beam_size = {request.rows} exceeds max_rows = {self.max_rows}")
-        if len(self._waiting) >= self.max_queue:
+        if params.model != self.cap.name:
+            raise ValueError(f"params are for {params.model!r}, this scheduler decodes {self.cap.name!r}")
+        if params.rows(len(images)) > self.limits.max_rows:
+            raise ValueError(
+                f"images × beam_size = {params.rows(len(images))} exceeds {self.limits.max_rows}"
+            )
+        if self.queue_length >= self.limits.max_queue:
             raise QueueFullError(retry_after_s=1.0)
         self._ensure_loop()
-        future: asyncio.Future[DecodeResult] = asyncio.get_running_loop().create_future()
         self._serial += 1
-        job = _Job(self._serial, request, future, deadline=time.monotonic() + timeout_s)
-        self._waiting.append(job)
+        request = Request(
+            key=self._serial,
+            images=images,
+            params=params,
+            future=asyncio.get_running_loop().create_future(),
+            deadline=time.monotonic() + timeout_s,
+            priority=priority,
+            observer=observer,
+        )
+        heapq.heappush(self._waiting, (int(priority), request.key, request))
         self._gauge()
         self._wake.set()
         try:
             async with asyncio.timeout(timeout_s):
-                return await asyncio.shield(future)
+                return await asyncio.shield(request.future)
         finally:
-            if not future.done():
-                future.cancel()  # the loop drops the job (and frees its rows) before its next step
+            if not request.future.done():
+                request.future.cancel()  # the loop releases it (and its rows) before its next step
                 self._wake.set()
 
     async def close(self) -> None:
@@ -182,11 +144,12 @@ class CaptionerScheduler:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for job in (*self._waiting, *self._active, *self._joining):
-            if not job.future.done():
-                job.future.set_exception(RuntimeError("the scheduler was closed"))
+        everyone = [r for *_, r in self._waiting] + self._encoding_requests + self._encoded
+        self._release(
+            [*everyone, *self._decoding.values()], S.FAILED, RuntimeError("the scheduler was closed")
+        )
 
-    # -- loop -------------------------------------------------------------------------------------
+    # -- the loop -------------------------------------------------------------------------------------
 
     def _ensure_loop(self) -> None:
         if self._loop_task is None or self._loop_task.done():
@@ -196,282 +159,211 @@ class CaptionerScheduler:
         while not self._closed:
             self._wake.clear()
             try:
-                self._expire()
-                self._join()
-                self._admit()
-                self._gauge()
-                if self._active:
-                    await self._iterate()
+                rows = self._plan()
+                if rows is not None:
+                    stepped = list(self._decoding.values())
+                    out = await self._execute(rows, stepped)
+                    if out is not None:
+                        self._update(rows, out, stepped)
                     continue
             except Exception as exc:  # a bug must not leave requests hanging: fail the batch, go on
                 log.exception("scheduler iteration failed")
-                self._leave(list(self._active), exc)
+                self._release(list(self._decoding.values()), S.FAILED, exc)
                 continue
             await self._wake.wait()
 
-    def _join(self) -> None:
-        """Move encoded jobs into the decoding batch (between step calls only)."""
-        joining = [j for j in self._joining if j.search is None]
-        self._batch.add_many(
-            [
-                NewRequest(
-                    j.serial,
-                    j.memory,
-                    j.state0,
-                    beam_size=j.request.beam_size,
-                    max_length=j.request.max_length,
-                    min_length=j.request.min_length,
-                    length_penalty=j.request.length_penalty,
-                    logits_hook=j.request.logits_hook,
-                )
-                for j in joining
-                if j.memory is not None and j.state0 is not None
-            ]
-        )
-        self._active.extend(self._joining)
-        self._joining.clear()
+    def _plan(self) -> BatchRows | None:
+        """Expire, join, admit; the rows of the next step call (None: nothing is decoding)."""
+        self._expire()
+        self._join()
+        self._admit()
+        self._gauge()
+        return self._batch.rows() if self._decoding else None
 
-    def _leave(self, jobs: Sequence[_Job], exc: BaseException | None = None) -> None:
-        """Take ``jobs`` out of decoding (freeing their rows); fail them with ``exc`` if given."""
-        leaving = [j for j in jobs if j in self._active]
-        for job in leaving:
-            self._active.remove(job)
-            self._reserved_rows -= job.request.rows
-        self._batch.discard(*(j.serial for j in leaving))
-        if exc is not None:
-            self._fail(jobs, exc)
-
-    def _expire(self) -> None:
-        """Drop abandoned or overdue jobs from every stage, freeing their rows."""
-        now = time.monotonic()
-        for job in (*self._waiting, *self._active, *self._joining):
-            if not job.future.done() and now > job.deadline:
-                job.future.set_exception(TimeoutError("deadline exceeded"))
-        if any(j.abandoned for j in self._waiting):
-            self._waiting = deque(j for j in self._waiting if not j.abandoned)
-        self._leave([j for j in self._active if j.abandoned])
-        for job in [j for j in self._joining if j.abandoned]:
-            self._joining.remove(job)
-            self._reserved_rows -= job.request.rows
-
-    def _admit(self) -> None:
-        """Start encoding the waiting jobs that fit the row and request budgets (one batch at a time)."""
-        if self._encoding is not None and not self._encoding.done():
-            return
-        batch: list[_Job] = []
-        active = len(self._active) + len(self._joining)
-        while self._waiting:
-            job = self._waiting[0]
-            fits = self._reserved_rows + job.request.rows <= self.max_rows
-            if not fits or active + len(batch) >= self.max_active:
-                break
-            self._waiting.popleft()
-            self._reserved_rows += job.request.rows
-            batch.append(job)
-        if batch:
-            self._encoding = asyncio.create_task(self._encode(batch))
-
-    async def _encode(self, batch: list[_Job]) -> None:
-        start = time.perf_counter()
-        for job in batch:
-            job.encode_start = start
-            if self.metrics is not None:
-                self.metrics.queue_wait.labels(model=self.cap.name).observe(start - job.submitted)
-        images = np.concatenate([j.request.images for j in batch])
+    async def _execute(self, rows: BatchRows, stepped: list[Request]) -> StepOutput | None:
+        assert self._batch.memory is not None
         try:
-            regions = (await self.backend.infer("visual_encoder", {"image": images}))["regions"]
-            init = await self.backend.infer(self.cap.init, {"regions": regions})
+            out = await self.runner.step(
+                self.cap.name, self._batch.memory, rows.image_index, rows.tokens, rows.lengths, rows.state
+            )
         except Exception as exc:
-            self._reserved_rows -= sum(j.request.rows for j in batch)
-            self._fail(batch, exc)
-            self._wake.set()
-            return
-        memory = np.ascontiguousarray(init["memory"], dtype=np.float32)
-        state0 = np.ascontiguousarray(init["state"], dtype=np.float32)
-        end = time.perf_counter()
-        offset = 0
-        for job in batch:
-            n = job.request.images.shape[0]
-            part = slice(offset, offset + n)
-            offset += n
-            if job.abandoned:
-                self._reserved_rows -= job.request.rows
-                continue
-            job.regions, job.memory, job.state0 = regions[part], memory[part], state0[part]
-            if job.request.groups > 1:
-                job.search = self._grouped_search(job.request, state0[part])
-            job.encode_ms = (end - start) * 1e3
-            job.decode_start = end
-            self._joining.append(job)
-        self._wake.set()
-
-    def _grouped_search(self, r: DecodeRequest, state0: np.ndarray) -> BeamSearch:
-        """Diverse (grouped) beam search selects per group, so it runs in a ``BeamSearch`` of its own;
-        its rows still go into the shared step call."""
-        return BeamSearch(
-            n_images=r.images.shape[0],
-            beam_size=r.beam_size,
-            max_length=r.max_length,
-            bos=self.bos,
-            eos=self.eos,
-            initial_state=state0,
-            length_penalty=r.length_penalty,
-            banned_ids=self.banned_ids,
-            min_length=r.min_length,
-            logits_hook=r.logits_hook,
-            groups=r.groups,
-            diversity_penalty=r.diversity_penalty,
-        )
-
-    async def _iterate(self) -> None:
-        side = [j for j in self._active if j.search is not None]
-        batch_rows = self._batch.rows() if self._batch.keys else None
-        side_rows = [j.search.rows() for j in side]  # type: ignore[union-attr]
-        inputs = self._step_inputs(batch_rows, side, side_rows)
-        n_rows = int(inputs["image_index"].shape[0])
-        in_step = list(self._active)
-        try:
-            out = await self.backend.infer(self.cap.step, inputs)
-        except Exception as exc:
-            self._leave(in_step, exc)
-            return
+            self._release(stepped, S.FAILED, exc)
+            return None
         self.iterations += 1
         if self.metrics is not None:
-            self.metrics.beam_rows.labels(model=self.cap.step).observe(n_rows)
-            self.metrics.decoded_tokens.labels(model=self.cap.name).inc(n_rows)
-        logprobs, state_out = out["logprobs"], out["state_out"]
-        finished: list[_Job] = []
-        n_batch = 0 if batch_rows is None else int(batch_rows.rows.shape[0])
-        if batch_rows is not None:
-            try:
-                done_keys = set(self._batch.advance(batch_rows, logprobs[:n_batch], state_out[:n_batch]))
-            except Exception as exc:  # a hook raised: fail the requests in the batch
-                self._leave([j for j in in_step if j.search is None], exc)
-                done_keys = set()
-            for job in in_step:
-                if job.search is None and job.serial in done_keys:
-                    job.iterations = self._batch.steps[job.serial]
-                    job.hypotheses = self._batch.results(job.serial, job.request.n_best)
-                    finished.append(job)
-            self._batch.discard(*(j.serial for j in finished))
-        at = n_batch
-        for job, part in zip(side, side_rows, strict=True):
-            n = part.rows.shape[0]
-            chunk = slice(at, at + n)
-            at += n
-            assert job.search is not None
-            try:
-                job.search.advance(part, logprobs[chunk], state_out[chunk])
-            except Exception as exc:
-                self._leave([job], exc)
-                continue
-            if job.search.finished:
-                job.iterations = job.search.steps
-                job.hypotheses = job.search.results(job.request.n_best)
-                finished.append(job)
-        for job in finished:
-            self._active.remove(job)
-            self._reserved_rows -= job.request.rows
-            job.decode_end = time.perf_counter()
+            n = int(rows.rows.shape[0])
+            self.metrics.beam_rows.labels(model=self.cap.step).observe(n)
+            self.metrics.decoded_tokens.labels(model=self.cap.name).inc(n)
+            for request in stepped:
+                for name in request.params.hook_names:
+                    self.metrics.hook_applications.labels(hook=name).inc()
+        return out
+
+    def _update(self, rows: BatchRows, out: StepOutput, stepped: list[Request]) -> None:
+        live = [r for r in stepped if r.status is S.DECODING]  # not released while the step ran
+        if len(live) != len(stepped):
+            return  # the batch changed under the step call: its output no longer lines up; redo
+        update = self._batch.advance(rows, out.logprobs, out.state, out.attention)
+        for key, exc in update.failed.items():
+            self._release([self._decoding[key]], S.FAILED, exc)
+        finished = [self._decoding[key] for key in update.finished]
+        now = time.perf_counter()
+        for request in finished:
+            request.iterations = self._batch.steps[request.key]
+            request.hypotheses = self._batch.results(request.key, request.params.search_n_best)
+            request.decode_end = now
+        self._leave_batch(finished, S.RANKING)
         if finished:
-            self._spawn(self._complete(finished))
+            self._spawn(self._rank(finished))
 
-    def _step_inputs(
-        self, batch_rows: BatchRows | None, side: list[_Job], side_rows: list[StepRows]
-    ) -> dict[str, np.ndarray]:
-        parts_index, parts_tokens, parts_last, parts_len, parts_state = [], [], [], [], []
-        memories: list[np.ndarray] = []
-        offset = 0
-        if batch_rows is not None and self._batch.memory is not None:
-            memories.append(self._batch.memory)
-            offset = self._batch.memory.shape[0]
-            parts_index.append(batch_rows.image_index)
-            parts_tokens.append(batch_rows.tokens)
-            parts_last.append(batch_rows.last_token)
-            parts_len.append(batch_rows.lengths)
-            parts_state.append(batch_rows.state)
-        for job, r in zip(side, side_rows, strict=True):
-            assert job.memory is not None
-            memories.append(job.memory)
-            parts_index.append(r.image_index + offset)
-            offset += job.memory.shape[0]
-            parts_tokens.append(r.tokens)
-            parts_last.append(r.tokens[:, -1])
-            parts_len.append(r.lengths)
-            parts_state.append(r.state)
-        memory = memories[0] if len(memories) == 1 else np.concatenate(memories)
-        lengths = np.concatenate(parts_len)
-        if self.last_token:  # the LSTM reads only the last real token: T = 1
-            tokens = np.concatenate(parts_last)[:, None]
-            lengths = np.ones_like(lengths)
-        else:
-            width = max(t.shape[1] for t in parts_tokens)
-            if self.fixed_t is not None:
-                width = max(width, self.fixed_t)
-            tokens = np.full((lengths.shape[0], width), self.pad, dtype=np.int64)
-            row = 0
-            for t in parts_tokens:
-                tokens[row : row + t.shape[0], : t.shape[1]] = t
-                row += t.shape[0]
-        return {
-            "memory": np.ascontiguousarray(memory, dtype=np.float32),
-            "image_index": np.concatenate(parts_index).astype(np.int64, copy=False),
-            "tokens": np.ascontiguousarray(tokens, dtype=np.int64),
-            "length": lengths.astype(np.int64, copy=False),
-            "state": np.ascontiguousarray(np.concatenate(parts_state), dtype=np.float32),
-        }
+    # -- stages ---------------------------------------------------------------------------------------
 
-    async def _complete(self, jobs: list[_Job]) -> None:
-        """Re-rank finished jobs in batched ranker calls (one pair of calls per ranker), then answer."""
-        results = {id(j): j.hypotheses or [] for j in jobs}
+    def _expire(self) -> None:
+        """Release requests past their deadline or abandoned by their caller, from every stage."""
+        now = time.monotonic()
+        stages: list[Iterable[Request]] = [
+            (r for *_, r in self._waiting),
+            self._encoding_requests,
+            self._encoded,
+            self._decoding.values(),
+        ]
+        overdue, gone = [], []
+        for stage in stages:
+            for request in stage:
+                if request.status.terminal:
+                    continue
+                if request.abandoned:
+                    gone.append(request)
+                elif now > request.deadline:
+                    overdue.append(request)
+        self._release(overdue, S.CANCELLED, TimeoutError("deadline exceeded"))
+        self._release(gone, S.CANCELLED)
+        if any(r.status.terminal for *_, r in self._waiting):
+            self._waiting = [e for e in self._waiting if not e[2].status.terminal]
+            heapq.heapify(self._waiting)
+
+    def _join(self) -> None:
+        """Move encoded requests into the decoding batch (between step calls only)."""
+        joining = [r for r in self._encoded if r.status is S.ENCODING and r.encoded is not None]
+        self._encoded.clear()
+        self._batch.add_many(
+            [
+                Joining(r.key, r.encoded.memory, r.encoded.state, r.params, r.observer)
+                for r in joining
+                if r.encoded
+            ]
+        )
+        for request in joining:
+            request.status = S.DECODING
+            self._decoding[request.key] = request
+
+    def _admit(self) -> None:
+        """Start encoding the waiting requests that fit the row and request budgets (one batch at a time)."""
+        if self._encoding is not None and not self._encoding.done():
+            return
+        admitted: list[Request] = []
+        while self._waiting:
+            request = self._waiting[0][2]
+            if request.status.terminal:
+                heapq.heappop(self._waiting)
+                continue
+            fits = self._reserved_rows + request.rows <= self.limits.max_rows
+            if not fits or self.active_requests + len(admitted) >= self.limits.max_active:
+                break
+            heapq.heappop(self._waiting)
+            request.status, request.holds_rows = S.ENCODING, True
+            self._reserved_rows += request.rows
+            admitted.append(request)
+        if admitted:
+            self._encoding_requests = admitted
+            self._encoding = asyncio.create_task(self._encode(admitted))
+
+    async def _encode(self, requests: list[Request]) -> None:
+        start = time.perf_counter()
+        for request in requests:
+            request.encode_start = start
+            if self.metrics is not None:
+                self.metrics.queue_wait.labels(model=self.cap.name).observe(start - request.submitted)
+        try:
+            enc = await self.runner.encode(self.cap.name, np.concatenate([r.images for r in requests]))
+        except Exception as exc:
+            self._release(requests, S.FAILED, exc)
+            self._encoding_requests = []
+            self._wake.set()
+            return
+        end = time.perf_counter()
+        at = 0
+        for request in requests:
+            part = slice(at, at + request.n_images)
+            at += request.n_images
+            request.encoded = Encoded(enc.regions[part], enc.memory[part], enc.state[part])
+            request.decode_start = end
+        self._encoded.extend(r for r in requests if r.status is S.ENCODING)
+        self._encoding_requests = []
+        self._wake.set()
+
+    async def _rank(self, requests: list[Request]) -> None:
+        """Re-rank finished requests in batched ranker calls (one pair of calls per ranker), then answer."""
         scores: dict[int, list[list[float]]] = {}
         rerank_ms: dict[int, float] = {}
-        by_ranker: dict[str, list[_Job]] = {}
-        for job in jobs:
-            if job.request.ranker is not None and not job.abandoned:
-                by_ranker.setdefault(job.request.ranker, []).append(job)
+        by_ranker: dict[str, list[Request]] = {}
+        for request in requests:
+            if request.params.ranker is not None and not request.future.done():
+                by_ranker.setdefault(request.params.ranker, []).append(request)
         for name, group in by_ranker.items():
             start = time.perf_counter()
-            regions = np.concatenate([j.regions for j in group if j.regions is not None])
-            captions = [[h.tokens for h in per] for j in group for per in results[id(j)]]
+            regions = np.concatenate([r.encoded.regions for r in group if r.encoded is not None])
+            captions = [[h.tokens for h in per] for r in group for per in r.hypotheses or []]
             try:
-                flat = await ranker_scores(
-                    self.backend, self.manifest, self.manifest.ranker(name), regions, captions
-                )
+                flat = await self.runner.rank(name, regions, captions)
             except Exception as exc:
-                self._fail(group, exc)
+                self._release(group, S.FAILED, exc)
                 continue
             at = 0
-            for job in group:
-                n = job.request.images.shape[0]
-                scores[id(job)] = flat[at : at + n]
-                at += n
-                rerank_ms[id(job)] = (time.perf_counter() - start) * 1e3
-        for job in jobs:
-            if job.future.done():
+            for request in group:
+                scores[request.key] = flat[at : at + request.n_images]
+                at += request.n_images
+                rerank_ms[request.key] = (time.perf_counter() - start) * 1e3
+        for request in requests:
+            if request.status.terminal:
                 continue
             if self.metrics is not None:
-                self.metrics.iterations_per_request.labels(model=self.cap.name).observe(job.iterations)
-            job.future.set_result(
-                DecodeResult(
-                    hypotheses=results[id(job)],
-                    ranker_scores=scores.get(id(job)),
-                    iterations=job.iterations,
-                    timings_ms={
-                        "queue": (job.encode_start - job.submitted) * 1e3,
-                        "encode": job.encode_ms,
-                        "decode": (job.decode_end - job.decode_start) * 1e3,
-                        "rerank": rerank_ms.get(id(job), 0.0),
-                    },
-                )
+                self.metrics.iterations_per_request.labels(model=self.cap.name).observe(request.iterations)
+            result = DecodeResult(
+                hypotheses=request.hypotheses or [],
+                ranker_scores=scores.get(request.key),
+                iterations=request.iterations,
+                timings_ms=request.timings_ms(rerank_ms.get(request.key, 0.0)),
             )
+            if request.future.done():  # its caller stopped waiting while it was ranked
+                request.status = S.CANCELLED
+                continue
+            request.future.set_result(result)
+            request.status = S.FINISHED
 
-    # -- helpers ----------------------------------------------------------------------------------
+    # -- leaving --------------------------------------------------------------------------------------
 
-    def _fail(self, jobs: Sequence[_Job], exc: BaseException) -> None:
-        for job in jobs:
-            if not job.future.done():
-                job.future.set_exception(exc)
+    def _leave_batch(self, requests: Sequence[Request], status: RequestStatus) -> None:
+        """Take ``requests`` out of the beam batch and the row budget, into ``status``."""
+        for request in requests:
+            if request.holds_rows:
+                self._reserved_rows -= request.rows
+                request.holds_rows = False
+            self._decoding.pop(request.key, None)
+            request.status = status
+        self._batch.discard(*(r.key for r in requests))
+
+    def _release(
+        self, requests: Sequence[Request], status: RequestStatus, exc: BaseException | None = None
+    ) -> None:
+        """The one way out for a request that does not finish: rows freed, status set, caller answered."""
+        requests = [r for r in requests if not r.status.terminal]
+        self._leave_batch(requests, status)
+        for request in requests:
+            if exc is not None and not request.future.done():
+                request.future.set_exception(exc)
+        if requests:
+            self._wake.set()
 
     def _spawn(self, coro: object) -> None:
         task: asyncio.Task[None] = asyncio.create_task(coro)  # type: ignore[arg-type]
@@ -481,7 +373,4 @@ class CaptionerScheduler:
     def _gauge(self) -> None:
         if self.metrics is not None:
             self.metrics.active_requests.labels(model=self.cap.name).set(self.active_requests)
-            self.metrics.queue_length.labels(model=self.cap.name).set(len(self._waiting))
-
-
-__all__ = ["CaptionerScheduler", "DecodeRequest", "DecodeResult", "QueueFullError"]
+            self.metrics.queue_length.labels(model=self.cap.name).set(self.queue_length)

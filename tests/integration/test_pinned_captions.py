@@ -14,10 +14,8 @@ from typing import Any
 import pytest
 
 from export.world.dataset import generate
-from service.backends.onnxruntime import OnnxRuntimeBackend
-from service.engine.captioning import CaptionEngine, EngineLimits, SchedulerLimits
-from service.manifest import load_manifest
-from service.text.vocabulary import Vocabulary
+from service.engine.engine import CaptionEngine
+from service.probes.substitution import caption_with_original, resolve_with_original
 
 PINNED = Path(__file__).resolve().parents[1] / "data" / "pinned_captions.json"
 
@@ -41,30 +39,20 @@ def test_tiny_repository_is_the_pinned_one(tiny_repo: Path, pinned: dict[str, An
 def test_captions_are_token_identical_to_the_pins(tiny_repo: Path, pinned: dict[str, Any]) -> None:
     if repo_digest(tiny_repo) != pinned["repo_digest"]:
         pytest.fail("the tiny build changed: its pins no longer apply")
-    manifest = load_manifest(tiny_repo)
     images = generate(pinned["images"]["count"], seed=pinned["images"]["world_seed"], image_size=96)[0]
     cases = pinned["cases"]
 
     async def run() -> list[Any]:
-        backend = OnnxRuntimeBackend(tiny_repo, manifest, threads=1)
-        engine = CaptionEngine(
-            backend,
-            manifest,
-            Vocabulary.load(tiny_repo / manifest.vocabulary.file),
-            limits=EngineLimits(max_beam_size=100),
-            scheduling=SchedulerLimits(),
-        )
-        try:
-            params = [engine.resolve(**case["options"]) for case in cases]
-            return list(await asyncio.gather(*(engine.caption(images, p) for p in params)))
-        finally:
-            await engine.close()
-            await backend.close()
+        async with await CaptionEngine.from_repo(tiny_repo, intra_op_threads=1, max_beam_size=100) as engine:
+            params = [resolve_with_original(engine, case["options"]) for case in cases]
+            return list(
+                await asyncio.gather(*(caption_with_original(engine, images, s, o) for s, o in params))
+            )
 
     outputs = asyncio.run(run())
     assert len(cases) >= 60
-    for case, out in zip(cases, outputs, strict=True):
+    for case, (out, original_out) in zip(cases, outputs, strict=True):
         got = [[c.tokens for c in per] for per in out.results]
         assert got == case["captions"], case["options"]
-        original = None if out.original is None else [[c.tokens for c in per] for per in out.original]
+        original = None if original_out is None else [[c.tokens for c in per] for per in original_out]
         assert original == case["original"], case["options"]

@@ -1,24 +1,28 @@
-"""Beam search against exhaustive search on a toy model with a prefix-conditioned log-prob table."""
+"""The reference oracle (``tests/beam_oracle.py``, the per-request beam search ``BeamBatch`` is checked
+against) against exhaustive search on a toy model with a prefix-conditioned log-prob table; the
+processors of ``service.engine.processors`` run on it as its ``logits_hook``; diverse beam search."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 import zlib
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pytest
 
-from service.engine.beam import (
-    BeamSearch,
-    beam_search,
-    beam_search_async,
-    beam_step,
-    grouped_beam_step,
+from service.engine.beam import LogitsHookFn, beam_step, grouped_beam_step
+from service.engine.processors import (
+    BanWords,
+    LogitsProcessor,
+    NoRepeatNgram,
+    SynonymSubstitution,
+    resolve_hooks,
 )
-from service.engine.hooks import BanWords, MinLength, NoRepeatNgram, build_hooks
 from service.text.vocabulary import SPECIALS, Vocabulary
+from tests.beam_oracle import BeamSearch, beam_search, beam_search_async
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 V = 7  # words 4, 5, 6
@@ -194,6 +198,20 @@ def test_n_best_validated() -> None:
 
 
 # -------------------------------------------------------------------------------------------- hooks
+def compose(processors: Sequence[LogitsProcessor], calls: list[int] | None = None) -> LogitsHookFn:
+    """A request's processors applied in order, as the oracle's ``logits_hook`` (what ``BeamBatch``
+    does with ``SearchParams.processors``); ``calls`` collects the rows of each call."""
+
+    def hook(tokens: np.ndarray, logprobs: np.ndarray) -> np.ndarray:
+        if calls is not None:
+            calls.append(tokens.shape[0])
+        for proc in processors:
+            logprobs = proc(tokens, logprobs)
+        return logprobs
+
+    return hook
+
+
 def run_with(image_ids, beam_size, max_length, n_best, length_penalty=1.0, calls=None, **kwargs):
     """``beam_search`` on the toy model, with extra keyword arguments (logits_hook, groups,
     diversity_penalty); ``calls`` collects the rows of each step call."""
@@ -248,11 +266,55 @@ def test_no_repeat_ngram_hook_removes_repeated_bigrams() -> None:
         assert not any(repeats(h.tokens) for h in hyps)
 
 
-def test_min_length_hook() -> None:
+def test_min_length_search_argument() -> None:
     plain = run_with(IMAGES, 3, 5, 3)
     assert any(len(h.tokens) < 3 for hyps in plain for h in hyps)
-    hooked = run_with(IMAGES, 3, 5, 3, logits_hook=MinLength(3, EOS))
-    assert all(len(h.tokens) >= 3 for hyps in hooked for h in hyps)
+    longer = run_with(IMAGES, 3, 5, 3, min_length=3)
+    for img, hyps in zip(IMAGES, longer, strict=True):
+        assert len(hyps) == 3
+        for h in hyps:
+            assert 3 <= len(h.tokens) <= 5
+            assert h.logprob == pytest.approx(model_logprob(img, h.tokens), rel=1e-6)  # true scores
+    # the JSON ``min_length`` hook is that search argument, not a processor
+    resolved = resolve_hooks([{"name": "min_length", "params": {"min_words": 3}}], TOY_VOCAB)
+    assert resolved.processors == [] and resolved.min_words == 3
+
+
+# the toy model's words 4, 5, 6 as a vocabulary, for hooks given as JSON
+TOY_VOCAB = Vocabulary((*SPECIALS, "x", "y", "z"))
+
+
+def test_resolved_processors_on_a_wide_beam_equal_exhaustive_search_over_allowed_captions() -> None:
+    resolved = resolve_hooks(
+        [
+            {"name": "ban_words", "params": {"words": ["x"]}},
+            {"name": "no_repeat_ngram", "params": {"n": 2}},
+            {"name": "min_length", "params": {"min_words": 2}},
+        ],
+        TOY_VOCAB,
+    )
+    assert [type(p) for p in resolved.processors] == [BanWords, NoRepeatNgram]
+    assert resolved.min_words == 2
+
+    def allowed(words: list[int]) -> bool:
+        return 4 not in words and len(words) >= 2 and len(set(bigrams(words))) == len(bigrams(words))
+
+    for image in (0, 6, 9):
+        truth = exhaustive(image, 4, 0.8)
+        kept = [t for t in truth if allowed(t[0])]
+        assert kept[0][0] != truth[0][0]  # the constraints change the best caption
+        (hyps,) = run_with(
+            [image],
+            len(truth),
+            4,
+            10,
+            0.8,
+            logits_hook=compose(resolved.processors),
+            min_length=resolved.min_words,
+        )
+        assert [h.tokens for h in hyps] == [t[0] for t in kept[:10]]
+        np.testing.assert_allclose([h.logprob for h in hyps], [t[1] for t in kept[:10]], rtol=1e-6)
+        np.testing.assert_allclose([h.score for h in hyps], [t[2] for t in kept[:10]], rtol=1e-6)
 
 
 # "a big dog" model: a deterministic chain a -> big -> dog -> EOS, with "puppy" a less likely alternative
@@ -277,13 +339,21 @@ def chain_search(**kwargs):
 
 
 def test_synonym_substitution_turns_the_word_into_its_synonym() -> None:
-    plan = build_hooks([{"name": "synonym_substitution", "params": {"pairs": [["dog", "puppy"]]}}], SYN_VOCAB)
-    original = chain_search(**plan.search_kwargs(substitute=False))
-    substituted = chain_search(**plan.search_kwargs())
+    # O/S (seed 001 Table 6): S is the search with the SynonymSubstitution processor, O the same search
+    # without it (the request's other hooks, here none)
+    resolved = resolve_hooks(
+        [{"name": "synonym_substitution", "params": {"pairs": [["dog", "puppy"]]}}], SYN_VOCAB
+    )
+    (sub,) = resolved.processors
+    assert isinstance(sub, SynonymSubstitution)
+    assert dict(zip(sub.src.tolist(), sub.dst.tolist(), strict=True)) == {S_DOG: S_PUPPY}
+    calls: list[int] = []
+    substituted = chain_search(logits_hook=compose(resolved.processors, calls))
+    original = chain_search(logits_hook=compose(resolve_hooks([], SYN_VOCAB).processors))
     assert SYN_VOCAB.decode(original.tokens) == "a big dog"
     assert SYN_VOCAB.decode(substituted.tokens) == "a big puppy"
-    assert plan.return_original and plan.substitutions >= 1
-    assert plan.counts["synonym_substitution"] >= 4  # one per step of the S search (>= 3 words + EOS)
+    assert sub.substitutions >= 1
+    assert len(calls) >= 4  # the processor ran at every step of the S search (>= 3 words + EOS)
     # the synonym has probability 1: S's log-prob is O's without the log-prob of "dog"
     lp_dog = float(
         chain_step(np.array([[BOS, S_A, S_BIG]]), np.array([3]), np.zeros((1, 1)), None)[0][0, S_DOG]

@@ -1,24 +1,39 @@
-"""The cross-request scheduler against real onnxruntime sessions of the tiny repository.
+"""The cross-request scheduler, through ``CaptionEngine``, against real onnxruntime sessions of the tiny
+repository.
 
-``CountingBackend`` and ``FailingBackend`` wrap the real backend (every call still runs the real
-model); they only count calls or inject one failure, to observe batching and error isolation.
+``CountingBackend``, ``SlowBackend`` and ``FailingBackend`` wrap the real backend (every call still
+runs the real model); they only count calls, delay step calls or inject one failure, to observe
+batching, deadlines and error isolation. Request statuses are read from the ``Request`` objects the
+scheduler creates (recorded by wrapping the class the scheduler module instantiates): there is no
+public way to see them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+import service.engine.scheduler as scheduler_module
 from service.backends.base import BackendError
 from service.backends.onnxruntime import OnnxRuntimeBackend
-from service.engine.captioning import CaptionEngine, CaptionParams, SchedulerLimits
-from service.engine.scheduler import DecodeRequest, QueueFullError
+from service.engine.beam import Hypothesis
+from service.engine.engine import CaptionEngine, CaptionOutput
+from service.engine.observer import StepEvent
+from service.engine.params import InvalidParameterError, OverloadedError, SearchParams
+from service.engine.request import Priority, Request, RequestStatus
+from service.engine.scheduler import QueueFullError
 from service.manifest import Manifest, load_manifest
+from service.settings import Settings
 from service.text.vocabulary import Vocabulary
+from tests.unit.test_beam_batch import backtrack
+
+S = RequestStatus
 
 
 class CountingBackend:
@@ -36,8 +51,35 @@ class CountingBackend:
         return None
 
 
+class SlowBackend(CountingBackend):
+    """Adds ``delay_s`` to every step call, so that a decode lasts long enough to time out."""
+
+    def __init__(self, inner: OnnxRuntimeBackend, delay_s: float) -> None:
+        super().__init__(inner)
+        self.delay_s = delay_s
+
+    async def infer(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if model.endswith("_step"):
+            await asyncio.sleep(self.delay_s)
+        return await super().infer(model, inputs)
+
+
+class RecordingBackend(CountingBackend):
+    """Keeps the outputs of every step call."""
+
+    def __init__(self, inner: OnnxRuntimeBackend) -> None:
+        super().__init__(inner)
+        self.steps: list[dict[str, np.ndarray]] = []
+
+    async def infer(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = await super().infer(model, inputs)
+        if model.endswith("_step"):
+            self.steps.append(out)
+        return out
+
+
 class FailingBackend(CountingBackend):
-    """Fails the first ``<cap>_step`` call after ``arm()``."""
+    """Fails the first ``<cap>_step`` call after ``armed`` is set."""
 
     armed = False
 
@@ -54,8 +96,26 @@ def manifest(tiny_repo: Path) -> Manifest:
 
 
 @pytest.fixture(scope="module")
+def vocab(tiny_repo: Path, manifest: Manifest) -> Vocabulary:
+    return Vocabulary.load(tiny_repo / manifest.vocabulary.file)
+
+
+@pytest.fixture(scope="module")
 def ort_backend(tiny_repo: Path, manifest: Manifest) -> OnnxRuntimeBackend:
     return OnnxRuntimeBackend(tiny_repo, manifest, threads=1)
+
+
+@pytest.fixture
+def made(monkeypatch: pytest.MonkeyPatch) -> list[Request]:
+    """Every ``Request`` the scheduler creates, in submission order."""
+    requests: list[Request] = []
+
+    def record(**fields: Any) -> Request:
+        requests.append(Request(**fields))
+        return requests[-1]
+
+    monkeypatch.setattr(scheduler_module, "Request", record)
+    return requests
 
 
 def images(manifest: Manifest, n: int, seed: int) -> np.ndarray:
@@ -64,116 +124,427 @@ def images(manifest: Manifest, n: int, seed: int) -> np.ndarray:
 
 
 def engine(
-    backend: Any, tiny_repo: Path, manifest: Manifest, limits: SchedulerLimits | None
+    backend: Any, tiny_repo: Path, manifest: Manifest, vocab: Vocabulary, **settings: Any
 ) -> CaptionEngine:
-    vocab = Vocabulary.load(tiny_repo / manifest.vocabulary.file)
-    return CaptionEngine(backend, manifest, vocab, scheduling=limits)
+    return CaptionEngine(backend, manifest, vocab, Settings(repo=tiny_repo, intra_op_threads=1, **settings))
 
 
-def tokens(out: Any) -> list[list[list[int]]]:
+def tokens(out: CaptionOutput) -> list[list[list[int]]]:
     return [[c.tokens for c in per] for per in out.results]
 
 
+async def until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    for _ in range(int(timeout_s / 0.005)):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("condition not reached")
+
+
+def spec(name: str, **params: Any) -> dict[str, Any]:
+    return {"name": name, "params": params}
+
+
+MIXED: list[dict[str, Any]] = [  # mixed captioners, beams, lengths, rankers, diverse groups, processors
+    {"model": "butr", "beam_size": 1, "max_length": 4},
+    {"model": "butd", "beam_size": 4, "n_best": 2, "max_length": 5, "rerank": "vsepp"},
+    {
+        "model": "butr",
+        "beam_size": 4,
+        "n_best": 3,
+        "max_length": 9,
+        "hooks": [spec("diverse_beam", groups=2)],
+    },
+    {"model": "butd", "beam_size": 3, "max_length": 7, "length_penalty": 0.5, "rerank": False},
+    {"model": "butr", "beam_size": 5, "n_best": 1, "max_length": 12, "rerank": "vsepp"},
+    {
+        "model": "butd",
+        "beam_size": 6,
+        "n_best": 4,
+        "max_length": 10,
+        "hooks": [spec("min_length", min_words=4), spec("diverse_beam", groups=3, diversity_penalty=1.5)],
+    },
+    {
+        "model": "butr",
+        "beam_size": 3,
+        "max_length": 8,
+        "length_penalty": 2.0,
+        "rerank": False,
+        "hooks": [spec("no_repeat_ngram", n=2), spec("ban_words", words=["a", "on"])],
+    },
+    {
+        "model": "butd",
+        "beam_size": 2,
+        "max_length": 11,
+        "hooks": [
+            spec("synonym_substitution", pairs=[["dog", "puppy"], ["man", "guy"]]),
+            spec("no_repeat_ngram", n=1),
+        ],
+    },
+    {
+        "model": "butr",
+        "beam_size": 4,
+        "n_best": 2,
+        "max_length": 10,
+        "rerank": "butr",
+        "hooks": [spec("ban_words", words=["the"]), spec("diverse_beam", groups=4, diversity_penalty=0.3)],
+    },
+    {"model": "butd", "beam_size": 5, "max_length": 16, "hooks": [spec("min_length", min_words=3)]},
+]
+
+
+def mixed_cases(eng: CaptionEngine, manifest: Manifest) -> list[tuple[np.ndarray, SearchParams]]:
+    cases = [(images(manifest, 1 + i % 3, seed=i), eng.resolve(**options)) for i, options in enumerate(MIXED)]
+    params = [p for _, p in cases]
+    assert {p.model for p in params} == {"butr", "butd"} and {p.ranker for p in params} == {
+        None,
+        "butr",
+        "vsepp",
+    }
+    assert {p.groups for p in params} == {1, 2, 3, 4} and sum(bool(p.processors) for p in params) == 3
+    return cases
+
+
 def test_concurrent_requests_match_decoding_alone(
-    ort_backend: OnnxRuntimeBackend, tiny_repo: Path, manifest: Manifest
+    ort_backend: OnnxRuntimeBackend,
+    tiny_repo: Path,
+    manifest: Manifest,
+    vocab: Vocabulary,
+    made: list[Request],
 ) -> None:
     counting = CountingBackend(ort_backend)
-    batched = engine(counting, tiny_repo, manifest, SchedulerLimits())
-    alone = engine(ort_backend, tiny_repo, manifest, None)
-    cases: list[tuple[np.ndarray, CaptionParams]] = []
-    for i in range(8):
-        model = ["butr", "butd"][i % 2]
-        params = batched.resolve(
-            model=model,
-            beam_size=1 + i % 5,
-            n_best=1 + i % 5,
-            max_length=3 + i,
-            rerank="vsepp" if i % 3 else False,
-        )
-        cases.append((images(manifest, 1 + i % 3, seed=i), params))
+    batched = engine(counting, tiny_repo, manifest, vocab)
+    alone = engine(ort_backend, tiny_repo, manifest, vocab, cross_request_batching=False)
+    cases = mixed_cases(batched, manifest)
 
-    async def run() -> tuple[list[Any], list[Any]]:
-        together = await asyncio.gather(*(batched.caption(x, p) for x, p in cases))
-        one_by_one = [await alone.caption(x, p) for x, p in cases]
+    async def run() -> tuple[list[CaptionOutput], list[CaptionOutput]]:
+        together = await asyncio.gather(*(batched.caption(x, p, timeout_s=120) for x, p in cases))
+        one_by_one = [await alone.caption(x, p, timeout_s=120) for x, p in cases]
         await batched.close()
-        return together, one_by_one
+        await alone.close()
+        return list(together), one_by_one
 
     together, one_by_one = asyncio.run(run())
-    for got, want in zip(together, one_by_one, strict=True):
+    for (x, p), got, want in zip(cases, together, one_by_one, strict=True):
+        assert got.params == p
         assert tokens(got) == tokens(want)
+        assert got.iterations == want.iterations  # the same search, step for step
+        assert len(got.results) == len(x) and all(len(per) == p.n_best for per in got.results)
         for g, w in zip(got.results, want.results, strict=True):
+            assert [c.ranker_score is None for c in g] == [p.ranker is None] * len(g)
             assert [c.ranker_score is None for c in g] == [c.ranker_score is None for c in w]
             np.testing.assert_allclose(
                 [c.normalized_logprob for c in g], [c.normalized_logprob for c in w], atol=1e-4
             )
     steps = [rows for model, rows in counting.calls if model.endswith("_step")]
-    per_request_steps = sum(p.max_length + 1 for _, p in cases)
+    per_request_steps = sum(out.iterations for out in one_by_one)
     assert len(steps) < per_request_steps / 2, "step calls were not shared across requests"
+    assert max(steps) > max(p.rows(len(x)) for x, p in cases)  # one step call held several requests' rows
     encoder_calls = [rows for model, rows in counting.calls if model == "visual_encoder"]
     assert len(encoder_calls) < len(cases), "encoder calls of concurrent requests were not batched"
+    assert len(made) == 2 * len(cases) and all(r.status is S.FINISHED and not r.holds_rows for r in made)
 
 
-def test_queue_full_and_cancellation_free_rows(
-    ort_backend: OnnxRuntimeBackend, tiny_repo: Path, manifest: Manifest
+def test_queue_full_timeouts_and_cancellation_free_rows(
+    ort_backend: OnnxRuntimeBackend,
+    tiny_repo: Path,
+    manifest: Manifest,
+    vocab: Vocabulary,
+    made: list[Request],
 ) -> None:
-    eng = engine(ort_backend, tiny_repo, manifest, SchedulerLimits(max_rows=10, max_queue=2, max_active=1))
+    slow = SlowBackend(ort_backend, delay_s=0.03)
+    eng = engine(slow, tiny_repo, manifest, vocab, max_rows_per_step=10, max_queue=2, max_active_requests=1)
     sched = eng.scheduler("butd")
-
-    def request(seed: int) -> DecodeRequest:
-        return DecodeRequest(images(manifest, 1, seed), beam_size=5, max_length=8, n_best=1)
+    params = eng.resolve(model="butd", beam_size=5, max_length=8, n_best=1)
+    long = eng.resolve(
+        model="butd", beam_size=5, max_length=16, n_best=1, hooks=[spec("min_length", min_words=16)]
+    )
+    full = eng.resolve(model="butd", beam_size=5, max_length=4, n_best=2)  # x 2 images = every row
 
     async def run() -> None:
         # max_active 1: one decodes, two wait, the fourth finds the queue full
-        tasks = [asyncio.create_task(sched.submit(request(0), timeout_s=30))]
-        while sched.active_requests < 1:
-            await asyncio.sleep(0)
-        tasks += [asyncio.create_task(sched.submit(request(i), timeout_s=30)) for i in (1, 2)]
-        while sched.queue_length < 2:
-            await asyncio.sleep(0)
-        with pytest.raises(QueueFullError):
-            await sched.submit(request(9), timeout_s=30)
+        tasks = [asyncio.create_task(sched.submit(images(manifest, 1, 0), params, 30))]
+        await until(lambda: sched.active_requests == 1)
+        tasks += [asyncio.create_task(sched.submit(images(manifest, 1, i), params, 30)) for i in (1, 2)]
+        await until(lambda: sched.queue_length == 2)
+        with pytest.raises(QueueFullError) as err:
+            await sched.submit(images(manifest, 1, 9), params, 30)
+        assert err.value.retry_after_s > 0
+        with pytest.raises(OverloadedError) as overloaded:
+            await eng.caption(images(manifest, 1, 9), params, timeout_s=30)
+        assert overloaded.value.retry_after_s > 0 and overloaded.value.code == "overloaded"
         results = await asyncio.gather(*tasks)
-        assert all(len(r.hypotheses[0]) == 1 for r in results)
-        # a request whose caller gives up is dropped and its rows are freed
+        assert all(len(r.hypotheses) == 1 and len(r.hypotheses[0]) == 1 for r in results)
+        assert [r.status for r in made] == [S.FINISHED] * 3
+        # a request whose deadline passes at once (before or while it is encoded)
         with pytest.raises(TimeoutError):
-            await sched.submit(request(5), timeout_s=1e-4)
-        for _ in range(100):
-            if sched._reserved_rows == 0 and sched.active_requests == 0:
-                break
-            await asyncio.sleep(0.01)
-        assert sched._reserved_rows == 0 and sched.active_requests == 0
-        again = await sched.submit(request(6), timeout_s=30)
-        assert again.hypotheses[0]
+            await sched.submit(images(manifest, 1, 5), params, timeout_s=1e-4)
+        await until(lambda: made[-1].status.terminal)
+        assert made[-1].status is S.CANCELLED
+        # a request whose deadline passes while it decodes (17 steps of >= 30 ms each) frees its rows
+        seen: list[int] = []
+        with pytest.raises(TimeoutError):
+            await sched.submit(images(manifest, 1, 6), long, 0.3, observer=lambda e: seen.append(int(e.t[0])))
+        timed_out = made[-1]
+        assert seen and len(seen) < 17  # it was decoding
+        await until(lambda: timed_out.status.terminal and sched.active_requests == 0)
+        assert timed_out.status is S.CANCELLED and not timed_out.holds_rows
+        # a caller that stops waiting (task cancelled) while its request decodes frees its rows
+        task = asyncio.create_task(sched.submit(images(manifest, 1, 7), long, 30))
+        await until(lambda: made[-1].status is S.DECODING)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        cancelled = made[-1]
+        await until(lambda: cancelled.status.terminal and sched.active_requests == 0)
+        assert cancelled.status is S.CANCELLED and not cancelled.holds_rows
+        # all the rows are free again: a request needing every one of them is admitted and decoded
+        again = await sched.submit(images(manifest, 2, 8), full, 30)
+        assert len(again.hypotheses) == 2 and all(len(h) == 2 for h in again.hypotheses)
+        assert made[-1].status is S.FINISHED
         await eng.close()
 
     asyncio.run(run())
 
 
 def test_backend_failure_fails_its_batch_and_the_loop_keeps_serving(
-    ort_backend: OnnxRuntimeBackend, tiny_repo: Path, manifest: Manifest
+    ort_backend: OnnxRuntimeBackend,
+    tiny_repo: Path,
+    manifest: Manifest,
+    vocab: Vocabulary,
+    made: list[Request],
 ) -> None:
     failing = FailingBackend(ort_backend)
-    eng = engine(failing, tiny_repo, manifest, SchedulerLimits())
+    eng = engine(failing, tiny_repo, manifest, vocab, max_active_requests=2)
+    alone = engine(ort_backend, tiny_repo, manifest, vocab, cross_request_batching=False)
     params = eng.resolve(model="butd", beam_size=3, max_length=6)
+    xs = [images(manifest, 1, seed) for seed in range(3)]
 
     async def run() -> None:
         failing.armed = True
-        with pytest.raises(BackendError):
-            await eng.caption(images(manifest, 1, 0), params)
-        out = await eng.caption(images(manifest, 1, 0), params)
-        assert out.results[0]
-        assert eng.scheduler("butd")._reserved_rows == 0
+        # all three are submitted before the loop runs: two are admitted and decode together, the third
+        # waits (max_active 2); the first step call fails the two, not the third
+        outs = await asyncio.gather(
+            *(eng.caption(x, params, timeout_s=60) for x in xs), return_exceptions=True
+        )
+        assert isinstance(outs[0], BackendError) and isinstance(outs[1], BackendError)
+        assert isinstance(outs[2], CaptionOutput)
+        assert tokens(outs[2]) == tokens(await alone.caption(xs[2], params))
+        assert [r.status for r in made[:3]] == [S.FAILED, S.FAILED, S.FINISHED]
+        out = await eng.caption(xs[0], params)
+        assert tokens(out) == tokens(await alone.caption(xs[0], params))
+        assert eng.scheduler("butd").active_requests == 0 and not any(r.holds_rows for r in made)
         await eng.close()
+        await alone.close()
 
     asyncio.run(run())
 
 
-def test_rows_over_budget_are_refused(
-    ort_backend: OnnxRuntimeBackend, tiny_repo: Path, manifest: Manifest
-) -> None:
-    from service.engine.captioning import InvalidParameterError
+class Boom(RuntimeError):
+    pass
 
-    eng = engine(ort_backend, tiny_repo, manifest, SchedulerLimits(max_rows=8))
+
+def raising_processor(at: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    calls: list[int] = []
+
+    def proc(tokens: np.ndarray, logprobs: np.ndarray) -> np.ndarray:
+        calls.append(tokens.shape[0])
+        if len(calls) > at:
+            raise Boom("processor")
+        return np.array(logprobs)
+
+    return proc
+
+
+def test_a_failing_processor_or_observer_fails_only_its_request(
+    ort_backend: OnnxRuntimeBackend,
+    tiny_repo: Path,
+    manifest: Manifest,
+    vocab: Vocabulary,
+    made: list[Request],
+) -> None:
+    eng = engine(ort_backend, tiny_repo, manifest, vocab)
+    alone = engine(ort_backend, tiny_repo, manifest, vocab, cross_request_batching=False)
+    good = [
+        eng.resolve(model="butr", beam_size=4, max_length=8, hooks=[spec("diverse_beam", groups=2)]),
+        eng.resolve(model="butr", beam_size=3, max_length=6, rerank=False),
+    ]
+    base = eng.resolve(model="butr", beam_size=3, max_length=8, hooks=[spec("min_length", min_words=6)])
+    bad = dataclasses.replace(base, processors=(*base.processors, raising_processor(at=2)))
+    xs = [images(manifest, 2, seed) for seed in (11, 12, 13, 14)]
+
+    def bad_observer(event: StepEvent) -> None:
+        if int(event.t[0]) == 3:
+            raise Boom("observer")
+
+    async def run() -> None:
+        outs = await asyncio.gather(
+            eng.caption(xs[0], good[0]),
+            eng.caption(xs[1], bad),
+            eng.caption(xs[2], good[1]),
+            eng.caption(xs[3], base, observer=bad_observer),
+            return_exceptions=True,
+        )
+        assert isinstance(outs[1], Boom) and str(outs[1]) == "processor"
+        assert isinstance(outs[3], Boom) and str(outs[3]) == "observer"
+        for x, p, out in ((xs[0], good[0], outs[0]), (xs[2], good[1], outs[2])):
+            assert isinstance(out, CaptionOutput)
+            assert tokens(out) == tokens(await alone.caption(x, p))
+        assert [r.status for r in made[:4]] == [S.FINISHED, S.FAILED, S.FINISHED, S.FAILED]
+        assert eng.scheduler("butr").active_requests == 0 and not any(r.holds_rows for r in made)
+        await eng.close()
+        await alone.close()
+
+    asyncio.run(run())
+
+
+def test_user_requests_are_admitted_before_background_ones(
+    ort_backend: OnnxRuntimeBackend,
+    tiny_repo: Path,
+    manifest: Manifest,
+    vocab: Vocabulary,
+    made: list[Request],
+) -> None:
+    eng = engine(ort_backend, tiny_repo, manifest, vocab, max_active_requests=1)
+    sched = eng.scheduler("butd")
+    params = eng.resolve(model="butd", beam_size=3, max_length=16, hooks=[spec("min_length", min_words=16)])
+    admitted: list[str] = []  # the order of the requests' first decoding steps
+
+    def first_step(label: str) -> Callable[[StepEvent], None]:
+        def observer(event: StepEvent) -> None:
+            if int(event.t[0]) == 0:
+                admitted.append(label)
+
+        return observer
+
+    async def run() -> None:
+        def caption(label: str, priority: Priority) -> asyncio.Task[CaptionOutput]:
+            x = images(manifest, 1, seed=sum(map(ord, label)))
+            return asyncio.create_task(eng.caption(x, params, 60, priority, first_step(label)))
+
+        tasks = [caption("B1", Priority.BACKGROUND)]
+        await until(lambda: sched.active_requests == 1)
+        tasks += [caption(label, Priority.BACKGROUND) for label in ("B2", "B3", "B4")]
+        tasks.append(caption("U", Priority.USER))
+        await until(lambda: sched.queue_length == 4)
+        assert admitted in ([], ["B1"]) and sched.active_requests == 1  # B1 still decoding
+        await asyncio.gather(*tasks)
+        await eng.close()
+
+    asyncio.run(run())
+    assert admitted == ["B1", "U", "B2", "B3", "B4"]
+    assert [r.priority for r in made] == [Priority.BACKGROUND] * 4 + [Priority.USER]
+    assert all(r.status is S.FINISHED for r in made)
+
+
+def test_observer_gets_one_event_per_step_with_the_step_models_attention(
+    ort_backend: OnnxRuntimeBackend, tiny_repo: Path, manifest: Manifest, vocab: Vocabulary
+) -> None:
+    recording = RecordingBackend(ort_backend)
+    eng = engine(recording, tiny_repo, manifest, vocab)
+    slots = manifest.captioner("butr").memory_dims[0]
+    observed = [
+        eng.resolve(model="butr", beam_size=4, max_length=10, rerank=False),
+        eng.resolve(
+            model="butr", beam_size=4, max_length=10, rerank=False, hooks=[spec("diverse_beam", groups=2)]
+        ),
+    ]
+    xs = [images(manifest, 2, 21), images(manifest, 3, 22)]
+    events: list[list[StepEvent]] = [[], []]
+    solo: list[StepEvent] = []
+
+    async def run() -> list[CaptionOutput]:
+        # alone in the engine: every row of every step call is the request's, in the event's order
+        await eng.caption(xs[0], observed[0], observer=solo.append)
+        outs = await asyncio.gather(
+            eng.caption(xs[0], observed[0], observer=events[0].append),
+            eng.caption(images(manifest, 1, 23), observed[0]),  # shares the steps, observed by nobody
+            eng.caption(xs[1], observed[1], observer=events[1].append),
+        )
+        await eng.close()
+        return [outs[0], outs[2]]
+
+    outs = asyncio.run(run())
+    solo_calls = recording.steps[: len(solo)]
+    assert len(solo) == len(solo_calls) >= 2
+    for e, call in zip(solo, solo_calls, strict=True):
+        assert e.attention is not None
+        np.testing.assert_array_equal(e.attention, call["attention"])  # the step model's own attention
+        finite = np.isfinite(e.logprobs)
+        np.testing.assert_array_equal(e.logprobs[finite], call["logprobs"].astype(np.float64)[finite])
+    for x, p, out, got in zip(xs, observed, outs, events, strict=True):
+        assert len(got) == out.iterations >= 2  # one event per step the request took part in
+        n_img, k = len(x), p.beam_size
+        for step, e in enumerate(got):
+            n = e.image.shape[0]
+            assert e.attention is not None and e.attention.shape == (n, slots)
+            assert e.attention.dtype == np.float32 and np.isfinite(e.attention).all()
+            assert e.logprobs.shape == (n, len(vocab))
+            assert e.t.shape == e.done.shape == (n_img,) and e.image.shape == e.beam.shape == (n,)
+            for name in ("parent", "token", "token_logprob", "cum", "eos_cum"):
+                assert getattr(e, name).shape == (n_img, k), name
+            assert ((e.image >= 0) & (e.image < n_img)).all() and ((e.beam >= 0) & (e.beam < k)).all()
+            live = ~got[step - 1].done if step else np.ones(n_img, dtype=bool)
+            assert (e.t[live] == step).all()
+        assert got[-1].done.all()
+        for i, per in enumerate(out.results):
+            top = per[0]
+            assert top.beam_rank == 1
+            assert top.tokens in backtrack(
+                got, i, Hypothesis(top.tokens, top.logprob, top.normalized_logprob)
+            )
+    # the first request decoded alone and in company: the same events
+    assert len(solo) == len(events[0])
+    for a, b in zip(solo, events[0], strict=True):
+        np.testing.assert_array_equal(a.token, b.token)
+        np.testing.assert_array_equal(a.parent, b.parent)
+        np.testing.assert_allclose(a.attention, b.attention, atol=1e-6)  # type: ignore[arg-type]
+
+
+def test_rows_over_budget_are_refused(
+    ort_backend: OnnxRuntimeBackend, tiny_repo: Path, manifest: Manifest, vocab: Vocabulary
+) -> None:
+    eng = engine(ort_backend, tiny_repo, manifest, vocab, max_rows_per_step=8)
     params = eng.resolve(model="butd", beam_size=5)
-    with pytest.raises(InvalidParameterError, match="max_rows"):
+    with pytest.raises(InvalidParameterError, match="max_rows") as err:
         asyncio.run(eng.caption(images(manifest, 2, 0), params))
+    assert err.value.field == "beam_size"
+    with pytest.raises(ValueError, match="exceeds"):
+        asyncio.run(eng.scheduler("butd").submit(images(manifest, 2, 0), params, 30))
+
+
+class SlowRankerBackend(CountingBackend):
+    """Delays every ranker text call by ``delay_s`` (after noting that ranking began)."""
+
+    def __init__(self, inner: OnnxRuntimeBackend, delay_s: float) -> None:
+        super().__init__(inner)
+        self.delay_s = delay_s
+        self.ranking = asyncio.Event()
+
+    async def infer(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if model.endswith("_text"):
+            self.ranking.set()
+            await asyncio.sleep(self.delay_s)
+        return await super().infer(model, inputs)
+
+
+def test_a_request_whose_caller_gives_up_while_it_is_ranked_ends_cancelled(
+    ort_backend: OnnxRuntimeBackend,
+    tiny_repo: Path,
+    manifest: Manifest,
+    vocab: Vocabulary,
+    made: list[Request],
+) -> None:
+    slow = SlowRankerBackend(ort_backend, delay_s=0.6)
+    eng = engine(slow, tiny_repo, manifest, vocab)
+    params = eng.resolve(model="butr", beam_size=2, max_length=3, rerank="vsepp")
+
+    async def run() -> None:
+        with pytest.raises(TimeoutError):
+            await eng.caption(images(manifest, 1, 31), params, timeout_s=0.3)
+        assert slow.ranking.is_set()  # the deadline passed while the ranker ran, not before
+        await until(lambda: made[-1].status.terminal)
+        await eng.close()
+
+    asyncio.run(run())
+    assert made[-1].status is S.CANCELLED  # its caller stopped waiting (request.py)

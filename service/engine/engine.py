@@ -1,0 +1,217 @@
+"""``CaptionEngine``: the engine's public API — resolve request options into ``SearchParams``, caption
+images through the captioner's ``Scheduler``, order the finished beams into ``Caption`` lists.
+
+Everything that captions goes through it: the gateway, the offline studies (``CaptionEngine.from_repo``)
+and the benchmark, so every report measures the code users get. With
+``Settings.cross_request_batching`` off each request decodes in a scheduler of its own (the naive
+baseline): the same code path, with no other request merged into its step calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from service.backends.base import Backend
+from service.engine.beam import Hypothesis
+from service.engine.observer import StepObserver
+from service.engine.params import InvalidParameterError, OverloadedError, SearchParams, resolve_params
+from service.engine.request import Priority
+from service.engine.rerank import rerank_order
+from service.engine.runner import ModelRunner
+from service.engine.scheduler import QueueFullError, Scheduler, SchedulerLimits
+from service.manifest import Manifest, load_manifest
+from service.metrics import Metrics
+from service.settings import Settings
+from service.text.vocabulary import Vocabulary
+
+
+@dataclass(frozen=True)
+class Caption:
+    text: str
+    tokens: list[int]
+    logprob: float
+    normalized_logprob: float
+    ranker_score: float | None
+    beam_rank: int  # 1 = best by normalised log-prob
+
+
+@dataclass
+class CaptionOutput:
+    params: SearchParams
+    results: list[list[Caption]]  # per image, final order (ranker order if re-ranked), n_best each
+    timings_ms: dict[str, float] = field(default_factory=dict)  # queue, encode, decode, rerank
+    iterations: int = 0  # step calls the request took part in
+
+
+class CaptionEngine:
+    """Captions images with a repository's models on ``backend`` (see module docstring)."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        manifest: Manifest,
+        vocab: Vocabulary,
+        settings: Settings,
+        metrics: Metrics | None = None,
+    ) -> None:
+        if len(vocab) != manifest.vocabulary.size:
+            raise ValueError(
+                f"vocab has {len(vocab)} words but manifest.vocabulary.size is {manifest.vocabulary.size}"
+            )
+        self.backend, self.manifest, self.vocab, self.settings = backend, manifest, vocab, settings
+        self.metrics = metrics
+        self.runner = ModelRunner(backend, manifest)
+        spec = manifest.vocabulary
+        self.banned = tuple(sorted({spec.pad_id, spec.bos_id, spec.unk_id} - {spec.eos_id}))
+        self.limits = SchedulerLimits(
+            max_rows=settings.max_rows_per_step,
+            max_queue=settings.max_queue,
+            max_active=settings.max_active_requests,
+            max_beam_size=settings.max_beam_size,
+            max_length=max(settings.max_length_cap, 1),
+        )
+        self._schedulers: dict[str, Scheduler] = {}
+        self._owns_backend = False
+
+    @classmethod
+    async def from_repo(
+        cls, repo: str | Path, metrics: Metrics | None = None, **overrides: Any
+    ) -> CaptionEngine:
+        """An engine on ``repo`` with its own backend (``COMPCAP_*`` settings, then ``overrides``,
+        e.g. ``max_beam_size=100``); close it (or use ``async with``) to free the backend."""
+        return await cls.from_settings(Settings(repo=Path(repo), **overrides), metrics)
+
+    @classmethod
+    async def from_settings(cls, settings: Settings, metrics: Metrics | None = None) -> CaptionEngine:
+        """An engine with its own backend, as ``settings`` say (see ``from_repo``)."""
+        from service.backends.factory import make_backend
+
+        manifest = load_manifest(settings.repo)
+        vocab = Vocabulary.load(settings.repo / manifest.vocabulary.file)
+        backend = await make_backend(settings, manifest, metrics or Metrics())
+        engine = cls(backend, manifest, vocab, settings, metrics)
+        engine._owns_backend = True
+        return engine
+
+    async def __aenter__(self) -> CaptionEngine:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        for sched in self._schedulers.values():
+            await sched.close()
+        self._schedulers.clear()
+        if self._owns_backend:
+            await self.backend.close()
+
+    def scheduler(self, captioner: str) -> Scheduler:
+        """The cross-request scheduler of ``captioner`` (created on first use)."""
+        if captioner not in self._schedulers:
+            self._schedulers[captioner] = self._new_scheduler(captioner)
+        return self._schedulers[captioner]
+
+    def _new_scheduler(self, captioner: str) -> Scheduler:
+        return Scheduler(
+            self.runner, self.manifest.captioner(captioner), self.limits, self.banned, self.metrics
+        )
+
+    def resolve(self, **options: Any) -> SearchParams:
+        """Validate request options (``model``, ``beam_size``, ``max_length``, ``n_best``, ``rerank``,
+        ``length_penalty``, ``hooks``, ``rerank_weight``) into ``SearchParams``; ``EngineError`` names
+        the option at fault."""
+        return resolve_params(self.manifest, self.vocab, self.settings, **options)
+
+    async def caption(
+        self,
+        images: np.ndarray,
+        params: SearchParams,
+        timeout_s: float | None = None,
+        priority: Priority = Priority.USER,
+        observer: StepObserver | None = None,
+    ) -> CaptionOutput:
+        """Caption uint8 [B, H, W, 3] images within ``timeout_s`` (default: the request deadline;
+        ``TimeoutError`` after it). ``observer`` gets this request's ``StepEvent`` at every step."""
+        h, w = self.manifest.image.height, self.manifest.image.width
+        if images.dtype != np.uint8 or images.ndim != 4 or images.shape[1:] != (h, w, 3) or not len(images):
+            raise ValueError(f"images must be uint8 [B>=1, {h}, {w}, 3], got {images.dtype} {images.shape}")
+        rows = params.rows(len(images))
+        if rows > self.limits.max_rows:
+            raise InvalidParameterError(
+                "beam_size",
+                f"images × beam_size = {rows} exceeds the scheduler's max_rows = {self.limits.max_rows}",
+            )
+        timeout = self.settings.request_deadline_s if timeout_s is None else timeout_s
+        alone = not self.settings.cross_request_batching
+        scheduler = self._new_scheduler(params.model) if alone else self.scheduler(params.model)
+        try:
+            done = await scheduler.submit(images, params, timeout, priority, observer)
+        except QueueFullError as exc:
+            raise OverloadedError(exc.retry_after_s) from None
+        finally:
+            if alone:
+                await scheduler.close()
+        if self.metrics is not None:
+            self.metrics.captions_served.labels(model=params.model).inc(len(images))
+        results = [
+            self._order(per, None if done.ranker_scores is None else done.ranker_scores[i], params)
+            for i, per in enumerate(done.hypotheses)
+        ]
+        return CaptionOutput(params, results, done.timings_ms, done.iterations)
+
+    async def caption_many(
+        self,
+        images: np.ndarray,
+        params: SearchParams,
+        priority: Priority = Priority.BACKGROUND,
+        progress: Callable[[int], object] | None = None,
+    ) -> list[list[Caption]]:
+        """Caption any number of images (offline studies, benchmarks): requests of as many images as
+        the row budget allows, a few in flight at once so that their step calls share the batch.
+        ``progress(n)`` is called as each request's ``n`` images finish."""
+        per_request = max(1, min(16, self.limits.max_rows // params.beam_size))
+        parts = [images[i : i + per_request] for i in range(0, len(images), per_request)]
+        fit = max(1, self.limits.max_rows // (per_request * params.beam_size))  # requests decoding at once
+        in_flight = asyncio.Semaphore(min(self.limits.max_queue, 2 * fit))  # as many more being encoded
+        timeout = max(self.settings.request_deadline_s, 3600.0)
+
+        async def one(part: np.ndarray) -> list[list[Caption]]:
+            async with in_flight:
+                out = await self.caption(part, params, timeout_s=timeout, priority=priority)
+            if progress is not None:
+                progress(len(part))
+            return out.results
+
+        done = await asyncio.gather(*(one(p) for p in parts))
+        return [per for results in done for per in results]
+
+    def _order(
+        self, hyps: list[Hypothesis], scores: list[float] | None, params: SearchParams
+    ) -> list[Caption]:
+        """One image's ``n_best`` captions in final order (re-ranked when ``scores`` are given)."""
+        order: Sequence[int] = (
+            range(len(hyps))
+            if scores is None
+            else rerank_order(scores, [h.score for h in hyps], params.rerank_weight)
+        )
+        return [
+            Caption(
+                text=self.vocab.decode(hyps[i].tokens),
+                tokens=hyps[i].tokens,
+                logprob=hyps[i].logprob,
+                normalized_logprob=hyps[i].score,
+                ranker_score=None if scores is None else scores[i],
+                beam_rank=i + 1,
+            )
+            for i in order
+        ][: params.n_best]
+
+
+__all__ = ["Caption", "CaptionEngine", "CaptionOutput"]

@@ -1,0 +1,178 @@
+"""``SearchParams``: everything one request's search needs, resolved once and frozen; ``resolve_params``
+turns request options into it against the manifest and the one ``Settings`` object.
+
+Errors name the option at fault (``EngineError.field``) so the API can answer 4xx with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from service.engine.processors import HookError, LogitsProcessor, resolve_hooks
+from service.manifest import Manifest
+from service.settings import Settings
+from service.text.vocabulary import Vocabulary
+
+MAX_RERANK_WEIGHT = 10.0
+MAX_LENGTH_PENALTY = 2.0
+
+
+class EngineError(Exception):
+    """A request the engine refuses. ``code`` is a stable reason; ``field`` the parameter at fault."""
+
+    code = "invalid_parameter"
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+class InvalidParameterError(EngineError):
+    code = "invalid_parameter"
+
+
+class UnknownModelError(EngineError):
+    code = "unknown_model"
+
+
+class OverloadedError(EngineError):
+    """The decoding queue is full: answer 503 with ``Retry-After``."""
+
+    code = "overloaded"
+
+    def __init__(self, retry_after_s: float) -> None:
+        super().__init__("request", f"the decoding queue is full; retry after {retry_after_s:.0f} s")
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True)
+class SearchParams:
+    """One request's search, carried unchanged from ``resolve_params`` down to the beam batch.
+
+    ``n_best`` captions are returned per image. A re-ranked request (``ranker`` set) keeps all
+    ``beam_size`` finished beams for the ranker, orders them by cosine + ``rerank_weight`` ×
+    normalised log-prob, then cuts to ``n_best`` (seed 000's BUTR+RR: beam 100, n-best 5).
+    ``processors`` run on the request's rows in order; ``hook_names`` are the JSON hooks that asked
+    for them (and for ``min_length`` / ``groups``), for the response and the hook counter."""
+
+    model: str
+    beam_size: int = 5
+    n_best: int = 5
+    max_length: int = 16
+    min_length: int = 1
+    length_penalty: float = 1.0
+    groups: int = 1
+    diversity_penalty: float = 0.0
+    processors: tuple[LogitsProcessor, ...] = ()
+    ranker: str | None = None
+    rerank_weight: float = 0.0
+    hook_names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
+        if not 1 <= self.n_best <= self.beam_size:
+            raise ValueError(f"n_best must be in [1, beam_size={self.beam_size}], got {self.n_best}")
+        if self.max_length < 1:
+            raise ValueError(f"max_length must be >= 1, got {self.max_length}")
+        if not 0 <= self.min_length <= self.max_length:
+            raise ValueError(f"min_length must be in [0, max_length], got {self.min_length}")
+        if not 0.0 <= self.length_penalty <= MAX_LENGTH_PENALTY:
+            raise ValueError(
+                f"length_penalty must be in [0, {MAX_LENGTH_PENALTY}], got {self.length_penalty}"
+            )
+        if self.groups < 1 or self.beam_size % self.groups:
+            raise ValueError(f"groups must be >= 1 and divide beam_size={self.beam_size}, got {self.groups}")
+        if not self.diversity_penalty >= 0.0:
+            raise ValueError(f"diversity_penalty must be >= 0, got {self.diversity_penalty}")
+        if not 0.0 <= self.rerank_weight <= MAX_RERANK_WEIGHT:
+            raise ValueError(f"rerank_weight must be in [0, {MAX_RERANK_WEIGHT}], got {self.rerank_weight}")
+        if self.rerank_weight and self.ranker is None:
+            raise ValueError("rerank_weight needs a ranker")
+
+    @property
+    def search_n_best(self) -> int:
+        """Finished beams the search keeps: all of them when a ranker re-ranks, else ``n_best``."""
+        return self.beam_size if self.ranker is not None else self.n_best
+
+    def rows(self, n_images: int) -> int:
+        """Rows this request may occupy in one step call."""
+        return n_images * self.beam_size
+
+
+def resolve_params(
+    manifest: Manifest,
+    vocab: Vocabulary,
+    settings: Settings,
+    model: str | None = None,
+    beam_size: int | None = None,
+    max_length: int | None = None,
+    n_best: int | None = None,
+    rerank: str | bool | None = None,
+    length_penalty: float = 1.0,
+    hooks: Sequence[Any] | None = None,
+    rerank_weight: float = 0.0,
+) -> SearchParams:
+    """Validate request options; defaults come from ``settings`` and the manifest (README, API)."""
+    name = model or manifest.default_captioner
+    try:
+        cap = manifest.captioner(name)
+    except KeyError:
+        known = ", ".join(c.name for c in manifest.captioners)
+        raise UnknownModelError("model", f"unknown model {name!r}; captioners: {known}") from None
+    beam = settings.default_beam_size if beam_size is None else beam_size
+    if not 1 <= beam <= settings.max_beam_size:
+        raise InvalidParameterError("beam_size", f"beam_size must be in [1, {settings.max_beam_size}]")
+    cap_len = min(settings.max_length_cap, cap.max_length)
+    length = cap_len if max_length is None else max_length
+    if not 1 <= length <= cap_len:
+        raise InvalidParameterError("max_length", f"max_length must be in [1, {cap_len}] for {cap.name}")
+    best = beam if n_best is None else n_best
+    if not 1 <= best <= beam:
+        raise InvalidParameterError("n_best", f"n_best must be in [1, beam_size={beam}]")
+    if not 0.0 <= length_penalty <= MAX_LENGTH_PENALTY:
+        raise InvalidParameterError("length_penalty", f"length_penalty must be in [0, {MAX_LENGTH_PENALTY}]")
+    ranker = _ranker(manifest, cap.name, cap.ranker, rerank)
+    if not 0.0 <= rerank_weight <= MAX_RERANK_WEIGHT:
+        raise InvalidParameterError("rerank_weight", f"rerank_weight must be in [0, {MAX_RERANK_WEIGHT}]")
+    if rerank_weight and ranker is None:
+        raise InvalidParameterError(
+            "rerank_weight", "rerank_weight weighs a ranker's order, but this request is not re-ranked"
+        )
+    try:
+        resolved = resolve_hooks(hooks, vocab)
+        resolved.check(beam, length)
+    except HookError as exc:
+        raise InvalidParameterError(".".join(str(p) for p in exc.loc), str(exc)) from None
+    return SearchParams(
+        model=cap.name,
+        beam_size=beam,
+        n_best=best,
+        max_length=length,
+        min_length=max(1, resolved.min_words),
+        length_penalty=float(length_penalty),
+        groups=resolved.groups,
+        diversity_penalty=resolved.diversity_penalty,
+        processors=tuple(resolved.processors),
+        ranker=ranker,
+        rerank_weight=float(rerank_weight),
+        hook_names=resolved.ordered_names,
+    )
+
+
+def _ranker(manifest: Manifest, captioner: str, own: str | None, rerank: str | bool | None) -> str | None:
+    rankers = ", ".join(r.name for r in manifest.rankers) or "(none)"
+    if rerank is None or rerank is True:
+        if rerank is True and own is None:
+            raise InvalidParameterError(
+                "rerank", f"{captioner} has no ranker of its own; name one of {rankers}"
+            )
+        return own
+    if rerank is False:
+        return None
+    if rerank not in {r.name for r in manifest.rankers}:
+        raise UnknownModelError("rerank", f"unknown ranker {rerank!r}; rankers: {rankers}")
+    return rerank

@@ -1,0 +1,176 @@
+"""The model runner: the only code that knows the five-model contract of ``model_repo/manifest.json``
+(DESIGN.md "The model contract") and builds model inputs.
+
+- ``encode``: ``visual_encoder`` (uint8 images → regions) then ``<cap>_init`` (regions → memory, state);
+- ``step``: one ``<cap>_step`` call for rows of many images: ``memory`` once per image and a row →
+  image index; LSTM captioners (``reads == "last_token"``) get only each row's last real token,
+  Transformer captioners the right-padded prefix (padded to a fixed T where the model has one);
+- ``rank``: ``<ranker>_image`` and ``<ranker>_text`` in one call each, cosine per caption.
+
+The scheduler, the naive mode, the offline studies and the benchmark all call it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from service.backends.base import Backend
+from service.manifest import CaptionerEntry, Manifest, RankerEntry
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """Per-image tensors of ``I`` images."""
+
+    regions: np.ndarray  # float32 [I, R, D]
+    memory: np.ndarray  # float32 [I, M, Dm]
+    state: np.ndarray  # float32 [I, S]
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    logprobs: np.ndarray  # float32 [N, V]
+    state: np.ndarray  # float32 [N, S]
+    attention: np.ndarray | None  # float32 [N, M], the step model's attention over memory slots
+
+
+def text_batch(
+    captions: Sequence[Sequence[int]], bos: int, pad: int, fixed_length: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Ranker text input: ``tokens`` int64 [C, T] = BOS w1..wn PAD..., ``length`` int64 [C, 1] = n + 1.
+    ``fixed_length`` pads to (and cuts at) a model's fixed T. Pure."""
+    width = fixed_length if fixed_length else 1 + max((len(c) for c in captions), default=0)
+    tokens = np.full((len(captions), width), pad, dtype=np.int64)
+    length = np.zeros((len(captions), 1), dtype=np.int64)
+    tokens[:, 0] = bos
+    for row, words in enumerate(captions):
+        words = list(words)[: width - 1]
+        tokens[row, 1 : 1 + len(words)] = words
+        length[row, 0] = len(words) + 1
+    return tokens, length
+
+
+def fixed_dim(manifest: Manifest, model: str, tensor: str, axis: int) -> int | None:
+    """The fixed size of ``tensor``'s ``axis`` (manifest dims, batch excluded) or None if variable."""
+    for spec in manifest.model(model).inputs:
+        if spec.name == tensor and len(spec.dims) > axis and spec.dims[axis] > 0:
+            return spec.dims[axis]
+    return None
+
+
+class ModelRunner:
+    """Runs a repository's models on a ``Backend`` (see module docstring)."""
+
+    def __init__(self, backend: Backend, manifest: Manifest) -> None:
+        self.backend, self.manifest = backend, manifest
+        vocab = manifest.vocabulary
+        self.bos, self.pad = vocab.bos_id, vocab.pad_id
+        self._last_token = {c.name: c.reads == "last_token" for c in manifest.captioners}
+        self._fixed_t = {c.name: fixed_dim(manifest, c.step, "tokens", 1) for c in manifest.captioners}
+
+    def captioner(self, name: str) -> CaptionerEntry:
+        return self.manifest.captioner(name)
+
+    # -- images ---------------------------------------------------------------------------------------
+
+    async def encode_images(self, images: np.ndarray) -> np.ndarray:
+        """uint8 [I, H, W, 3] → regions float32 [I, R, D]."""
+        return (await self.backend.infer("visual_encoder", {"image": images}))["regions"]
+
+    async def init(self, captioner: str, regions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """regions [I, R, D] → (memory float32 [I, M, Dm], state float32 [I, S])."""
+        out = await self.backend.infer(self.captioner(captioner).init, {"regions": regions})
+        memory = np.ascontiguousarray(out["memory"], dtype=np.float32)
+        return memory, np.ascontiguousarray(out["state"], dtype=np.float32)
+
+    async def encode(self, captioner: str, images: np.ndarray) -> Encoded:
+        regions = await self.encode_images(images)
+        memory, state = await self.init(captioner, regions)
+        return Encoded(regions, memory, state)
+
+    # -- decoding -------------------------------------------------------------------------------------
+
+    def step_inputs(
+        self,
+        captioner: str,
+        memory: np.ndarray,
+        image_index: np.ndarray,
+        tokens: np.ndarray,
+        lengths: np.ndarray,
+        state: np.ndarray,
+    ) -> dict[str, np.ndarray]:
+        """Inputs of ``<cap>_step`` for N rows: ``memory`` [I, M, Dm] once per image, ``image_index``
+        int64 [N], ``tokens`` int64 [N, T] prefixes ``BOS w1..wt`` right-padded, ``lengths`` int64 [N]
+        real tokens per row, ``state`` float32 [N, S]."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        if self._last_token[captioner]:  # the LSTM reads only the last real token: T = 1
+            tokens = tokens[np.arange(tokens.shape[0]), lengths - 1][:, None]
+            lengths = np.ones_like(lengths)
+        else:
+            fixed = self._fixed_t[captioner]
+            if fixed is not None and tokens.shape[1] < fixed:
+                padded = np.full((tokens.shape[0], fixed), self.pad, dtype=np.int64)
+                padded[:, : tokens.shape[1]] = tokens
+                tokens = padded
+        return {
+            "memory": np.ascontiguousarray(memory, dtype=np.float32),
+            "image_index": np.asarray(image_index, dtype=np.int64),
+            "tokens": np.ascontiguousarray(tokens, dtype=np.int64),
+            "length": lengths,
+            "state": np.ascontiguousarray(state, dtype=np.float32),
+        }
+
+    async def step(
+        self,
+        captioner: str,
+        memory: np.ndarray,
+        image_index: np.ndarray,
+        tokens: np.ndarray,
+        lengths: np.ndarray,
+        state: np.ndarray,
+    ) -> StepOutput:
+        """One ``<cap>_step`` call (arguments as ``step_inputs``)."""
+        inputs = self.step_inputs(captioner, memory, image_index, tokens, lengths, state)
+        out = await self.backend.infer(self.captioner(captioner).step, inputs)
+        return StepOutput(out["logprobs"], out["state_out"], out.get("attention"))
+
+    # -- ranking --------------------------------------------------------------------------------------
+
+    async def embed_images(self, ranker: RankerEntry, regions: np.ndarray) -> np.ndarray:
+        """regions [I, R, D] → L2-normalised float32 [I, J]."""
+        out = await self.backend.infer(ranker.image, {"regions": regions})
+        return np.asarray(out["embedding"], dtype=np.float32)
+
+    async def embed_captions(self, ranker: RankerEntry, captions: Sequence[Sequence[int]]) -> np.ndarray:
+        """Word ids (no BOS/EOS) → L2-normalised float32 [C, J]."""
+        tokens, length = text_batch(
+            captions, self.bos, self.pad, fixed_dim(self.manifest, ranker.text, "tokens", 0)
+        )
+        out = await self.backend.infer(ranker.text, {"tokens": tokens, "length": length})
+        return np.asarray(out["embedding"], dtype=np.float32)
+
+    async def rank(
+        self, ranker: str, regions: np.ndarray, captions: Sequence[Sequence[Sequence[int]]]
+    ) -> list[list[float]]:
+        """Cosine between each image (``regions`` [I, R, D]) and each of its captions (per image, word
+        ids without BOS/EOS): one ``<ranker>_image`` call for all images, one ``<ranker>_text`` call
+        for all captions."""
+        entry = self.manifest.ranker(ranker)
+        flat = [c for per_image in captions for c in per_image]
+        if not flat:
+            return [[] for _ in captions]
+        owner = np.repeat(np.arange(len(captions)), [len(c) for c in captions])
+        image_emb, text_emb = await asyncio.gather(
+            self.embed_images(entry, regions), self.embed_captions(entry, flat)
+        )
+        scores = np.einsum("cj,cj->c", text_emb, image_emb[owner])
+        out: list[list[float]] = []
+        start = 0
+        for per_image in captions:
+            out.append([float(s) for s in scores[start : start + len(per_image)]])
+            start += len(per_image)
+        return out
