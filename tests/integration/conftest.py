@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -24,42 +25,43 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@contextmanager
+def serving(
+    cmd: list[str], env: dict[str, str], port: int, log_path: Path, path: str = "/readyz"
+) -> Iterator[str]:
+    """Run ``cmd`` (a ``compcap serve``), wait until ``path`` answers 2xx on 127.0.0.1:``port``, yield
+    the base URL, and always terminate the process."""
+    url = f"http://127.0.0.1:{port}"
+    with log_path.open("w+b") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                if proc.poll() is not None:
+                    raise AssertionError(f"server exited with {proc.returncode}:\n{log_path.read_text()}")
+                try:
+                    if httpx.get(f"{url}{path}", timeout=1.0, trust_env=False).is_success:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"server not ready in 60 s:\n{log_path.read_text()}")
+                time.sleep(0.1)
+            yield url
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=10)
+
+
 @pytest.fixture
 def server(tiny_repo: Path, tmp_path: Path) -> Iterator[str]:
     """The base URL of a ready ``compcap serve`` on ``tiny_repo``."""
     port = free_port()
-    log = (tmp_path / "serve.log").open("w+b")
-    env = {**os.environ, "COMPCAP_INTRA_OP_THREADS": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--repo", str(tiny_repo)],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                log.seek(0)
-                raise AssertionError(f"server exited with {proc.returncode}:\n{log.read().decode()}")
-            try:
-                if httpx.get(f"{url}/readyz", timeout=1.0).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                log.seek(0)
-                raise AssertionError(f"server not ready in 60 s:\n{log.read().decode()}")
-            time.sleep(0.1)
+    cmd = [sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--repo", str(tiny_repo)]
+    with serving(cmd, {**os.environ, "COMPCAP_INTRA_OP_THREADS": "1"}, port, tmp_path / "serve.log") as url:
         yield url
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-        log.close()

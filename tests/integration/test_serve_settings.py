@@ -4,27 +4,17 @@ sets them): ``COMPCAP_HOST=0.0.0.0`` must bind every interface, not loopback. Co
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
+
+from tests.integration.conftest import free_port, serving
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 PROC_NET_TCP = Path("/proc/net/tcp")
 LISTEN = "0A"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def listening_addresses(port: int) -> list[str]:
@@ -53,28 +43,5 @@ def test_serve_without_flags_binds_where_the_environment_says(tiny_repo: Path, t
         "COMPCAP_REPO": str(tiny_repo),
         "COMPCAP_INTRA_OP_THREADS": "1",
     }
-    log_path = tmp_path / "serve.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [*compcap(), "serve"], cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, f"exited with {proc.returncode}:\n{log_path.read_text()}"
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1.0, trust_env=False).is_success:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, f"no /healthz in 60 s:\n{log_path.read_text()}"
-            time.sleep(0.1)
+    with serving([*compcap(), "serve"], env, port, tmp_path / "serve.log", path="/healthz"):
         assert listening_addresses(port) == ["00000000"]  # 0.0.0.0, not 127.0.0.1 (0100007F)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
