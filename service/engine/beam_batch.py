@@ -90,6 +90,7 @@ class BeamBatch:
         self.length_penalty = np.zeros(0, dtype=np.float64)
         self.t = np.zeros(0, dtype=np.int64)  # words in every live beam of the image
         self.done = np.zeros(0, dtype=bool)
+        self._grouped = np.zeros(0, dtype=np.int64)  # images of diverse requests (kept with membership)
         c, lc = self.capacity, length_capacity
         self.tokens = np.zeros((0, c, lc + 1), dtype=np.int64)
         self.cum = np.zeros((0, c))
@@ -167,6 +168,7 @@ class BeamBatch:
             if r.observer is not None:
                 self.observers[r.key] = r.observer
             self.steps[r.key] = 0
+        self._grouped = np.flatnonzero(self.groups > 1)
 
     def _check(self, r: Joining) -> None:
         if r.key in self.steps:
@@ -207,6 +209,7 @@ class BeamBatch:
             self.processors.pop(key, None)
             self.observers.pop(key, None)
             del self.steps[key]
+        self._grouped = np.flatnonzero(self.groups > 1)
         widest = int(self.beam.max()) if self.beam.size else 1
         if widest < self.capacity:
             self._resize(widest)
@@ -283,7 +286,7 @@ class BeamBatch:
         selection for the images of diverse requests, per distinct (beam, groups, penalty)."""
         sel = beam_step(cum, logprobs, self.eos)
         parent, token, new_cum, eos_cum = sel.parent, sel.token, sel.cum, sel.eos_cum
-        grouped = np.flatnonzero(self.groups > 1)
+        grouped = self._grouped
         if grouped.size:
             configs = np.stack([self.beam[grouped], self.groups[grouped], self.diversity[grouped]], axis=1)
             for config in np.unique(configs, axis=0):
@@ -375,7 +378,7 @@ class BeamBatch:
         c = self.capacity
         new_score = eos_cum / self._norm(self.t)[:, None]
         new_tokens = self.tokens[:, :, 1:]
-        grouped = np.flatnonzero(self.groups > 1)
+        grouped = self._grouped
         if grouped.size:  # words past t are 0 in every beam, so whole rows compare the t words
             g_tokens = new_tokens[grouped]
             same = (g_tokens[:, :, None, :] == g_tokens[:, None, :, :]).all(axis=3)  # [G, C, C]
