@@ -1,5 +1,6 @@
 """``compcap build``: SceneWorld data → trained encoder, BUTD, BUTR and VSE++ → ONNX (parity-checked) →
-Triton repository with ``manifest.json``. Writes ``build_report.json`` beside the manifest."""
+Triton repository with ``manifest.json`` and the probe sets (``probes/<kind>/``, from a world seed of
+their own, ``export.probesets``). Writes ``build_report.json`` beside the manifest."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from export.data.coco import load_folder
 from export.data.splits import Split, build_split, split_dir_for, write_split
 from export.package import TrainedCaptioner, TrainedRanker, export_repository
 from export.presets import Preset, get_preset
+from export.probesets.repo import preset_probe_sets
 from export.quality import evaluate_repository
 from export.train import (
     TrainLog,
@@ -218,6 +220,13 @@ def build_repo(out: Path, preset: str = "default", seed: int = 0, work: str | Pa
         served = quality[f"{cap.name}+{cap.ranker}" if cap.ranker else cap.name]
         cap.quality = {k: float(v) for k, v in served.items() if k in ("bleu4", "cider_d")}
         cap.quality["test_images"] = float(n_eval)
+    t0 = time.perf_counter()
+    position = {image_id: k for k, image_id in enumerate(train_ids)}
+    refs = [train_captions[position[i]] for i in split.sets["train"]]
+    name = split.kind if split.group is None else f"{split.kind}/{split.group}"
+    about = f"{name} split train set of the training world ({len(refs)} images)"
+    manifest.probe_sets = preset_probe_sets(staging, p, seed, refs, about)
+    timings["probes"] = time.perf_counter() - t0
     (staging / "manifest.json").write_text(manifest.model_dump_json(indent=2), encoding="utf-8")
     timings["total"] = time.perf_counter() - started
     logs: dict[str, TrainLog] = trained["logs"]

@@ -1,4 +1,5 @@
-"""The training pipeline's ``compcap`` commands: world, train, build, models, splits. Light at import
+"""The training pipeline's ``compcap`` commands: world, train, build, models, splits, probeset,
+probesets. Light at import
 (argparse only); each command imports its module when it runs."""
 
 from __future__ import annotations
@@ -95,6 +96,51 @@ def _splits(args: argparse.Namespace) -> int:
     return 0
 
 
+PROBE_KINDS = ("systematicity", "productivity", "substitutivity")
+
+
+def _probeset_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data", required=True, help="COCO-format folder (captions.json, images, optional instances.json)"
+    )
+    parser.add_argument("--kind", required=True, choices=PROBE_KINDS)
+    parser.add_argument("--out", required=True, help="folder of the probe set (replaced)")
+    parser.add_argument(
+        "--per-pair", type=int, default=50, help="images per pair (comb and no_comb each) or per object count"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the splits and the image choice")
+    parser.add_argument(
+        "--min-count", type=int, default=200, help="substitutivity: synonym words' training count"
+    )
+    parser.add_argument("--name", default=None, help="name in probe.json (default: the kind)")
+
+
+def _probeset(args: argparse.Namespace) -> int:
+    from export.probesets.coco import run_probeset_cli
+
+    run_probeset_cli(
+        Path(args.data), args.kind, Path(args.out), args.per_pair, args.seed, args.min_count, args.name
+    )  # prints the manifest entry
+    return 0
+
+
+def _probesets_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repo", required=True, help="a built repository (compcap build / compcap models)")
+    parser.add_argument("--work", default=None, help="its work folder (default: <repo>.work)")
+    parser.add_argument("--kind", action="append", choices=PROBE_KINDS, help="only these kinds (repeatable)")
+    parser.add_argument(
+        "--preset", choices=PRESETS, default=None, help="sizes (default: the repository's preset)"
+    )
+
+
+def _probesets(args: argparse.Namespace) -> int:
+    from export.probesets.repo import add_probe_sets
+
+    work = Path(args.work) if args.work else None
+    add_probe_sets(Path(args.repo), work, args.kind or PROBE_KINDS, args.preset)  # prints a summary
+    return 0
+
+
 COMMANDS: CommandTable = {
     "world": Command("generate a SceneWorld COCO-format dataset", _world_arguments, _world),
     "train": Command("train the encoder, captioners and rankers on a dataset", _train_arguments, _train),
@@ -103,4 +149,14 @@ COMMANDS: CommandTable = {
     ),
     "splits": Command("build a compositional split of a COCO-format dataset", _splits_arguments, _splits),
     "models": Command("train and package the model zoo (make models)", _models_arguments, _models),
+    "probeset": Command(
+        "write a probe set of a COCO-format folder (systematicity, productivity, substitutivity)",
+        _probeset_arguments,
+        _probeset,
+    ),
+    "probesets": Command(
+        "(re)write the SceneWorld probe sets of a built repository and list them in its manifest",
+        _probesets_arguments,
+        _probesets,
+    ),
 }

@@ -42,6 +42,12 @@ class Preset:
     transformer_learning_rate: float = 1e-3
     zoo_caption_epochs: int = 5  # the zoo's cap (12 captioners within 30 min on 2 cores)
     zoo_eval_images: int = 5000
+    # probe sets written into the repository (export/probesets): images per pair (systematicity comb and
+    # no_comb each, substitutivity) and per object count (productivity); the substitution table keeps
+    # synonym pairs whose two words occur this often in the training captions
+    probe_images_per_pair: int = 50
+    probe_images_per_bucket: int = 50
+    probe_min_synonym_count: int = 200
 
     def __post_init__(self) -> None:
         for field in (
@@ -55,6 +61,9 @@ class Preset:
             "zoo_caption_epochs",
             "patience",
             "val_images",
+            "probe_images_per_pair",
+            "probe_images_per_bucket",
+            "probe_min_synonym_count",
         ):
             if getattr(self, field) <= 0:
                 raise ValueError(f"{field} must be positive")
@@ -81,6 +90,9 @@ PRESETS: dict[str, Preset] = {
         memory_slots=4,
         zoo_caption_epochs=2,
         zoo_eval_images=200,
+        probe_images_per_pair=3,
+        probe_images_per_bucket=4,
+        probe_min_synonym_count=3,
     ),
     "default": Preset(name="default", train_images=6000, test_images=1000),
 }

@@ -4,7 +4,8 @@ group 1 — all on one frozen visual encoder (the stand-in for bottom-up feature
 not captions). Every captioner is selected on its split's val set (greedy BLEU-4 after each epoch, best
 epoch kept, early stop after ``patience`` epochs without improvement; FULL uses the val set of the
 training world's "full" split and trains on that split's train set). Evaluation data come from a world
-seed never used for training."""
+seed never used for training. The repository also holds the probe sets (``export.probesets``; training
+references: the group-1 split's train set, that of the default captioner ``butr_g1``)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from export.data.splits import Split, build_split, split_dir_for, write_split
 from export.models.factory import ARCHITECTURES, captioner_factory
 from export.package import TrainedCaptioner, TrainedRanker, export_repository
 from export.presets import Preset, get_preset
+from export.probesets.repo import preset_probe_sets, write_manifest
 from export.train import TrainLog, extract_regions, train_captioner, train_visual_encoder, train_vsepp
 from export.world.dataset import load_dataset, write_dataset
 from service.manifest import Manifest
@@ -156,6 +158,11 @@ def build_zoo(
     manifest, checks = export_repository(
         staging, p, encoder, vocab, trained, rankers, eval_images, default_captioner=f"butr_g{groups[0]}"
     )
+    # probe sets: training references of the default captioner's split (butr_g<first group>)
+    refs = [captions[position[i]] for i in first.sets["train"]]
+    about = f"systematicity/{groups[0]} split train set of the training world ({len(refs)} images)"
+    manifest.probe_sets = preset_probe_sets(staging, p, seed, refs, about)
+    write_manifest(staging, manifest)
     report: dict[str, Any] = {
         "preset": p.name,
         "seed": seed,

@@ -100,6 +100,22 @@ class VocabularySpec(BaseModel):
     unk_id: int = 3
 
 
+ProbeKind = Literal["systematicity", "productivity", "substitutivity"]
+
+
+class ProbeSetEntry(BaseModel):
+    """One probe set of the repository: ``<repo>/<path>/probe.json`` + COCO captions + images (the
+    on-disk format is ``service.probes.sets``)."""
+
+    name: str
+    kind: ProbeKind
+    path: str = Field(description="folder relative to the repository, e.g. 'probes/systematicity'")
+    images: int = Field(ge=0)
+    scene_graphs: bool = False
+    source: str = Field(default="", description="'sceneworld(seed=...)' or the COCO folder it came from")
+    world_seed: int | None = Field(default=None, description="SceneWorld seed of the probe images")
+
+
 class Manifest(BaseModel):
     format_version: int = FORMAT_VERSION
     preset: str
@@ -109,6 +125,7 @@ class Manifest(BaseModel):
     models: list[ModelEntry]
     captioners: list[CaptionerEntry]
     rankers: list[RankerEntry]
+    probe_sets: list[ProbeSetEntry] = []
 
     @model_validator(mode="after")
     def _references_resolve(self) -> Manifest:
@@ -127,6 +144,9 @@ class Manifest(BaseModel):
             raise ValueError(f"default_captioner {self.default_captioner!r} is not a captioner")
         if "visual_encoder" not in names:
             raise ValueError("the repository has no visual_encoder")
+        probe_names = [p.name for p in self.probe_sets]
+        if len(set(probe_names)) != len(probe_names):
+            raise ValueError(f"probe set names repeat: {probe_names}")
         return self
 
     def model(self, name: str) -> ModelEntry:
@@ -143,6 +163,12 @@ class Manifest(BaseModel):
 
     def ranker(self, name: str) -> RankerEntry:
         for entry in self.rankers:
+            if entry.name == name:
+                return entry
+        raise KeyError(name)
+
+    def probe_set(self, name: str) -> ProbeSetEntry:
+        for entry in self.probe_sets:
             if entry.name == name:
                 return entry
         raise KeyError(name)

@@ -1,0 +1,26 @@
+"""Probe sets: the images the live probes decode, written into the model repository as data
+(``<repo>/probes/<name>/``, read by ``service.probes.sets``; the format is documented there).
+
+* ``sceneworld`` — from a SceneWorld world of its own: seed ``probe_seed(seed)`` = training seed +
+  ``PROBE_SEED_OFFSET``, never the training world (seed), the build's test world (seed + 7919) or the
+  zoo's evaluation world (``export.zoo.EVAL_SEED``). Written by ``compcap build``, ``compcap models`` and
+  ``compcap probesets --repo`` (an existing repository, no retraining).
+* ``coco`` — from any COCO-format folder through the split code of ``compcap splits``
+  (``compcap probeset --data DIR --kind K --out DIR``).
+* ``tables`` — what both share (length terciles, the substitution table, the systematicity splits);
+  ``write`` — the one writer of the on-disk format.
+"""
+
+from __future__ import annotations
+
+PROBE_SEED_OFFSET = 104729  # the 10000th prime; build.TEST_SEED_OFFSET is 7919 (the 1000th)
+ZOO_EVAL_SEED = 20270313  # export.zoo.EVAL_SEED (not imported here: export.zoo imports torch)
+KINDS = ("systematicity", "productivity", "substitutivity")  # each set is named after its kind by default
+
+
+def probe_seed(seed: int) -> int:
+    """The probe world's seed for a repository trained on world ``seed``."""
+    out = seed + PROBE_SEED_OFFSET
+    if out == ZOO_EVAL_SEED:
+        raise ValueError(f"probe world seed {out} would be the zoo's evaluation world")
+    return out

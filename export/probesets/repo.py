@@ -1,0 +1,108 @@
+"""The SceneWorld probe sets of a model repository: written by ``compcap build`` / ``compcap models``
+into the staging repository, or by ``compcap probesets --repo DIR`` into an already built one (no
+retraining). The training references (CIDEr-D document frequencies, synonym counts) are the ``train``
+set of the split the repository's default captioner was trained on (``systematicity/<g>`` or ``full``
+of the training world ``<repo>.work/data/train``); for the zoo that is the group-1 split of ``butr_g1``."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from export.data.coco import load_folder
+from export.data.splits import Split, build_split, load_split, split_path_for, write_split
+from export.presets import Preset, get_preset
+from export.probesets import KINDS
+from export.probesets.sceneworld import sceneworld_probe_sets
+from service.manifest import MANIFEST_NAME, Manifest, ProbeSetEntry, load_manifest
+
+
+def preset_probe_sets(
+    repo: Path,
+    preset: Preset,
+    seed: int,
+    train_references: Sequence[Sequence[str]],
+    references: str,
+    image_size: int | None = None,
+    kinds: Sequence[str] = KINDS,
+) -> list[ProbeSetEntry]:
+    """The probe sets of a repository trained on world ``seed``, sized by the preset."""
+    return sceneworld_probe_sets(
+        repo,
+        train_references,
+        seed,
+        image_size or preset.image_size,
+        per_pair=preset.probe_images_per_pair,
+        per_bucket=preset.probe_images_per_bucket,
+        min_count=preset.probe_min_synonym_count,
+        kinds=kinds,
+        references=references,
+    )
+
+
+def training_references(train_dir: Path, split_name: str, seed: int) -> tuple[list[list[str]], str]:
+    """References of the ``train`` set of split ``split_name`` ("full" or "systematicity/<g>") of the
+    training world; the split is read from ``<train_dir>/splits/`` (built and written when missing)."""
+    kind, _, group_text = split_name.partition("/")
+    group = int(group_text) if group_text else None
+    ds = load_folder(train_dir)
+    path = split_path_for(train_dir, kind, group)
+    split: Split
+    if path.is_file():
+        split = load_split(path)
+    else:
+        checker = None
+        if kind == "systematicity":
+            from service.text.attachment import AttachmentChecker
+
+            checker = AttachmentChecker()
+        split = build_split(ds, kind, group=group, checker=checker, seed=seed)
+        write_split(split, path.parent)
+    ids = split.sets["train"]
+    return [
+        list(ds.captions[i]) for i in ids
+    ], f"{split_name} split train set of {train_dir} ({len(ids)} images)"
+
+
+def add_probe_sets(
+    repo: Path, work: Path | None = None, kinds: Sequence[str] = KINDS, preset: str | None = None
+) -> dict[str, Any]:
+    """``compcap probesets --repo DIR``: (re)write the SceneWorld probe sets of a built repository and
+    list them in its manifest (entries of the same names are replaced)."""
+    repo = Path(repo)
+    manifest = load_manifest(repo)
+    work = Path(work) if work is not None else repo.with_name(repo.name + ".work")
+    train_dir = work / "data" / "train"
+    if not (train_dir / "captions.json").is_file():
+        raise FileNotFoundError(f"no training world at {train_dir} (pass --work: the build's work folder)")
+    seed = int(json.loads((train_dir / "captions.json").read_text(encoding="utf-8"))["info"]["seed"])
+    split_name = manifest.captioner(manifest.default_captioner).training.split
+    t0 = time.perf_counter()
+    refs, about = training_references(train_dir, split_name, seed)
+    entries = preset_probe_sets(
+        repo, get_preset(preset or manifest.preset), seed, refs, about, manifest.image.height, kinds
+    )
+    names = {e.name for e in entries}
+    manifest.probe_sets = [e for e in manifest.probe_sets if e.name not in names] + entries
+    write_manifest(repo, manifest)
+    summary = {
+        "repo": str(repo),
+        "training_world_seed": seed,
+        "training_references": about,
+        "seconds": round(time.perf_counter() - t0, 1),
+        "probe_sets": [e.model_dump() for e in entries],
+    }
+    print(json.dumps(summary, indent=2))
+    return summary
+
+
+def write_manifest(repo: Path, manifest: Manifest) -> None:
+    """Replace ``<repo>/manifest.json`` atomically."""
+    path = Path(repo) / MANIFEST_NAME
+    tmp = path.with_name(f".{MANIFEST_NAME}.tmp")
+    tmp.write_text(manifest.model_dump_json(indent=2), encoding="utf-8")
+    os.replace(tmp, path)

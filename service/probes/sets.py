@@ -1,0 +1,294 @@
+"""Probe sets on disk: the images, references and (SceneWorld) scene graphs the live probes decode,
+written by ``compcap build`` / ``compcap models`` / ``compcap probesets`` into
+``<repo>/probes/<name>/`` and listed in the manifest (``Manifest.probe_sets``), or by ``compcap
+probeset`` from any COCO-format folder. This module only reads them (numpy, PIL and ``service.*``).
+
+Layout of ``<repo>/probes/<name>/``::
+
+    probe.json         {"format": 1, "name", "kind", "source", "world_seed", "images", "scene_graphs", ...}
+    captions.json      COCO captions: {"info", "images": [{"id", "file_name", "width", "height"}],
+                       "annotations": [{"id", "image_id", "caption"}]}
+    scene_graphs.json  {str(id): scene graph}   (SceneWorld only)
+    images/...         the image files, ``file_name`` relative to the probe folder
+    cider_df.json      CIDEr-D document frequencies of the training references (productivity,
+                       substitutivity; ``CiderD.save``)
+    splits/<kind>[_<g>]/split.json   splits over the probe images (``compcap evaluate --data <folder>``)
+
+Kind-specific keys of ``probe.json``:
+
+* systematicity: ``"pairs": [{"kind", "modifier", "noun", "group", "comb": [ids], "no_comb": [ids]}]``
+  — comb: the pair is in the scene and attached in at least one reference; no_comb: both constituents
+  are present, no object carries the pair and no reference mentions it;
+* productivity: ``"objects": {str(id): [noun, ...]} | null``, ``"density": {"1"|"2"|"3"|"4": [ids]} |
+  null`` ("4" = four or more objects), ``"length": {"short"|"medium"|"long": [ids]}`` and
+  ``"length_edges": [e1, e2]`` (short: mean reference length <= e1, medium: <= e2, long: > e2);
+* substitutivity: ``"pairs": [{"category", "fine", "images": [ids]}]``, ``"substitutions": [[S1 fine,
+  S2 category], ...]``, ``"min_count"``, ``"synonym_counts"``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from service.evaluation.cider import CiderD
+from service.images import ImageError, decode_image
+from service.manifest import Manifest
+from service.text.concepts import ConceptPair
+
+FORMAT = 1
+KINDS = ("systematicity", "productivity", "substitutivity")
+PROBE_FILE = "probe.json"
+CAPTIONS_FILE = "captions.json"
+SCENES_FILE = "scene_graphs.json"
+CIDER_FILE = "cider_df.json"
+DENSITY_BUCKETS = ("1", "2", "3", "4")
+LENGTH_BUCKETS = ("short", "medium", "long")
+# probe images are the repository's own files, not uploads: generous decoding limits
+MAX_FILE_BYTES = 64 * 1024 * 1024
+MAX_PIXELS = 64 * 1024 * 1024
+
+
+class ProbeSetError(ValueError):
+    """A probe set that cannot be read or is used for the wrong kind; the message names the file/key."""
+
+
+@dataclass(frozen=True)
+class PairImages:
+    """The systematicity images of one concept pair."""
+
+    pair: ConceptPair
+    group: int
+    comb: tuple[int, ...]
+    no_comb: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ProbeSet:
+    name: str
+    kind: str
+    root: Path
+    info: dict[str, Any]  # probe.json
+    image_ids: tuple[int, ...]
+    file_names: dict[int, str]
+    captions: dict[int, list[str]]
+    scenes: dict[int, dict[str, Any]] | None
+
+    @property
+    def has_scene_graphs(self) -> bool:
+        return self.scenes is not None
+
+    def images(self, ids: Sequence[int], height: int, width: int) -> np.ndarray:
+        """uint8 [N, height, width, 3] of ``ids``, in that order (decoded and resized like uploads)."""
+        out = np.zeros((len(ids), height, width, 3), dtype=np.uint8)
+        for k, image_id in enumerate(ids):
+            if image_id not in self.file_names:
+                raise ProbeSetError(f"{self.root / CAPTIONS_FILE}: no image {image_id}")
+            path = self.root / self.file_names[image_id]
+            try:
+                data = path.read_bytes()
+                out[k] = decode_image(
+                    data, height, width, max_bytes=MAX_FILE_BYTES, max_pixels=MAX_PIXELS, label=str(path)
+                )
+            except (OSError, ImageError) as exc:
+                raise ProbeSetError(f"{path}: {exc}") from None
+        return out
+
+    def _require(self, kind: str) -> None:
+        if self.kind != kind:
+            raise ProbeSetError(
+                f"{self.root / PROBE_FILE}: probe set {self.name!r} is {self.kind}, not {kind}"
+            )
+
+    def pairs(self) -> list[PairImages]:
+        """Systematicity: the images of each of the 24 pairs."""
+        self._require("systematicity")
+        return [
+            PairImages(
+                ConceptPair(str(p["kind"]), str(p["modifier"]), str(p["noun"])),
+                int(p["group"]),
+                tuple(int(i) for i in p["comb"]),
+                tuple(int(i) for i in p["no_comb"]),
+            )
+            for p in self.info["pairs"]
+        ]
+
+    def objects(self) -> dict[int, list[str]] | None:
+        """Productivity: each image's object nouns (None when the source had no object lists)."""
+        self._require("productivity")
+        objects = self.info.get("objects")
+        if objects is None:
+            return None
+        return {int(k): [str(n) for n in v] for k, v in objects.items()}
+
+    def buckets(self, by: Literal["density", "length"]) -> dict[str, list[int]]:
+        """Productivity: image ids per object count ("1".."4", "4" = four or more) or per reference
+        length tercile ("short", "medium", "long")."""
+        self._require("productivity")
+        if by not in ("density", "length"):
+            raise ProbeSetError(f"by must be 'density' or 'length', got {by!r}")
+        table = self.info.get(by)
+        if table is None:
+            raise ProbeSetError(f"{self.root / PROBE_FILE}: probe set {self.name!r} has no {by!r} buckets")
+        return {str(k): [int(i) for i in v] for k, v in table.items()}
+
+    def substitutions(self) -> list[tuple[str, str]]:
+        """Substitutivity: the (S1 fine word, S2 category word) table, singular and plural forms."""
+        self._require("substitutivity")
+        return [(str(a), str(b)) for a, b in self.info["substitutions"]]
+
+    def substitution_pairs(self) -> list[tuple[str, str, list[int]]]:
+        """Substitutivity: (category, fine, image ids) of every candidate pair."""
+        self._require("substitutivity")
+        return [
+            (str(p["category"]), str(p["fine"]), [int(i) for i in p["images"]]) for p in self.info["pairs"]
+        ]
+
+    def cider(self) -> CiderD | None:
+        """CIDEr-D with the training references' document frequencies (None if the set has none)."""
+        path = self.root / CIDER_FILE
+        if not path.is_file():
+            return None
+        try:
+            return CiderD.load(path)
+        except (OSError, ValueError, KeyError) as exc:
+            raise ProbeSetError(f"{path}: {exc}") from None
+
+
+def _read_json(path: Path) -> Any:
+    if not path.is_file():
+        raise ProbeSetError(f"{path} is missing")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ProbeSetError(f"{path}: not valid JSON ({exc})") from None
+
+
+def _ids(value: Any, where: str, known: set[int]) -> list[int]:
+    if not isinstance(value, list):
+        raise ProbeSetError(f"{where} must be a list of image ids")
+    try:
+        ids = [int(i) for i in value]
+    except (TypeError, ValueError):
+        raise ProbeSetError(f"{where} holds a non-integer image id") from None
+    unknown = [i for i in ids if i not in known]
+    if unknown:
+        raise ProbeSetError(f"{where}: image ids not in captions.json, e.g. {unknown[:3]}")
+    return ids
+
+
+def _check_kind(info: dict[str, Any], where: str, known: set[int]) -> None:
+    """The kind-specific keys exist and name only images of the set."""
+    kind = info["kind"]
+    try:
+        if kind == "systematicity":
+            for n, p in enumerate(info["pairs"]):
+                for key in ("kind", "modifier", "noun", "group"):
+                    if key not in p:
+                        raise ProbeSetError(f"{where}: pairs[{n}] has no {key!r}")
+                _ids(p["comb"], f"{where}: pairs[{n}].comb", known)
+                _ids(p["no_comb"], f"{where}: pairs[{n}].no_comb", known)
+        elif kind == "productivity":
+            if info.get("objects") is not None:
+                _ids([int(k) for k in info["objects"]], f"{where}: objects", known)
+            for by in ("density", "length"):
+                if info.get(by) is not None:
+                    for name, ids in info[by].items():
+                        _ids(ids, f"{where}: {by}[{name!r}]", known)
+        else:
+            for n, p in enumerate(info["pairs"]):
+                if "category" not in p or "fine" not in p:
+                    raise ProbeSetError(f"{where}: pairs[{n}] needs 'category' and 'fine'")
+                _ids(p["images"], f"{where}: pairs[{n}].images", known)
+            for s in info["substitutions"]:
+                if not (isinstance(s, list) and len(s) == 2):
+                    raise ProbeSetError(f"{where}: substitutions must be [S1, S2] pairs, got {s!r}")
+    except KeyError as exc:
+        raise ProbeSetError(f"{where}: a {kind} probe set needs key {exc.args[0]!r}") from None
+
+
+def load_probe_set(root: Path) -> ProbeSet:
+    """Read and check the probe set in folder ``root``."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ProbeSetError(f"probe set folder {root} does not exist")
+    probe_path = root / PROBE_FILE
+    info = _read_json(probe_path)
+    if not isinstance(info, dict):
+        raise ProbeSetError(f"{probe_path}: must be a JSON object")
+    if info.get("format") != FORMAT:
+        raise ProbeSetError(f"{probe_path}: format {info.get('format')!r}, expected {FORMAT}")
+    for key in ("name", "kind"):
+        if not isinstance(info.get(key), str):
+            raise ProbeSetError(f"{probe_path}: key {key!r} is missing or not a string")
+    if info["kind"] not in KINDS:
+        raise ProbeSetError(f"{probe_path}: kind {info['kind']!r} is not one of {KINDS}")
+    captions_path = root / CAPTIONS_FILE
+    coco = _read_json(captions_path)
+    try:
+        entries = sorted(coco["images"], key=lambda e: int(e["id"]))
+        file_names = {int(e["id"]): str(e["file_name"]) for e in entries}
+        by_image: dict[int, list[tuple[int, str]]] = {i: [] for i in file_names}
+        for k, a in enumerate(coco["annotations"]):
+            image_id = int(a["image_id"])
+            if image_id not in by_image:
+                raise ProbeSetError(
+                    f"{captions_path}: annotation {a.get('id', k)} names unknown image {image_id}"
+                )
+            by_image[image_id].append((int(a.get("id", k)), str(a["caption"])))
+    except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, ProbeSetError):
+            raise
+        raise ProbeSetError(f"{captions_path}: not COCO captions ({exc!r})") from None
+    captions = {i: [t for _, t in sorted(refs)] for i, refs in by_image.items()}
+    bare = [i for i, refs in captions.items() if not refs]
+    if bare:
+        raise ProbeSetError(f"{captions_path}: images without captions, e.g. {bare[:3]}")
+    absent = [name for name in file_names.values() if not (root / name).is_file()]
+    if absent:
+        raise ProbeSetError(
+            f"{root}: {len(absent)} image files of captions.json are missing, e.g. {absent[:3]}"
+        )
+    if "images" in info and int(info["images"]) != len(file_names):
+        raise ProbeSetError(
+            f"{probe_path}: images = {info['images']} but captions.json has {len(file_names)}"
+        )
+    scenes: dict[int, dict[str, Any]] | None = None
+    if (root / SCENES_FILE).is_file():
+        raw = _read_json(root / SCENES_FILE)
+        scenes = {int(k): v for k, v in raw.items()}
+        missing = [i for i in file_names if i not in scenes]
+        if missing:
+            raise ProbeSetError(f"{root / SCENES_FILE}: no scene graph for images {missing[:3]}")
+    elif info.get("scene_graphs"):
+        raise ProbeSetError(f"{probe_path} says scene_graphs but {root / SCENES_FILE} is missing")
+    _check_kind(info, str(probe_path), set(file_names))
+    return ProbeSet(
+        name=info["name"],
+        kind=info["kind"],
+        root=root,
+        info=info,
+        image_ids=tuple(file_names),
+        file_names=file_names,
+        captions=captions,
+        scenes=scenes,
+    )
+
+
+def repo_probe_sets(repo: Path, manifest: Manifest) -> dict[str, ProbeSet]:
+    """Every probe set the manifest lists, loaded (name -> set)."""
+    out: dict[str, ProbeSet] = {}
+    for entry in manifest.probe_sets:
+        probe = load_probe_set(Path(repo) / entry.path)
+        if (probe.name, probe.kind) != (entry.name, entry.kind):
+            raise ProbeSetError(
+                f"{probe.root / PROBE_FILE}: is {probe.kind} set {probe.name!r}, "
+                f"the manifest lists {entry.kind} set {entry.name!r}"
+            )
+        out[entry.name] = probe
+    return out
