@@ -1,5 +1,5 @@
-"""The load tests' ``compcap`` command: bench. Light at import; ``loadtests.bench`` is imported only
-when ``compcap bench`` is chosen."""
+"""The load tests' ``compcap`` commands: bench, probe-load. Light at import; each command imports its
+module only when it is chosen."""
 
 from __future__ import annotations
 
@@ -20,6 +20,23 @@ def _bench(args: argparse.Namespace) -> int:
     return bench(args)
 
 
+def _probe_load_arguments(parser: argparse.ArgumentParser) -> None:
+    from loadtests.probe_load import add_arguments
+
+    add_arguments(parser)
+
+
+def _probe_load(args: argparse.Namespace) -> int:
+    from loadtests.probe_load import probe_load
+
+    return probe_load(args)
+
+
 COMMANDS: CommandTable = {
     "bench": Command("benchmark the engine and the gateway (loadtests/bench.py)", _bench_arguments, _bench),
+    "probe-load": Command(
+        "caption latency with and without a live probe (loadtests/probe_load.py)",
+        _probe_load_arguments,
+        _probe_load,
+    ),
 }

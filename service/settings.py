@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.manifest import MANIFEST_NAME
@@ -58,12 +58,68 @@ class Settings(BaseSettings):
     max_rows_per_step: int = Field(
         default=512, ge=1, le=65536, description="most beam rows in one <cap>_step call"
     )
+    max_background_rows: int | None = Field(
+        default=128,
+        ge=1,
+        le=65536,
+        description="most beam rows background requests (probes, studies) may hold while any user "
+        "request is in the scheduler; unset: no cap (offline studies)",
+    )
     max_queue: int = Field(
         default=256, ge=1, le=100_000, description="requests waiting for admission before 503"
     )
     max_active_requests: int = Field(
         default=128, ge=1, le=100_000, description="requests decoding at once per captioner"
     )
+
+    max_probe_jobs: int = Field(
+        default=2, ge=1, le=64, description="probe jobs running at once; more get 429 with Retry-After"
+    )
+    probe_schedule: str | None = Field(
+        default=None,
+        description="probes the gateway runs by itself, e.g. "
+        "'every=15m;kinds=systematicity,substitutivity;models=butr+butr,butd;images=20' "
+        "(service/probes/schedule.py)",
+    )
+    probe_history: str = Field(
+        default="probe_history.jsonl",
+        description="JSON-lines file of succeeded probes, read back at start-up ('' = keep none)",
+    )
+    api_keys: SecretStr | None = Field(
+        default=None,
+        description="comma-separated keys; when set, probe endpoints need 'Authorization: Bearer <key>'",
+    )
+    captions_require_key: bool = Field(
+        default=False, description="with api_keys set, caption endpoints need a key too"
+    )
+
+    @field_validator("probe_schedule")
+    @classmethod
+    def _schedule_parses(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        from service.probes.schedule import parse_schedule
+
+        parse_schedule(value)  # a ValueError names the field of the schedule at fault
+        return value
+
+    @field_validator("api_keys")
+    @classmethod
+    def _keys_not_blank(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value().strip():
+            return None
+        keys = [k.strip() for k in value.get_secret_value().split(",")]
+        if any(not k for k in keys):
+            raise ValueError("an empty key in the comma-separated list")
+        if any(len(k) < 8 for k in keys):
+            raise ValueError("every key needs at least 8 characters")
+        return value
+
+    def api_key_set(self) -> frozenset[str]:
+        """The configured keys (empty: no key needed)."""
+        if self.api_keys is None:
+            return frozenset()
+        return frozenset(k.strip() for k in self.api_keys.get_secret_value().split(","))
 
     @field_validator("repo")
     @classmethod

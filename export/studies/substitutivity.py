@@ -32,6 +32,7 @@ from export.studies.evaluate import load_images
 from service.evaluation.cider import CiderD
 from service.evaluation.metrics import caption_metrics
 from service.manifest import load_manifest
+from service.probes.substitutivity import after_first
 from service.text.concepts import load_concepts
 from service.text.synonyms import candidate_table, plural
 from service.text.vocabulary import Vocabulary, tokenize
@@ -57,14 +58,6 @@ def substitution_table(
             if fine != category and fine in vocab_words and category in vocab_words and fine not in pairs:
                 pairs[fine] = category
     return sorted(pairs.items()), counts
-
-
-def after_first(words: list[str], targets: set[str]) -> list[str] | None:
-    """The words after the first one in ``targets`` (``None`` when none is)."""
-    for n, w in enumerate(words):
-        if w in targets:
-            return words[n + 1 :]
-    return None
 
 
 async def _decode_o_and_s(

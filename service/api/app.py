@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI
 
@@ -18,6 +19,9 @@ from service.api.observe import LatencyMiddleware
 from service.api.openapi import TAGS, install_openapi
 from service.api.routes import router
 from service.backends.base import Backend
+from service.probes.router import router as probe_router
+from service.probes.schedule import parse_schedule
+from service.probes.service import ProbeService
 from service.settings import Settings
 
 
@@ -25,13 +29,24 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     """The gateway app. ``backend`` replaces the one named in settings (tests, other runners)."""
     settings = settings if settings is not None else Settings()
     runtime = Runtime(settings, backend)
+    probes = ProbeService(
+        settings.repo,
+        runtime.manifest,
+        runtime.metrics.registry,
+        settings.max_probe_jobs,
+        history=Path(settings.probe_history) if settings.probe_history else None,
+        schedule=parse_schedule(settings.probe_schedule) if settings.probe_schedule else None,
+    )
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         task = asyncio.create_task(runtime.load())
+        probes.restore()
+        probes.start_schedule(lambda: runtime.engine)
         try:
             yield
         finally:
+            await probes.close()
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             await runtime.close()
@@ -46,8 +61,10 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
         redoc_url=None,
     )
     app.state.runtime = runtime
+    app.state.probes = probes
     install_error_handlers(app, runtime.metrics)
     app.include_router(router)
+    app.include_router(probe_router)
     install_docs(app)
     install_openapi(app)
 

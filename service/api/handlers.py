@@ -34,7 +34,10 @@ def install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
     @app.exception_handler(ApiError)
     async def _api(_: Request, exc: ApiError) -> JSONResponse:
         count(exc.code)
-        return error_response(exc.status, exc.code, exc.message)
+        details = None if exc.field is None else [{"field": exc.field, "message": exc.message}]
+        response = error_response(exc.status, exc.code, exc.message, details)
+        response.headers.update(exc.headers)
+        return response
 
     @app.exception_handler(ImageError)
     async def _image(_: Request, exc: ImageError) -> JSONResponse:

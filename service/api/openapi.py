@@ -19,6 +19,10 @@ TAGS = [
     {"name": "captions", "description": "Caption images: beam search, re-ranking, decoding hooks."},
     {"name": "models", "description": "What this deployment serves: captioners, rankers, hooks."},
     {"name": "health", "description": "Liveness and readiness probes."},
+    {
+        "name": "probes",
+        "description": "Live compositional probes (systematicity, productivity, substitutivity) as jobs.",
+    },
 ]
 
 

@@ -6,9 +6,10 @@ import asyncio
 import time
 from typing import Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from service.api.auth import require_caption_key
 from service.api.deps import EngineDep, RuntimeDep
 from service.api.disconnect import ClientDisconnected, unless_disconnected
 from service.api.errors import ApiError
@@ -39,6 +40,8 @@ _CAPTION_ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse, "description": description}
     for status, description in {
         400: "bad image, JSON or multipart body; JSON nested too deeply",
+        401: "COMPCAP_CAPTIONS_REQUIRE_KEY is set and no 'Authorization: Bearer <key>' was sent",
+        403: "COMPCAP_CAPTIONS_REQUIRE_KEY is set and the key is not valid",
         404: "unknown model or ranker",
         413: "image, body, form field or JSON over its limit",
         414: "query string over its limit",
@@ -58,6 +61,7 @@ _CAPTION_ERRORS: dict[int | str, dict[str, Any]] = {
     response_model=CaptionResponse,
     responses=_CAPTION_ERRORS,
     openapi_extra=caption_operation(),
+    dependencies=[Depends(require_caption_key)],
     summary="Caption images (multipart field `image`, repeatable, or JSON `images` in base64)",
     description=CaptionOptions.__doc__,
 )

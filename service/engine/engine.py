@@ -75,6 +75,7 @@ class CaptionEngine:
             max_active=settings.max_active_requests,
             max_beam_size=settings.max_beam_size,
             max_length=max(settings.max_length_cap, 1),
+            max_background_rows=settings.max_background_rows,
         )
         self._schedulers: dict[str, Scheduler] = {}
         self._owns_backend = False
@@ -173,10 +174,11 @@ class CaptionEngine:
         priority: Priority = Priority.BACKGROUND,
         progress: Callable[[int], object] | None = None,
     ) -> list[list[Caption]]:
-        """Caption any number of images (offline studies, benchmarks): requests of as many images as
-        the row budget allows, a few in flight at once so that their step calls share the batch.
+        """Caption any number of images (offline studies, probes, benchmarks): requests of as many
+        images as the row budget of ``priority`` allows (a background request must fit the rows users
+        leave it), a few in flight at once so that their step calls share the batch.
         ``progress(n)`` is called as each request's ``n`` images finish."""
-        per_request = max(1, min(16, self.limits.max_rows // params.beam_size))
+        per_request = max(1, min(16, self.limits.rows_for(priority) // params.beam_size))
         parts = [images[i : i + per_request] for i in range(0, len(images), per_request)]
         fit = max(1, self.limits.max_rows // (per_request * params.beam_size))  # requests decoding at once
         in_flight = asyncio.Semaphore(min(self.limits.max_queue, 2 * fit))  # as many more being encoded

@@ -4,8 +4,9 @@ loop per captioner: **plan** the iteration → **runner** call → **update** th
 - plan: drop requests past their deadline or abandoned by their caller (their rows are freed before the
   next step call); move encoded requests into the ``BeamBatch``; admit waiting requests, in priority
   order, as far as the row budget (``max_rows``: images × beam size per request) and ``max_active``
-  allow, and start encoding them (``visual_encoder`` + ``<cap>_init``, one batched call for all of
-  them) while the others keep decoding;
+  allow — background requests (probes, studies) only within ``max_background_rows`` while any user
+  request is in the scheduler, so that they fill the capacity users leave — and start encoding them
+  (``visual_encoder`` + ``<cap>_init``, one batched call for all of them) while the others keep decoding;
 - runner: ONE ``<cap>_step`` call with every live row of every decoding request;
 - update: advance the batch; requests whose search is done leave at once and are re-ranked off the
   loop, one ``<ranker>_image`` + ``<ranker>_text`` call per ranker for all of them.
@@ -53,11 +54,20 @@ class SchedulerLimits:
     max_active: int
     max_beam_size: int
     max_length: int
+    max_background_rows: int | None = None  # None: background requests may take every row
 
     def __post_init__(self) -> None:
         for name in ("max_rows", "max_queue", "max_active", "max_beam_size", "max_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_background_rows is not None and self.max_background_rows < 1:
+            raise ValueError(f"max_background_rows must be >= 1, got {self.max_background_rows}")
+
+    def rows_for(self, priority: Priority) -> int:
+        """The most rows one request of ``priority`` can be given while users are decoding."""
+        if priority is Priority.BACKGROUND and self.max_background_rows is not None:
+            return min(self.max_rows, self.max_background_rows)
+        return self.max_rows
 
 
 class Scheduler:
@@ -80,6 +90,7 @@ class Scheduler:
         self._encoded: list[Request] = []
         self._decoding: dict[int, Request] = {}
         self._reserved_rows = 0
+        self._background_rows = 0  # of ``_reserved_rows``, held by background requests
         self._serial = 0
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
@@ -91,6 +102,19 @@ class Scheduler:
     @property
     def active_requests(self) -> int:
         return len(self._encoding_requests) + len(self._encoded) + len(self._decoding)
+
+    @property
+    def user_requests(self) -> int:
+        """User requests waiting, encoding or decoding (background work yields to them)."""
+        stages = [
+            (r for *_, r in self._waiting),
+            self._encoding_requests,
+            self._encoded,
+            self._decoding.values(),
+        ]
+        return sum(
+            1 for stage in stages for r in stage if r.priority is Priority.USER and not r.status.terminal
+        )
 
     @property
     def queue_length(self) -> int:
@@ -262,17 +286,22 @@ class Scheduler:
         if self._encoding is not None and not self._encoding.done():
             return
         admitted: list[Request] = []
+        users = self.user_requests
         while self._waiting:
             request = self._waiting[0][2]
             if request.status.terminal:
                 heapq.heappop(self._waiting)
                 continue
             fits = self._reserved_rows + request.rows <= self.limits.max_rows
+            background = request.priority is Priority.BACKGROUND
+            if background and users and self.limits.max_background_rows is not None:
+                fits = fits and self._background_rows + request.rows <= self.limits.max_background_rows
             if not fits or self.active_requests + len(admitted) >= self.limits.max_active:
-                break
+                break  # the heap puts users first: whatever waits behind a background request is background
             heapq.heappop(self._waiting)
             request.status, request.holds_rows = S.ENCODING, True
             self._reserved_rows += request.rows
+            self._background_rows += request.rows if background else 0
             admitted.append(request)
         if admitted:
             self._encoding_requests = admitted
@@ -348,6 +377,8 @@ class Scheduler:
         for request in requests:
             if request.holds_rows:
                 self._reserved_rows -= request.rows
+                if request.priority is Priority.BACKGROUND:
+                    self._background_rows -= request.rows
                 request.holds_rows = False
             self._decoding.pop(request.key, None)
             request.status = status

@@ -172,3 +172,23 @@ def test_service_imports_without_torch() -> None:
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_feature_packages_use_only_the_engines_public_api() -> None:
+    """Probes (and later explanations, comparison) are clients of the engine: they reach it through
+    ``CaptionEngine``, ``SearchParams``, the request priority, the step observer and the hook registry,
+    never through the scheduler, the runner or the beam batch."""
+    public = {
+        "service.engine.engine",
+        "service.engine.params",
+        "service.engine.request",
+        "service.engine.observer",
+        "service.engine.processors",
+    }
+    graph = import_graph()
+    features = [m for m in graph if m.startswith(("service.probes", "service.explain", "service.compare"))]
+    assert features
+    reached = {
+        (m, t) for m in features for t in graph[m] if t.startswith("service.engine") and t not in public
+    }
+    assert reached == set()

@@ -548,3 +548,58 @@ def test_a_request_whose_caller_gives_up_while_it_is_ranked_ends_cancelled(
 
     asyncio.run(run())
     assert made[-1].status is S.CANCELLED  # its caller stopped waiting (request.py)
+
+
+def test_background_requests_hold_at_most_their_row_budget_while_users_decode(
+    ort_backend: OnnxRuntimeBackend,
+    tiny_repo: Path,
+    manifest: Manifest,
+    vocab: Vocabulary,
+    made: list[Request],
+) -> None:
+    """``max_background_rows`` = 6: with a user request in the scheduler, two beam-3 background requests
+    decode at once, never three; alone, background requests take every row they fit in."""
+    eng = engine(ort_backend, tiny_repo, manifest, vocab, max_background_rows=6)
+    long = eng.resolve(model="butd", beam_size=3, max_length=16, hooks=[spec("min_length", min_words=16)])
+    short = eng.resolve(model="butd", beam_size=3, max_length=4)
+    live = (S.ENCODING, S.DECODING)
+    background_live: list[int] = []  # background requests holding rows, at each of the user's steps
+
+    def watch(event: StepEvent) -> None:
+        background_live.append(sum(r.priority is Priority.BACKGROUND and r.status in live for r in made))
+
+    async def run() -> int:
+        user = asyncio.create_task(eng.caption(images(manifest, 1, 1), long, 60, Priority.USER, watch))
+        await until(lambda: bool(background_live))
+        background = [
+            eng.caption(images(manifest, 1, 10 + n), long, 60, Priority.BACKGROUND) for n in range(4)
+        ]
+        await asyncio.gather(user, *background)
+        # no user: four background requests are admitted together
+        peak = 0
+
+        def count(event: StepEvent) -> None:
+            nonlocal peak
+            holding = [r for r in made[5:] if r.priority is Priority.BACKGROUND and r.status in live]
+            peak = max(peak, len(holding))
+
+        await asyncio.gather(
+            *(
+                eng.caption(images(manifest, 1, 20 + n), short, 60, Priority.BACKGROUND, count)
+                for n in range(4)
+            )
+        )
+        await eng.close()
+        return peak
+
+    peak_alone = asyncio.run(run())
+    assert max(background_live) == 2  # the budget was used, and never exceeded
+    assert peak_alone == 4
+    assert all(r.status is S.FINISHED for r in made)
+
+
+def test_background_row_budget_is_validated() -> None:
+    with pytest.raises(ValueError, match="max_background_rows"):
+        scheduler_module.SchedulerLimits(8, 8, 8, 8, 8, max_background_rows=0)
+    limits = scheduler_module.SchedulerLimits(512, 8, 8, 100, 8, max_background_rows=128)
+    assert limits.rows_for(Priority.BACKGROUND) == 128 and limits.rows_for(Priority.USER) == 512

@@ -1,0 +1,143 @@
+"""Users first: caption latency with and without a live probe running, in one run.
+
+``compcap probe-load --repo model_repo --clients 8 --seconds 20 --rounds 2`` starts ``compcap serve``
+on a free port, then alternates phases A (``clients`` closed-loop caption clients alone) and B (the
+same clients while a systematicity probe job runs), ``rounds`` times each (A B A B …, so that drift
+of a shared machine hits both alike). It prints the users' p50/p99 and captions/s per phase, the
+ratio of the B and A p50 medians (the issue's target: ≤ 1.25), and the probe's images/s during B
+(from the job's progress), and writes them as JSON with ``--json``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.table import Table
+
+from loadtests.bench import Gateway, bench_images, closed_loop, png_bytes
+from service.manifest import load_manifest
+
+console = Console(stderr=True)
+
+
+def _start_probe(client: httpx.Client, body: dict[str, Any]) -> str:
+    response = client.post("/v1/probes", json=body)
+    response.raise_for_status()
+    return str(response.json()["id"])
+
+
+def _done(client: httpx.Client, job: str) -> tuple[int, str]:
+    body = client.get(f"/v1/probes/{job}").json()
+    return int(body["progress"]["done"]), str(body["status"])
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    repo = Path(args.repo)
+    manifest = load_manifest(repo)
+    cap = manifest.captioner(args.model or manifest.default_captioner)
+    images = bench_images(16, manifest.image.height, manifest.image.width)
+    pngs = [png_bytes(x) for x in images]
+    query = {"beam_size": "5", "model": cap.name}
+    probe = {"kind": "systematicity", "model": cap.name, "beam_size": args.probe_beam, "n_best": 5}
+    probe["rerank"] = args.probe_rerank if args.probe_rerank != "false" else False
+    env = {"COMPCAP_PROBE_HISTORY": "", "COMPCAP_MAX_BACKGROUND_ROWS": str(args.background_rows)}
+    phases: list[dict[str, Any]] = []
+    with Gateway(repo, env) as gateway, httpx.Client(base_url=gateway.url, timeout=30.0) as client:
+        asyncio.run(closed_loop(gateway.url, pngs, query, args.clients, 3.0, cap.step))  # warm-up
+        job: str | None = None
+        for n in range(2 * args.rounds):
+            with_probe = n % 2 == 1
+            before = 0
+            if with_probe:
+                job = _start_probe(client, probe)
+                time.sleep(args.settle)  # the probe's first requests are admitted and decoding
+                before, _ = _done(client, job)
+            start = time.perf_counter()
+            users = asyncio.run(closed_loop(gateway.url, pngs, query, args.clients, args.seconds, cap.step))
+            elapsed = time.perf_counter() - start
+            phase: dict[str, Any] = {"probe": with_probe, **users}
+            if with_probe and job is not None:
+                after, status = _done(client, job)
+                phase["probe_images_per_s"] = round((after - before) / elapsed, 2)
+                phase["probe_status"] = status
+                client.delete(f"/v1/probes/{job}")
+            phases.append(phase)
+            label = "with probe" if with_probe else "users alone"
+            console.print(
+                f"phase {n + 1}: {label}: p50 {users['p50_ms']} ms, {users['captions_per_s']} captions/s"
+            )
+    a = [p["p50_ms"] for p in phases if not p["probe"]]
+    b = [p["p50_ms"] for p in phases if p["probe"]]
+    return {
+        "repo": str(repo),
+        "captioner": cap.name,
+        "clients": args.clients,
+        "seconds": args.seconds,
+        "probe": probe,
+        "max_background_rows": args.background_rows,
+        "phases": phases,
+        "p50_alone_ms": statistics.median(a),
+        "p50_with_probe_ms": statistics.median(b),
+        "p50_ratio": round(statistics.median(b) / statistics.median(a), 3),
+        "probe_images_per_s": statistics.median(p["probe_images_per_s"] for p in phases if p["probe"]),
+    }
+
+
+def summary(result: dict[str, Any]) -> Table:
+    table = Table(title=f"{result['clients']} caption clients, alone (A) and with a systematicity probe (B)")
+    for column in ("phase", "p50 ms", "p99 ms", "captions/s", "probe images/s"):
+        table.add_column(column)
+    for n, p in enumerate(result["phases"], 1):
+        table.add_row(
+            f"{n} {'B' if p['probe'] else 'A'}",
+            str(p["p50_ms"]),
+            str(p["p99_ms"]),
+            str(p["captions_per_s"]),
+            str(p.get("probe_images_per_s", "-")),
+        )
+    table.caption = (
+        f"p50 B/A = {result['p50_ratio']} (target <= 1.25); probe {result['probe_images_per_s']} images/s"
+    )
+    return table
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repo", default="model_repo")
+    parser.add_argument("--model", default=None, help="captioner (default: the repository's default)")
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=20.0, help="length of each phase")
+    parser.add_argument("--rounds", type=int, default=2, help="A/B pairs")
+    parser.add_argument(
+        "--settle", type=float, default=2.0, help="seconds between starting the probe and measuring"
+    )
+    parser.add_argument("--probe-beam", type=int, default=100)
+    parser.add_argument("--probe-rerank", default="butr", help="ranker of the probe, or false")
+    parser.add_argument("--background-rows", type=int, default=128, help="COMPCAP_MAX_BACKGROUND_ROWS")
+    parser.add_argument("--json", default=None)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    add_arguments(parser)
+    return probe_load(parser.parse_args(argv))
+
+
+def probe_load(args: argparse.Namespace) -> int:
+    result = run(args)
+    Console().print(summary(result))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

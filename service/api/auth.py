@@ -1,0 +1,47 @@
+"""API keys: with ``COMPCAP_API_KEYS`` set, the heavy endpoints (probes; later explanations and
+comparison) need ``Authorization: Bearer <key>`` — 401 without one, 403 with a wrong one. Captions stay
+open unless ``COMPCAP_CAPTIONS_REQUIRE_KEY`` is true. Keys are compared in constant time and never
+logged or echoed."""
+
+from __future__ import annotations
+
+import hmac
+
+from fastapi import Request
+
+from service.api.deps import RuntimeDep
+from service.api.errors import ApiError
+
+CHALLENGE = {"WWW-Authenticate": "Bearer"}
+
+
+def _bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization")
+    if header is None:
+        return None
+    scheme, _, token = header.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else ""
+
+
+def check_key(keys: frozenset[str], request: Request) -> None:
+    """Nothing when no key is configured or the request carries a valid one; else a 401/403 ``ApiError``."""
+    if not keys:
+        return
+    token = _bearer(request)
+    if token is None:
+        raise ApiError(401, "unauthorized", "this endpoint needs 'Authorization: Bearer <key>'", CHALLENGE)
+    if not token:
+        raise ApiError(401, "unauthorized", "the Authorization header must be 'Bearer <key>'", CHALLENGE)
+    if not any(hmac.compare_digest(token.encode(), key.encode()) for key in keys):
+        raise ApiError(403, "forbidden", "the API key is not valid")
+
+
+async def require_key(request: Request, runtime: RuntimeDep) -> None:
+    """Dependency of the key-protected routes."""
+    check_key(runtime.settings.api_key_set(), request)
+
+
+async def require_caption_key(request: Request, runtime: RuntimeDep) -> None:
+    """Dependency of the caption routes: a key only when ``captions_require_key`` is set."""
+    if runtime.settings.captions_require_key:
+        check_key(runtime.settings.api_key_set(), request)

@@ -1,0 +1,131 @@
+"""The probe routes (``/v1/probes``, ``/v1/probe-sets``): thin — validate, hand to ``ProbeService``,
+shape the job. Key-protected when ``COMPCAP_API_KEYS`` is set."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.api.auth import require_key
+from service.api.deps import EngineDep
+from service.api.errors import ApiError
+from service.probes.jobs import JobsFullError, ProbeJob
+from service.probes.service import ProbeService
+from service.probes.spec import ProbeRequestError
+
+
+class ProbeRequest(BaseModel):
+    """A live compositional probe of a served captioner on one of the repository's probe sets."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["systematicity", "productivity", "substitutivity"]
+    model: str | None = Field(default=None, description="captioner (default: the repository's default)")
+    rerank: str | bool | None = Field(
+        default=None, description="ranker name, or false for plain beam search (default: the captioner's own)"
+    )
+    beam_size: int | None = Field(default=None, ge=1, description="beams (BUTR+RR in the seeds: 100)")
+    n_best: int | None = Field(
+        default=None, ge=1, description="captions kept per image (Recall@K reads K of them)"
+    )
+    rerank_weight: float = Field(
+        default=0.0, ge=0.0, description="weight of the normalised log-prob in re-ranking"
+    )
+    probe_set: str | None = Field(
+        default=None, description="probe set name (default: the first of this kind)"
+    )
+    pairs: list[Annotated[str, Field(max_length=64)]] | None = Field(
+        default=None, max_length=64, description="systematicity: pair labels to report, e.g. 'black cat'"
+    )
+    images: int | None = Field(default=None, ge=1, description="at most this many images per pair / bucket")
+
+
+async def get_probes(request: Request) -> ProbeService:
+    service: ProbeService = request.app.state.probes
+    return service
+
+
+ProbesDep = Annotated[ProbeService, Depends(get_probes)]
+router = APIRouter(tags=["probes"], dependencies=[Depends(require_key)])
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "API keys are configured and none was sent"},
+    403: {"description": "the API key is not valid"},
+    404: {"description": "unknown model, ranker, probe set or job"},
+    422: {"description": "invalid field, or a probe set that does not fit the kind"},
+    429: {"description": "too many probe jobs running (Retry-After)"},
+    503: {"description": "models not loaded yet"},
+}
+
+
+def _job(probes: ProbesDep, job_id: str) -> ProbeJob:
+    job = probes.jobs.get(job_id)
+    if job is None:
+        raise ApiError(
+            404, "unknown_job", f"no probe job {job_id!r} (finished jobs are kept for a while only)"
+        )
+    return job
+
+
+@router.post("/v1/probes", status_code=202, responses=_ERRORS)
+async def start_probe(
+    body: ProbeRequest, engine: EngineDep, probes: ProbesDep, response: Response
+) -> dict[str, Any]:
+    """Start a probe job; poll ``GET /v1/probes/{id}`` (also in the ``Location`` header)."""
+    search = body.model_dump(include={"model", "rerank", "beam_size", "n_best", "rerank_weight"})
+    try:
+        spec = probes.spec(engine, body.kind, search, body.probe_set, body.pairs, body.images)
+        job = probes.start(engine, spec)
+    except ProbeRequestError as exc:
+        code = "unknown_probe_set" if exc.status == 404 else "invalid_probe"
+        raise ApiError(exc.status, code, exc.message, field=exc.field) from None
+    except JobsFullError as exc:
+        raise ApiError(
+            429, "too_many_probes", str(exc), {"Retry-After": str(round(exc.retry_after_s))}
+        ) from None
+    response.headers["Location"] = f"/v1/probes/{job.id}"
+    return job.view()
+
+
+@router.get("/v1/probes", responses=_ERRORS)
+async def list_probes(probes: ProbesDep) -> dict[str, Any]:
+    """Recent probe jobs, newest first (without their results)."""
+    return {"jobs": [job.view(full=False) for job in probes.jobs.recent()]}
+
+
+@router.get("/v1/probes/{job_id}", responses=_ERRORS)
+async def get_probe(job_id: str, probes: ProbesDep) -> dict[str, Any]:
+    """A probe job: status, progress, partial result while it runs, the result when done."""
+    return _job(probes, job_id).view()
+
+
+@router.delete("/v1/probes/{job_id}", responses=_ERRORS)
+async def cancel_probe(job_id: str, probes: ProbesDep) -> dict[str, Any]:
+    """Cancel a probe job (its decoding requests are dropped and their rows freed); a finished job is
+    returned as it is."""
+    _job(probes, job_id)
+    job = await probes.jobs.cancel(job_id)
+    assert job is not None
+    return job.view()
+
+
+@router.get("/v1/probe-sets", responses=_ERRORS)
+async def probe_sets(probes: ProbesDep) -> dict[str, Any]:
+    """The repository's probe sets: kind, images, whether they carry scene graphs, their pairs."""
+    out = []
+    for s in probes.sets().values():
+        entry: dict[str, Any] = {
+            "name": s.name,
+            "kind": s.kind,
+            "images": len(s.image_ids),
+            "scene_graphs": s.has_scene_graphs,
+            "source": s.info.get("source"),
+        }
+        if s.kind == "systematicity":
+            entry["pairs"] = [
+                {"pair": p.pair.label, "group": p.group, "comb": len(p.comb), "no_comb": len(p.no_comb)}
+                for p in s.pairs()
+            ]
+        out.append(entry)
+    return {"probe_sets": out}
