@@ -1,14 +1,20 @@
-"""The service's ``compcap`` commands: ``serve`` (the HTTP gateway) and ``triton`` (a local Triton)."""
+"""The service's ``compcap`` commands: ``serve`` (the HTTP gateway), ``triton`` (a local Triton) and
+``probe`` (a live probe on a running gateway, through ``service.client``)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from service.cli_table import Command, CommandTable
 
 if TYPE_CHECKING:
+    from service.client import ProbeJob
     from service.settings import Settings
 
 SERVE_FLAGS = ("host", "port", "repo")
@@ -68,9 +74,243 @@ def _triton(args: argparse.Namespace) -> int:
     return serve_forever(triton, ready_timeout=args.ready_timeout)
 
 
+PROBE_KINDS = ("systematicity", "productivity", "substitutivity")
+
+
+def _probe_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", required=True, help="the gateway, e.g. http://127.0.0.1:8080")
+    parser.add_argument("--kind", required=True, choices=PROBE_KINDS)
+    parser.add_argument("--model", default=None, help="captioner (default: the gateway's default)")
+    parser.add_argument(
+        "--rerank", default=None, help="ranker name, or 'none' for plain beam search (default: its own)"
+    )
+    parser.add_argument("--beam-size", type=int, default=None)
+    parser.add_argument("--n-best", type=int, default=None)
+    parser.add_argument("--rerank-weight", type=float, default=None)
+    parser.add_argument("--probe-set", default=None, help="probe set name (default: the first of the kind)")
+    parser.add_argument(
+        "--pairs", default=None, help="systematicity: pairs to report, e.g. 'black cat,red bus'"
+    )
+    parser.add_argument("--images", type=int, default=None, help="at most N images per pair / bucket")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("COMPCAP_API_KEY"),
+        help="sent as 'Authorization: Bearer KEY' (default: COMPCAP_API_KEY)",
+    )
+    parser.add_argument("--json", default=None, help="write the finished job (with its result) here")
+    parser.add_argument("--poll", type=float, default=1.0, help="seconds between progress polls")
+    parser.add_argument("--timeout", type=float, default=None, help="give up waiting after S seconds")
+
+
+def _probe(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from service.client import CompCapClient, CompCapError
+
+    rerank: str | bool | None = args.rerank
+    if isinstance(rerank, str) and rerank.strip().lower() in ("none", "false", "off", "no"):
+        rerank = False
+    pairs = [p.strip() for p in args.pairs.split(",") if p.strip()] if args.pairs else None
+    with CompCapClient(args.url, api_key=args.api_key) as client:
+        try:
+            job = client.start_probe(
+                args.kind,
+                model=args.model,
+                rerank=rerank,  # type: ignore[arg-type]  # a name, False or None
+                beam_size=args.beam_size,
+                n_best=args.n_best,
+                rerank_weight=args.rerank_weight,
+                probe_set=args.probe_set,
+                pairs=pairs,
+                images=args.images,
+            )
+        except CompCapError as exc:
+            print(f"compcap probe: {exc}", file=sys.stderr)
+            return 2
+        with tqdm(total=job.total or None, desc=f"probe {job.id} ({job.kind})", unit="img") as bar:
+
+            def progress(update: ProbeJob) -> None:
+                bar.total = update.total or None
+                bar.n = update.done
+                bar.set_postfix_str(update.status, refresh=False)
+                bar.refresh()
+
+            try:
+                job = client.wait_probe(
+                    job.id, poll_s=args.poll, timeout_s=args.timeout, on_progress=progress
+                )
+            except KeyboardInterrupt:
+                job = client.cancel_probe(job.id)
+                print(f"compcap probe: interrupted; job {job.id} is {job.status}", file=sys.stderr)
+                return 130
+            except TimeoutError as exc:
+                print(f"compcap probe: {exc}", file=sys.stderr)
+                return 1
+            except CompCapError as exc:
+                print(f"compcap probe: {exc}", file=sys.stderr)
+                return 2
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(job.to_json(), indent=2) + "\n", encoding="utf-8")
+    print(probe_summary(job.to_json()))
+    if args.json:
+        print(f"wrote {args.json}")
+    return 0 if job.succeeded else 1
+
+
+# -- probe result tables (plain text; any missing figure prints "-") --------------------------------
+
+
+def _cell(value: Any, scale: float = 1.0, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value * scale:.{digits}f}"
+    return str(value)
+
+
+def _get(d: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(d, Mapping):
+            return None
+        d = d.get(key)
+    return d
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Columns padded to their widest cell: the first left-aligned, the others right-aligned."""
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = [
+            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  ".join(padded).rstrip()
+
+    return "\n".join([line(headers), *(line(r) for r in rows)])
+
+
+def _systematicity(result: Mapping[str, Any]) -> list[str]:
+    ks = [str(k) for k in (result.get("ks") or [1, 2, 3, 4, 5])]
+    fc = ["1", ks[-1]]
+    out = ["Recall@K of each pair (%) on its Test-Comb images; false composition (%) on Test-no-Comb"]
+    rows = [
+        [
+            _cell(_get(r, "pair")),
+            _cell(_get(r, "group")),
+            _cell(_get(r, "category")),
+            _cell(_get(r, "held_out")),
+            _cell(_get(r, "images")),
+            *(_cell(_get(r, "recall", k), 100) for k in ks),
+            _cell(_get(r, "no_comb_images")),
+            *(_cell(_get(r, "false_composition", k), 100) for k in fc),
+        ]
+        for r in result.get("pairs") or []
+    ]
+    headers = ["pair", "group", "category", "held out", "images", *(f"R@{k}" for k in ks), "no-comb"]
+    out.append(_table([*headers, *(f"FC@{k}" for k in fc)], rows))
+    summary = []
+    for name in ("held_out", "seen"):
+        part = result.get(name)
+        summary.append(
+            [
+                name.replace("_", " "),
+                _cell(_get(part, "pairs")),
+                *(_cell(_get(part, "recall", k), 100) for k in ks),
+            ]
+        )
+        for cat, recall in (_get(part, "per_category") or {}).items():
+            summary.append([f"  {cat}", "", *(_cell(_get(recall, k), 100) for k in ks)])
+    out += ["", "Mean Recall@K (%)", _table(["pairs", "n", *(f"R@{k}" for k in ks)], summary)]
+    out.append(
+        "false composition (%): "
+        + "  ".join(f"FC@{k} {_cell(_get(result, 'false_composition', k), 100)}" for k in fc)
+    )
+    return out
+
+
+def _productivity(result: Mapping[str, Any]) -> list[str]:
+    out: list[str] = []
+    for by, buckets in (result.get("by") or {}).items():
+        rows = [
+            [
+                _cell(name),
+                _cell(_get(b, "images")),
+                _cell(_get(b, "length"), digits=2),
+                _cell(_get(b, "reference_length"), digits=2),
+                _cell(_get(b, "nouns"), digits=2),
+                _cell(_get(b, "coverage"), 100),
+                _cell(_get(b, "cider_d"), 100),
+            ]
+            for name, b in (buckets or {}).items()
+        ]
+        if out:
+            out.append("")
+        out.append(f"by {by}: top-1 length, nouns named, object coverage (%), CIDEr-D (x100)")
+        out.append(_table([by, "images", "length", "ref length", "nouns", "coverage", "CIDEr-D"], rows))
+    return out or ["no buckets"]
+
+
+def _substitutivity(result: Mapping[str, Any]) -> list[str]:
+    rows = [
+        [
+            _cell(name),
+            _cell(_get(r, "bleu4"), 100),
+            _cell(_get(r, "meteor"), 100),
+            _cell(_get(r, "cider_d"), 100),
+            _cell(int(r["images"]) if isinstance(_get(r, "images"), float) else _get(r, "images")),
+        ]
+        for name, r in (result.get("rows") or {}).items()
+    ]
+    return [
+        "O: captions without substitution, S: with it, t: after the first substituted word (x100)",
+        _table(["", "BLEU-4", "METEOR", "CIDEr-D", "images"], rows),
+        f"images {_cell(result.get('images'))}, substituted {_cell(result.get('substituted'))}, "
+        f"exact replacement {_cell(result.get('exact_replacement'), 100)}%",
+    ]
+
+
+def probe_summary(job: Mapping[str, Any]) -> str:
+    """A finished job's header line and its result's table (``kind``'s shape; anything missing is "-")."""
+    params = job.get("params") or {}
+    started, finished = job.get("started_at"), job.get("finished_at")
+    took = (
+        f" in {finished - started:.1f} s"
+        if isinstance(started, float | int) and isinstance(finished, float | int)
+        else ""
+    )
+    rerank = params.get("rerank")
+    model = f"{params.get('model') or '-'}" + (f"+{rerank}" if isinstance(rerank, str) else "")
+    lines = [
+        f"probe {job.get('id')}: {job.get('kind')} of {model} on {job.get('probe_set') or '-'}: "
+        f"{job.get('status')}{took}"
+    ]
+    if job.get("error"):
+        lines.append(f"error: {job['error']}")
+    result = job.get("result")
+    if isinstance(result, Mapping):
+        render = {
+            "systematicity": _systematicity,
+            "productivity": _productivity,
+            "substitutivity": _substitutivity,
+        }
+        kind = str(job.get("kind"))
+        lines += render[kind](result) if kind in render else [json.dumps(result, indent=2)]
+    return "\n".join(lines)
+
+
 COMMANDS: CommandTable = {
     "serve": Command("serve the HTTP gateway", _serve_arguments, _serve),
     "triton": Command(
         "run a local Triton server (CPU, python-backend mirror) for a repository", _triton_arguments, _triton
+    ),
+    "probe": Command(
+        "run a live probe (systematicity, productivity, substitutivity) on a gateway and print its table",
+        _probe_arguments,
+        _probe,
     ),
 }

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from pathlib import Path
 
 from service.cli_table import Command, CommandTable
@@ -13,7 +15,13 @@ SPLIT_KINDS = ("systematicity", "productivity", "substitutivity", "full")
 
 
 def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--repo", required=True)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--repo", help="decode in process from this model repository")
+    source.add_argument(
+        "--url",
+        help="decode over HTTP on the gateway at this URL (e.g. http://127.0.0.1:8080); the runs come "
+        "from its GET /v1/models, so no --repo",
+    )
     parser.add_argument("--data", required=True)
     parser.add_argument("--split", required=True, choices=SPLIT_KINDS)
     parser.add_argument("--group", type=int, default=None)
@@ -39,6 +47,26 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--limit", type=int, default=None, help="evaluate only the set's first N images")
     parser.add_argument("--no-meteor", action="store_true", help="skip METEOR (a Java start per run)")
+    parser.add_argument(
+        "--concurrency", type=_positive, default=None, help="with --url: requests in flight (default 8)"
+    )
+    parser.add_argument(
+        "--checkpoint",
+        default=None,
+        help="with --url: JSON-lines file of finished images; a rerun skips them (resumes)",
+    )
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("COMPCAP_API_KEY"),
+        help="with --url: sent as 'Authorization: Bearer KEY' (default: COMPCAP_API_KEY)",
+    )
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def _evaluate(args: argparse.Namespace) -> int:
@@ -46,8 +74,11 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     split_path = Path(args.split_file) if args.split_file else None
     json_out = Path(args.json) if args.json else None
+    if args.repo and (args.checkpoint or args.concurrency):
+        print("compcap evaluate: --checkpoint and --concurrency need --url", file=sys.stderr)
+        return 2
     return run_evaluate_cli(
-        Path(args.repo),
+        Path(args.repo) if args.repo else None,
         Path(args.data),
         split_path,
         args.split,
@@ -58,6 +89,10 @@ def _evaluate(args: argparse.Namespace) -> int:
         rerank_weight=args.rerank_weight,
         limit=args.limit,
         meteor=not args.no_meteor,
+        url=args.url,
+        concurrency=args.concurrency or 8,
+        checkpoint=Path(args.checkpoint) if args.checkpoint else None,
+        api_key=args.api_key,
     )
 
 

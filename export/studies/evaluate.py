@@ -21,6 +21,11 @@ when a group is given (e.g. ``splits/systematicity_1/split.json``; ``export.data
 where ``compcap splits`` writes by default), unless a split path is passed.
 Images are decoded and resized to the manifest's input size with ``service.images.decode_image``.
 
+Decoding is pluggable: in process from ``--repo`` (``export.decoding``), or over HTTP by a deployed
+gateway with ``--url`` (``export.studies.remote``: the runs from its ``GET /v1/models``, the image files
+sent as they are, a resumable JSON-lines checkpoint). Both give the same captions for the same options
+(``run_options``) and go through the same scoring below, so the JSON is the same.
+
 The JSON written (and returned)::
 
     {"split": kind, "group": group, "images": N,
@@ -39,6 +44,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,18 +67,56 @@ FALLBACK_RANKER = "vsepp"
 _ROUND = 6
 
 
+@dataclass(frozen=True)
+class Catalogue:
+    """What the runs are made of, from a repository's manifest or a gateway's ``GET /v1/models``:
+    per captioner (name, its own ranker or ``None``, the split it was trained on), and the rankers."""
+
+    captioners: tuple[tuple[str, str | None, str], ...]
+    rankers: frozenset[str]
+
+    @classmethod
+    def of(cls, manifest: Manifest) -> Catalogue:
+        return cls(
+            tuple((c.name, c.ranker, c.training.split) for c in manifest.captioners),
+            frozenset(r.name for r in manifest.rankers),
+        )
+
+    def trained_on(self, captioner: str) -> str:
+        return next(split for name, _, split in self.captioners if name == captioner)
+
+    def runs(self, fallback: bool = True) -> list[tuple[str, str | None]]:
+        """(captioner, ranker) runs: each captioner plain, then re-ranked by its own ranker or
+        (``fallback``) by vsepp."""
+        runs: list[tuple[str, str | None]] = []
+        for name, ranker, _ in self.captioners:
+            runs.append((name, None))
+            if ranker is not None:
+                runs.append((name, ranker))
+            elif fallback and FALLBACK_RANKER in self.rankers:
+                runs.append((name, FALLBACK_RANKER))
+        return runs
+
+
 def runs_for(manifest: Manifest, fallback: bool = True) -> list[tuple[str, str | None]]:
     """(captioner, ranker) runs: each captioner plain, then re-ranked by its own ranker or (``fallback``)
     by vsepp."""
-    rankers = {r.name for r in manifest.rankers}
-    runs: list[tuple[str, str | None]] = []
-    for cap in manifest.captioners:
-        runs.append((cap.name, None))
-        if cap.ranker is not None:
-            runs.append((cap.name, cap.ranker))
-        elif fallback and FALLBACK_RANKER in rankers:
-            runs.append((cap.name, FALLBACK_RANKER))
-    return runs
+    return Catalogue.of(manifest).runs(fallback)
+
+
+def run_options(
+    ranker: str | None, beam_size: int, rerank_beam_size: int, rerank_weight: float
+) -> dict[str, Any]:
+    """The decoding options of one run, the same in process and over HTTP: top ``beam_size`` captions
+    per image in final order. A re-ranked run decodes ``rerank_beam_size`` beams and re-ranks all of
+    them (seed 000 §5.4: B candidates, then the ranker's top K; the engine does this for
+    ``n_best < beam_size``), so that re-ranking can change which K captions Recall@K sees."""
+    return {
+        "beam_size": rerank_beam_size if ranker else beam_size,
+        "n_best": beam_size,
+        "rerank": ranker or False,
+        "rerank_weight": rerank_weight if ranker else 0.0,
+    }
 
 
 def load_images(root: Path, file_names: Sequence[str], height: int, width: int) -> np.ndarray:
@@ -96,16 +140,9 @@ async def _decode(
     rerank_beam_size: int,
     rerank_weight: float,
 ) -> list[list[str]]:
-    """Top ``beam_size`` captions per image in final order. A re-ranked run decodes ``rerank_beam_size``
-    beams and re-ranks all of them (seed 000 §5.4: B candidates, then the ranker's top K; the engine does
-    this for ``n_best < beam_size``), so that re-ranking can change which K captions Recall@K sees."""
-    beam = rerank_beam_size if ranker else beam_size
+    """Top ``beam_size`` captions per image in final order (``run_options``)."""
     params = engine.resolve(
-        model=captioner,
-        beam_size=beam,
-        n_best=beam_size,
-        rerank=ranker or False,
-        rerank_weight=rerank_weight if ranker else 0.0,
+        model=captioner, **run_options(ranker, beam_size, rerank_beam_size, rerank_weight)
     )
     captions = await decode(engine, images, params, f"decode {captioner}+{ranker or 'none'}")
     return [[c.text for c in per] for per in captions]
@@ -148,7 +185,7 @@ def _default_pairs_fn() -> PairsFn:
 
 
 def evaluate(
-    repo: Path,
+    repo: Path | None,
     data: Path,
     split_path: Path | None,
     kind: str,
@@ -164,6 +201,10 @@ def evaluate(
     rerank_beam_size: int = 100,
     rerank_weight: float = 0.0,
     fallback_ranker: bool = True,
+    url: str | None = None,
+    concurrency: int = 8,
+    checkpoint: Path | None = None,
+    api_key: str | None = None,
 ) -> dict[str, Any]:
     """Evaluate every captioner of ``repo`` on set ``set_name`` of a split of the dataset in ``data``.
 
@@ -171,11 +212,19 @@ def evaluate(
     (``service.text.attachment.AttachmentChecker().pairs_batch``); ``json_out`` also writes the result;
     ``captioners`` restricts the runs to those captioners (default: all); ``meteor=False`` skips METEOR
     (a Java start per run). Re-ranked runs re-rank ``rerank_beam_size`` beams (100, as the seeds' own
-    BUTR+RR evaluation) by ranker cosine + ``rerank_weight`` × normalised log-prob (0: the ranker alone)."""
+    BUTR+RR evaluation) by ranker cosine + ``rerank_weight`` × normalised log-prob (0: the ranker alone).
+
+    ``url``: decode over HTTP on the gateway there instead of in process from ``repo`` (which is then
+    not read): the runs come from its ``GET /v1/models``, each image file is sent as it is (the gateway
+    decodes and resizes it as ``load_images`` does), ``concurrency`` requests at once, and
+    ``checkpoint`` (a JSON-lines file) keeps every finished image so that a rerun resumes
+    (``export.studies.remote``). The result is the same JSON as in process."""
     from export.data.coco import load_folder
     from export.data.splits import load_split
 
-    repo, data = Path(repo), Path(data)
+    if (repo is None) == (url is None):
+        raise ValueError("give either a model repository or a gateway url")
+    data = Path(data)
     split_file = Path(split_path) if split_path is not None else split_path_for(data, kind, group)
     if not split_file.is_file():
         raise FileNotFoundError(f"split file not found: {split_file}")
@@ -203,17 +252,35 @@ def evaluate(
     if not java_available():
         print("warning: java not found: METEOR is null", file=sys.stderr)
 
-    manifest = load_manifest(repo)
-    images = load_images(
-        Path(dataset.root),
-        [dataset.file_names[i] for i in eval_ids],
-        manifest.image.height,
-        manifest.image.width,
-    )
-    runs = [run for run in runs_for(manifest, fallback_ranker) if captioners is None or run[0] in captioners]
+    names = [dataset.file_names[i] for i in eval_ids]
+    if url is not None:
+        from export.studies import remote
+
+        catalogue = remote.gateway_catalogue(url, api_key)
+    else:
+        assert repo is not None
+        repo = Path(repo)
+        manifest = load_manifest(repo)
+        catalogue = Catalogue.of(manifest)
+    runs = [run for run in catalogue.runs(fallback_ranker) if captioners is None or run[0] in captioners]
     if not runs:
-        raise ValueError(f"none of {list(captioners or [])} is a captioner of {repo}")
-    decoded = asyncio.run(_decode_all(repo, images, runs, beam_size, rerank_beam_size, rerank_weight))
+        raise ValueError(f"none of {list(captioners or [])} is a captioner of {repo or url}")
+    if url is not None:
+        decoded = remote.decode_remote(
+            url,
+            [(i, Path(dataset.root) / name) for i, name in zip(eval_ids, names, strict=True)],
+            runs,
+            beam_size,
+            rerank_beam_size,
+            rerank_weight,
+            concurrency=concurrency,
+            checkpoint=checkpoint,
+            api_key=api_key,
+        )
+    else:
+        assert repo is not None
+        images = load_images(Path(dataset.root), names, manifest.image.height, manifest.image.width)
+        decoded = asyncio.run(_decode_all(repo, images, runs, beam_size, rerank_beam_size, rerank_weight))
 
     parse: PairsFn | None = None
     if held_out:
@@ -226,7 +293,7 @@ def evaluate(
         row: dict[str, Any] = {
             "captioner": captioner,
             "ranker": ranker,
-            "trained_on": manifest.captioner(captioner).training.split,
+            "trained_on": catalogue.trained_on(captioner),
             "recall_at_k": None,
             "recall_at_5_mean": None,
             "per_pair": None,
@@ -278,7 +345,7 @@ def _fmt(x: float | None, scale: float = 1.0) -> str:
 
 
 def run_evaluate_cli(
-    repo: Path,
+    repo: Path | None,
     data: Path,
     split_path: Path | None,
     kind: str,
@@ -289,9 +356,16 @@ def run_evaluate_cli(
     rerank_weight: float = 0.0,
     limit: int | None = None,
     meteor: bool = True,
+    url: str | None = None,
+    concurrency: int = 8,
+    checkpoint: Path | None = None,
+    api_key: str | None = None,
 ) -> int:
-    """``compcap evaluate --repo DIR --data DIR --split KIND [--group N] --json OUT``: evaluate and print
-    a summary table (recall and metrics ×100 as in seed 000's tables; CIDEr-D ×100). Returns the exit code."""
+    """``compcap evaluate (--repo DIR | --url URL) --data DIR --split KIND [--group N] --json OUT``: evaluate
+    and print a summary table (recall and metrics ×100 as in seed 000's tables; CIDEr-D ×100). Returns the
+    exit code."""
+    from service.client import CompCapError
+
     try:
         out = evaluate(
             repo,
@@ -305,10 +379,18 @@ def run_evaluate_cli(
             meteor=meteor,
             rerank_beam_size=rerank_beam_size,
             rerank_weight=rerank_weight,
+            url=url,
+            concurrency=concurrency,
+            checkpoint=checkpoint,
+            api_key=api_key,
         )
     except (FileNotFoundError, KeyError, ValueError, EngineError) as exc:
         print(f"compcap evaluate: {exc}", file=sys.stderr)
         return 2
+    except CompCapError as exc:
+        resume = f"; {checkpoint} keeps what was done: run again to resume" if checkpoint else ""
+        print(f"compcap evaluate: the gateway at {url}: {exc}{resume}", file=sys.stderr)
+        return 1
     title = f"{kind}" + (f" group {group}" if group is not None else "") + f", {out['images']} images"
     print(title)
     header = f"{'model':<18}{'trained_on':<18}{'R@1':>6}{'R@5':>6}{'B1':>6}{'B4':>6}{'M':>6}{'R-L':>6}"
@@ -328,4 +410,4 @@ def run_evaluate_cli(
     return 0
 
 
-__all__ = ["evaluate", "load_images", "run_evaluate_cli", "runs_for"]
+__all__ = ["Catalogue", "evaluate", "load_images", "run_evaluate_cli", "run_options", "runs_for"]
