@@ -48,7 +48,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     query = {"beam_size": "5", "model": cap.name}
     probe = {"kind": "systematicity", "model": cap.name, "beam_size": args.probe_beam, "n_best": 5}
     probe["rerank"] = args.probe_rerank if args.probe_rerank != "false" else False
-    env = {"COMPCAP_PROBE_HISTORY": "", "COMPCAP_MAX_BACKGROUND_ROWS": str(args.background_rows)}
+    env = {
+        "COMPCAP_PROBE_HISTORY": "",
+        "COMPCAP_MAX_BACKGROUND_ROWS": str(args.background_rows),
+        "COMPCAP_BACKGROUND_SHARE": str(args.background_share),
+    }
     phases: list[dict[str, Any]] = []
     with Gateway(repo, env) as gateway, httpx.Client(base_url=gateway.url, timeout=30.0) as client:
         asyncio.run(closed_loop(gateway.url, pngs, query, args.clients, 3.0, cap.step))  # warm-up
@@ -83,6 +87,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "seconds": args.seconds,
         "probe": probe,
         "max_background_rows": args.background_rows,
+        "background_share": args.background_share,
         "phases": phases,
         "p50_alone_ms": statistics.median(a),
         "p50_with_probe_ms": statistics.median(b),
@@ -92,7 +97,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def summary(result: dict[str, Any]) -> Table:
-    table = Table(title=f"{result['clients']} caption clients, alone (A) and with a systematicity probe (B)")
+    probe = result["probe"]
+    table = Table(
+        title=f"{result['clients']} caption clients, alone (A) and with a systematicity probe (B: beam "
+        f"{probe['beam_size']}, rerank {probe['rerank']}; background rows {result['max_background_rows']}, "
+        f"share {result['background_share']})"
+    )
     for column in ("phase", "p50 ms", "p99 ms", "captions/s", "probe images/s"):
         table.add_column(column)
     for n, p in enumerate(result["phases"], 1):
@@ -121,6 +131,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--probe-beam", type=int, default=100)
     parser.add_argument("--probe-rerank", default="butr", help="ranker of the probe, or false")
     parser.add_argument("--background-rows", type=int, default=128, help="COMPCAP_MAX_BACKGROUND_ROWS")
+    parser.add_argument("--background-share", type=float, default=0.25, help="COMPCAP_BACKGROUND_SHARE")
     parser.add_argument("--json", default=None)
 
 

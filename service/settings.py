@@ -65,6 +65,14 @@ class Settings(BaseSettings):
         description="most beam rows background requests (probes, studies) may hold while any user "
         "request is in the scheduler; unset: no cap (offline studies)",
     )
+    background_share: float = Field(
+        default=0.25,
+        gt=0.0,
+        le=1.0,
+        description="share of the time background requests may hold rows while users decode: after one "
+        "held rows for t s, the next waits t × (1/share − 1) s (1 = no pacing; 0.25 kept 8 users' p50 "
+        "within 1.03x of their p50 alone under a beam-100 probe, 1.72x without pacing)",
+    )
     max_queue: int = Field(
         default=256, ge=1, le=100_000, description="requests waiting for admission before 503"
     )

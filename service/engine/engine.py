@@ -76,6 +76,7 @@ class CaptionEngine:
             max_beam_size=settings.max_beam_size,
             max_length=max(settings.max_length_cap, 1),
             max_background_rows=settings.max_background_rows,
+            background_share=settings.background_share,
         )
         self._schedulers: dict[str, Scheduler] = {}
         self._owns_backend = False

@@ -5,7 +5,9 @@ loop per captioner: **plan** the iteration → **runner** call → **update** th
   next step call); move encoded requests into the ``BeamBatch``; admit waiting requests, in priority
   order, as far as the row budget (``max_rows``: images × beam size per request) and ``max_active``
   allow — background requests (probes, studies) only within ``max_background_rows`` while any user
-  request is in the scheduler, so that they fill the capacity users leave — and start encoding them
+  request is in the scheduler, and paced to ``background_share`` of the time (after a background
+  request held rows for t seconds, the next waits t × (1/share − 1)), so that they fill the capacity
+  users leave — and start encoding them
   (``visual_encoder`` + ``<cap>_init``, one batched call for all of them) while the others keep decoding;
 - runner: ONE ``<cap>_step`` call with every live row of every decoding request;
 - update: advance the batch; requests whose search is done leave at once and are re-ranked off the
@@ -55,8 +57,11 @@ class SchedulerLimits:
     max_beam_size: int
     max_length: int
     max_background_rows: int | None = None  # None: background requests may take every row
+    background_share: float = 1.0  # share of the time background requests hold rows while users decode
 
     def __post_init__(self) -> None:
+        if not 0.0 < self.background_share <= 1.0:
+            raise ValueError(f"background_share must be in (0, 1], got {self.background_share}")
         for name in ("max_rows", "max_queue", "max_active", "max_beam_size", "max_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -91,6 +96,7 @@ class Scheduler:
         self._decoding: dict[int, Request] = {}
         self._reserved_rows = 0
         self._background_rows = 0  # of ``_reserved_rows``, held by background requests
+        self._background_after = 0.0  # perf_counter before which no background request is admitted
         self._serial = 0
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
@@ -294,8 +300,10 @@ class Scheduler:
                 continue
             fits = self._reserved_rows + request.rows <= self.limits.max_rows
             background = request.priority is Priority.BACKGROUND
-            if background and users and self.limits.max_background_rows is not None:
-                fits = fits and self._background_rows + request.rows <= self.limits.max_background_rows
+            if background and users:
+                budget = self.limits.max_background_rows
+                fits = fits and (budget is None or self._background_rows + request.rows <= budget)
+                fits = fits and time.perf_counter() >= self._background_after
             if not fits or self.active_requests + len(admitted) >= self.limits.max_active:
                 break  # the heap puts users first: whatever waits behind a background request is background
             heapq.heappop(self._waiting)
@@ -379,6 +387,7 @@ class Scheduler:
                 self._reserved_rows -= request.rows
                 if request.priority is Priority.BACKGROUND:
                     self._background_rows -= request.rows
+                    self._pace(request)
                 request.holds_rows = False
             self._decoding.pop(request.key, None)
             request.status = status
@@ -395,6 +404,17 @@ class Scheduler:
                 request.future.set_exception(exc)
         if requests:
             self._wake.set()
+
+    def _pace(self, request: Request) -> None:
+        """After a background request held rows for t s while users decode, hold the next one back for
+        t × (1/share − 1) s (and wake the loop then)."""
+        share = self.limits.background_share
+        if share >= 1.0 or not self.user_requests or not request.encode_start:
+            return
+        now = time.perf_counter()
+        gap = (now - request.encode_start) * (1.0 / share - 1.0)
+        self._background_after = max(self._background_after, now + gap)
+        asyncio.get_running_loop().call_later(gap, self._wake.set)
 
     def _spawn(self, coro: object) -> None:
         task: asyncio.Task[None] = asyncio.create_task(coro)  # type: ignore[arg-type]

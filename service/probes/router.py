@@ -42,6 +42,46 @@ class ProbeRequest(BaseModel):
     images: int | None = Field(default=None, ge=1, description="at most this many images per pair / bucket")
 
 
+class ProbeProgress(BaseModel):
+    done: int = Field(description="images decoded")
+    total: int = Field(description="images the probe decodes")
+
+
+class ProbeJobResponse(BaseModel):
+    """A probe job (``partial`` and ``result`` are left out of listings)."""
+
+    id: str
+    kind: str
+    status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    error: str | None = Field(description="why a failed or cancelled job ended")
+    params: dict[str, Any] = Field(description="the probe's resolved parameters")
+    probe_set: str | None
+    progress: ProbeProgress
+    timings_s: dict[str, float]
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    partial: dict[str, Any] | None = Field(default=None, description="the result so far, while it runs")
+    result: dict[str, Any] | None = Field(default=None, description="the result (see README, Live probes)")
+
+
+class ProbeJobList(BaseModel):
+    jobs: list[ProbeJobResponse]
+
+
+class ProbeSetInfo(BaseModel):
+    name: str
+    kind: str
+    images: int
+    scene_graphs: bool
+    source: str | None
+    pairs: list[dict[str, Any]] | None = Field(default=None, description="systematicity: pairs and counts")
+
+
+class ProbeSetList(BaseModel):
+    probe_sets: list[ProbeSetInfo]
+
+
 async def get_probes(request: Request) -> ProbeService:
     service: ProbeService = request.app.state.probes
     return service
@@ -68,7 +108,7 @@ def _job(probes: ProbesDep, job_id: str) -> ProbeJob:
     return job
 
 
-@router.post("/v1/probes", status_code=202, responses=_ERRORS)
+@router.post("/v1/probes", status_code=202, responses=_ERRORS, response_model=ProbeJobResponse)
 async def start_probe(
     body: ProbeRequest, engine: EngineDep, probes: ProbesDep, response: Response
 ) -> dict[str, Any]:
@@ -88,19 +128,19 @@ async def start_probe(
     return job.view()
 
 
-@router.get("/v1/probes", responses=_ERRORS)
+@router.get("/v1/probes", responses=_ERRORS, response_model=ProbeJobList)
 async def list_probes(probes: ProbesDep) -> dict[str, Any]:
     """Recent probe jobs, newest first (without their results)."""
     return {"jobs": [job.view(full=False) for job in probes.jobs.recent()]}
 
 
-@router.get("/v1/probes/{job_id}", responses=_ERRORS)
+@router.get("/v1/probes/{job_id}", responses=_ERRORS, response_model=ProbeJobResponse)
 async def get_probe(job_id: str, probes: ProbesDep) -> dict[str, Any]:
     """A probe job: status, progress, partial result while it runs, the result when done."""
     return _job(probes, job_id).view()
 
 
-@router.delete("/v1/probes/{job_id}", responses=_ERRORS)
+@router.delete("/v1/probes/{job_id}", responses=_ERRORS, response_model=ProbeJobResponse)
 async def cancel_probe(job_id: str, probes: ProbesDep) -> dict[str, Any]:
     """Cancel a probe job (its decoding requests are dropped and their rows freed); a finished job is
     returned as it is."""
@@ -110,7 +150,9 @@ async def cancel_probe(job_id: str, probes: ProbesDep) -> dict[str, Any]:
     return job.view()
 
 
-@router.get("/v1/probe-sets", responses=_ERRORS)
+@router.get(
+    "/v1/probe-sets", responses=_ERRORS, response_model=ProbeSetList, response_model_exclude_none=True
+)
 async def probe_sets(probes: ProbesDep) -> dict[str, Any]:
     """The repository's probe sets: kind, images, whether they carry scene graphs, their pairs."""
     out = []

@@ -79,12 +79,22 @@ def test_caption_options_are_declared_in_query_multipart_and_json(spec: dict[str
 
 
 def test_every_route_has_typed_responses_and_a_tag(spec: dict[str, Any]) -> None:
-    assert set(spec["paths"]) == {"/v1/captions", "/v1/models", "/v1/hooks", "/healthz", "/readyz"}
+    assert set(spec["paths"]) == {
+        "/v1/captions",
+        "/v1/models",
+        "/v1/hooks",
+        "/healthz",
+        "/readyz",
+        "/v1/probes",
+        "/v1/probes/{job_id}",
+        "/v1/probe-sets",
+    }
     tags = {t["name"] for t in spec["tags"]}
     for path, item in spec["paths"].items():
         for method, operation in item.items():
             assert set(operation["tags"]) <= tags and operation["tags"], (path, method)
-            ok = operation["responses"]["200"]["content"]["application/json"]["schema"]
+            success = "202" if (path, method) == ("/v1/probes", "post") else "200"
+            ok = operation["responses"][success]["content"]["application/json"]["schema"]
             assert deref(spec, ok).get("properties"), (path, method)
     errors = spec["paths"]["/v1/captions"]["post"]["responses"]
     for status in ("400", "404", "413", "414", "415", "422", "503", "504"):

@@ -129,7 +129,7 @@ def test_systematicity_probe_reports_every_pair_held_out_or_seen(client: TestCli
         assert list(row["recall"]) == ["1", "2", "3", "4", "5"]
     assert result["held_out"]["pairs"] == len(held) and result["seen"]["pairs"] == 24 - len(held)
     listed = client.get("/v1/probes", headers=AUTH).json()["jobs"]
-    assert listed[0]["id"] == job["id"] and "result" not in listed[0]
+    assert listed[0]["id"] == job["id"] and listed[0]["result"] is None
     metrics = client.get("/metrics").text
     assert 'compcap_probe_recall_at_k{category="' in metrics and 'model="butd"' in metrics
     assert 'compcap_probe_last_success_timestamp_seconds{kind="systematicity",model="butd"}' in metrics

@@ -603,3 +603,38 @@ def test_background_row_budget_is_validated() -> None:
         scheduler_module.SchedulerLimits(8, 8, 8, 8, 8, max_background_rows=0)
     limits = scheduler_module.SchedulerLimits(512, 8, 8, 100, 8, max_background_rows=128)
     assert limits.rows_for(Priority.BACKGROUND) == 128 and limits.rows_for(Priority.USER) == 512
+
+
+def test_background_share_paces_background_requests_while_users_decode(
+    ort_backend: OnnxRuntimeBackend,
+    tiny_repo: Path,
+    manifest: Manifest,
+    vocab: Vocabulary,
+    made: list[Request],
+) -> None:
+    """``background_share`` = 0.5: after a background request held rows for t s while a user request
+    decoded, the next background request waits about t more before it is admitted."""
+    eng = engine(ort_backend, tiny_repo, manifest, vocab, max_background_rows=3, background_share=0.5)
+    long = eng.resolve(model="butd", beam_size=3, max_length=16, hooks=[spec("min_length", min_words=16)])
+    short = eng.resolve(model="butd", beam_size=3, max_length=3)
+    started = asyncio.Event()
+
+    async def run() -> None:
+        user = asyncio.create_task(
+            eng.caption(images(manifest, 1, 1), long, 60, Priority.USER, lambda e: started.set())
+        )
+        await started.wait()
+        background = [
+            eng.caption(images(manifest, 1, 2 + n), short, 60, Priority.BACKGROUND) for n in range(2)
+        ]  # queued together: the row budget admits one at a time
+        await asyncio.gather(user, *background)
+        await eng.close()
+
+    asyncio.run(run())
+    user, b1, b2 = made
+    held = b1.decode_end - b1.encode_start
+    assert held > 0 and b1.decode_end < user.decode_end  # b1 finished while the user decoded
+    paced_until = b1.decode_end + 0.8 * held
+    # b2 waits out the gap, unless the user left before it ended (then nothing holds it back)
+    assert b2.encode_start >= min(paced_until, user.decode_end)
+    assert b2.encode_start - b1.decode_end >= 0.8 * held or b2.encode_start >= user.decode_end
