@@ -30,7 +30,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from export.studies.evaluate import Catalogue, run_options
+from export.studies.runs import Catalogue, run_options
 from service.client import AsyncCompCapClient, CompCapClient, CompCapError
 
 try:
