@@ -18,25 +18,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
 from rich.console import Console
 from rich.table import Table
 
 from loadtests.bench import Gateway, bench_images, closed_loop, png_bytes
+from service.client import CompCapClient
 from service.manifest import load_manifest
 
 console = Console(stderr=True)
 
 
-def _start_probe(client: httpx.Client, body: dict[str, Any]) -> str:
-    response = client.post("/v1/probes", json=body)
-    response.raise_for_status()
-    return str(response.json()["id"])
-
-
-def _done(client: httpx.Client, job: str) -> tuple[int, str]:
-    body = client.get(f"/v1/probes/{job}").json()
-    return int(body["progress"]["done"]), str(body["status"])
+def _done(client: CompCapClient, job: str) -> tuple[int, str]:
+    state = client.probe(job)
+    return state.done, state.status
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -54,14 +48,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "COMPCAP_BACKGROUND_SHARE": str(args.background_share),
     }
     phases: list[dict[str, Any]] = []
-    with Gateway(repo, env) as gateway, httpx.Client(base_url=gateway.url, timeout=30.0) as client:
+    with Gateway(repo, env) as gateway, CompCapClient(gateway.url, timeout=30.0) as client:
         asyncio.run(closed_loop(gateway.url, pngs, query, args.clients, 3.0, cap.step))  # warm-up
         job: str | None = None
         for n in range(2 * args.rounds):
             with_probe = n % 2 == 1
             before = 0
             if with_probe:
-                job = _start_probe(client, probe)
+                job = client.start_probe(**probe).id
                 time.sleep(args.settle)  # the probe's first requests are admitted and decoding
                 before, _ = _done(client, job)
             start = time.perf_counter()
@@ -72,7 +66,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 after, status = _done(client, job)
                 phase["probe_images_per_s"] = round((after - before) / elapsed, 2)
                 phase["probe_status"] = status
-                client.delete(f"/v1/probes/{job}")
+                client.cancel_probe(job)
             phases.append(phase)
             label = "with probe" if with_probe else "users alone"
             console.print(
