@@ -292,7 +292,7 @@ class Scheduler:
         if self._encoding is not None and not self._encoding.done():
             return
         admitted: list[Request] = []
-        users = self.user_requests
+        users: int | None = None  # counted once, and only if a background request reaches the head
         while self._waiting:
             request = self._waiting[0][2]
             if request.status.terminal:
@@ -300,6 +300,8 @@ class Scheduler:
                 continue
             fits = self._reserved_rows + request.rows <= self.limits.max_rows
             background = request.priority is Priority.BACKGROUND
+            if background and users is None:
+                users = self.user_requests + sum(r.priority is Priority.USER for r in admitted)
             if background and users:
                 budget = self.limits.max_background_rows
                 fits = fits and (budget is None or self._background_rows + request.rows <= budget)

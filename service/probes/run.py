@@ -5,7 +5,7 @@ progress (images decoded of the total) and, where it has one, a partial result a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,11 +16,10 @@ from service.probes.parser import PairParser, lookup
 from service.probes.productivity import productivity_result
 from service.probes.sets import ProbeSet
 from service.probes.spec import ProbeSpec
+from service.probes.substitution import HOOK
 from service.probes.substitutivity import chosen_images, substituted_words, substitutivity_result
 from service.probes.systematicity import KS, systematicity_result
 from service.text.concepts import ConceptPair
-
-HOOK = "synonym_substitution"
 
 
 @dataclass
@@ -31,12 +30,9 @@ class Progress:
     done: int = 0
     partial: dict[str, Any] | None = None
     timings_s: dict[str, float] = field(default_factory=dict)
-    on_change: Callable[[], None] | None = None
 
     def advance(self, n: int) -> None:
         self.done += n
-        if self.on_change is not None:
-            self.on_change()
 
 
 def _cap(ids: Sequence[int], n: int | None) -> list[int]:
@@ -73,6 +69,7 @@ async def systematicity(
         for p in engine.manifest.captioner(spec.model).training.held_out_pairs
     ]
     generated: dict[int, list[str]] = {}
+    parsed: dict[str, frozenset[ConceptPair]] = {}
     result: dict[str, Any] = {}
     for n, g in enumerate(groups, 1):
         group_reported = [e.pair for e in reported if e.group == g]
@@ -81,9 +78,9 @@ async def systematicity(
             await decode(engine, probe_set, [i for i in ids if i not in generated], spec.params, progress)
         )
         done_groups = groups[:n]
-        texts = [c for i in generated for c in generated[i][: KS[-1]]]
-        texts += [r for g2 in done_groups for i in comb[g2] for r in probe_set.captions[i]]
-        parsed = await parser.pairs(texts)
+        texts = [c for i in ids for c in generated[i][: KS[-1]]]
+        texts += [r for i in comb[g] for r in probe_set.captions[i]]
+        parsed.update(await parser.pairs([t for t in texts if t not in parsed]))
         result = systematicity_result(
             {g2: [e.pair for e in members[g2]] for g2 in done_groups},
             {g2: comb[g2] for g2 in done_groups},

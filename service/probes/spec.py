@@ -5,14 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from service.engine.engine import CaptionEngine
 from service.engine.params import SearchParams
-from service.probes.sets import ProbeSet
-
-Kind = Literal["systematicity", "productivity", "substitutivity"]
-KINDS: tuple[str, ...] = ("systematicity", "productivity", "substitutivity")
+from service.probes.sets import KINDS, ProbeSet
 
 
 class ProbeRequestError(ValueError):
@@ -116,4 +113,4 @@ def build_spec(
     return ProbeSpec(kind, chosen.name, params, check_pairs(pairs, kind, chosen), images, scheduled)
 
 
-__all__ = ["KINDS", "Kind", "ProbeRequestError", "ProbeSpec", "build_spec", "choose_probe_set"]
+__all__ = ["ProbeRequestError", "ProbeSpec", "build_spec", "choose_probe_set"]
