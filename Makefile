@@ -13,20 +13,47 @@ PORT      ?=
 TRITON_PY ?= /usr/bin/python3.11
 TVENV     := .venv-triton
 TSTAMP    := $(TVENV)/.installed
+# the serve-only venv: the gateway and nothing else (requirements-serve.lock, as the Dockerfile installs)
+SVENV     := .venv-serve
+SSTAMP    := $(SVENV)/.installed
 TRITON_HTTP_PORT    ?= 8000
 TRITON_GRPC_PORT    ?= 8001
 TRITON_METRICS_PORT ?= 8002
 
-.PHONY: install triton-venv triton run build models report test test-unit lint clean
+.PHONY: probesets install serve-venv triton-venv triton run build models report test test-unit lint clean locks test-tools
 
-$(STAMP): requirements.lock requirements-models.lock pyproject.toml
+# torch: from local disk where the machine keeps its wheel (no index asked), else PyTorch's CPU index
+$(STAMP): requirements.lock requirements-torch.lock requirements-models.lock pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --disable-pip-version-check --no-deps --no-index -r requirements-torch.lock \
+		2>/dev/null || $(VPY) -m pip install -q --disable-pip-version-check --no-deps -r requirements-torch.lock
 	$(VPY) -m pip install -q --disable-pip-version-check -r requirements.lock
 	$(VPY) -m pip install -q --disable-pip-version-check --no-deps --require-hashes -r requirements-models.lock
 	$(VPY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 install: $(STAMP)
+
+$(SSTAMP): requirements-serve.lock pyproject.toml
+	test -x $(SVENV)/bin/python || $(PY) -m venv $(SVENV)
+	$(SVENV)/bin/python -m pip install -q --disable-pip-version-check --require-hashes -r requirements-serve.lock
+	$(SVENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps .
+	touch $(SSTAMP)
+
+serve-venv: $(SSTAMP)
+
+# re-resolve the serve locks (hash-pinned, versions held to requirements.lock's) after editing
+# requirements-serve.in or requirements.lock
+locks: $(STAMP)
+	bash scripts/locks.sh
+
+# the tools the test tiers start for real: promtool/prometheus and Chromium (Debian packages; root only)
+test-tools:
+	@if command -v promtool >/dev/null && command -v chromium >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			prometheus chromium) >/dev/null || echo "test-tools: apt-get failed; their tests will skip"; \
+	else echo "test-tools: not root or no apt-get: the Prometheus and browser tests will skip"; fi
 
 $(TSTAMP): requirements-triton.lock
 	test -x $(TVENV)/bin/python || $(TRITON_PY) -m venv $(TVENV)
@@ -45,10 +72,14 @@ $(REPO)/manifest.json: | $(STAMP)
 build: $(STAMP)
 	$(VENV)/bin/compcap build --preset $(PRESET) --out $(REPO)
 
+# the probe sets of the live probes (~81 MB, ~90 s; not shipped in git with the default repository)
+probesets: $(STAMP) $(REPO)/manifest.json
+	$(VENV)/bin/compcap probesets --repo $(REPO)
+
 run: $(STAMP) $(REPO)/manifest.json
 	$(VENV)/bin/compcap serve --repo $(REPO) $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
 
-test: $(STAMP) $(TSTAMP)
+test: $(STAMP) $(TSTAMP) test-tools
 	$(VPY) -m pytest -q -p no:cacheprovider
 
 test-unit: $(STAMP)
@@ -60,7 +91,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy service export
 
 clean:
-	rm -rf $(VENV) $(TVENV) build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(TVENV) $(SVENV) build .pytest_cache .mypy_cache .ruff_cache
 
 ZOO ?= model_zoo
 

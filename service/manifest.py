@@ -17,6 +17,16 @@ FORMAT_VERSION = 1
 Role = Literal["visual_encoder", "captioner_init", "captioner_step", "ranker_image", "ranker_text"]
 DType = Literal["UINT8", "FP32", "INT64"]
 
+# The tensors each role exchanges with the runner (``service.engine.runner``): inputs, outputs it reads.
+# A model may output more (a step model's ``attention`` is optional); it must not take other inputs.
+ROLE_TENSORS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "visual_encoder": (("image",), ("regions",)),
+    "captioner_init": (("regions",), ("memory", "state")),
+    "captioner_step": (("memory", "image_index", "tokens", "length", "state"), ("logprobs", "state_out")),
+    "ranker_image": (("regions",), ("embedding",)),
+    "ranker_text": (("tokens", "length"), ("embedding",)),
+}
+
 
 class TensorSpec(BaseModel):
     name: str

@@ -74,6 +74,17 @@ class Metrics:
             registry=r,
         )
         self.ready = Gauge("compcap_ready", "1 once the models are loaded", registry=r)
+        # settings, exported so that alerts compare with the limits this process runs under
+        self.queue_capacity = Gauge(
+            "compcap_queue_capacity",
+            "Requests a captioner's queue holds before it answers 503 (max_queue)",
+            registry=r,
+        )
+        self.request_deadline = Gauge(
+            "compcap_request_deadline_seconds",
+            "Deadline of a caption request (request_deadline_s)",
+            registry=r,
+        )
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

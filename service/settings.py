@@ -100,6 +100,10 @@ class Settings(BaseSettings):
     captions_require_key: bool = Field(
         default=False, description="with api_keys set, caption endpoints need a key too"
     )
+    log_format: Literal["json", "text"] = Field(
+        default="json", description="json: one JSON object per log line (one per request from compcap.access)"
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @field_validator("probe_schedule")
     @classmethod

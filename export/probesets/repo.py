@@ -78,7 +78,7 @@ def add_probe_sets(
     work = Path(work) if work is not None else repo.with_name(repo.name + ".work")
     train_dir = work / "data" / "train"
     if not (train_dir / "captions.json").is_file():
-        raise FileNotFoundError(f"no training world at {train_dir} (pass --work: the build's work folder)")
+        render_training_world(repo, work, preset or manifest.preset)
     seed = int(json.loads((train_dir / "captions.json").read_text(encoding="utf-8"))["info"]["seed"])
     split_name = manifest.captioner(manifest.default_captioner).training.split
     t0 = time.perf_counter()
@@ -98,6 +98,23 @@ def add_probe_sets(
     }
     print(json.dumps(summary, indent=2))
     return summary
+
+
+def render_training_world(repo: Path, work: Path, preset: str) -> None:
+    """Render the training world a repository was built from (its seed is in ``build_report.json``),
+    for a repository shipped without its work folder."""
+    report = Path(repo) / "build_report.json"
+    if not report.is_file():
+        raise FileNotFoundError(
+            f"no training world under {work} and no {report} to render it from (pass --work: the build's "
+            "work folder)"
+        )
+    from export.world.dataset import write_dataset
+
+    seed = int(json.loads(report.read_text(encoding="utf-8"))["seed"])
+    p = get_preset(preset)
+    print(f"rendering the training world (seed {seed}, {p.train_images} images) under {work}", flush=True)
+    write_dataset(work / "data" / "train", images=p.train_images, seed=seed, image_size=p.image_size)
 
 
 def write_manifest(repo: Path, manifest: Manifest) -> None:

@@ -17,12 +17,14 @@ from service.api.handlers import install_error_handlers
 from service.api.limits import QueryLimitMiddleware
 from service.api.observe import LatencyMiddleware
 from service.api.openapi import TAGS, install_openapi
+from service.api.requestlog import RequestLogMiddleware
 from service.api.routes import router
 from service.backends.base import Backend
 from service.probes.router import router as probe_router
 from service.probes.schedule import parse_schedule
 from service.probes.service import ProbeService
 from service.settings import Settings
+from service.web import install_web
 
 
 def create_app(settings: Settings | None = None, backend: Backend | None = None) -> FastAPI:
@@ -67,7 +69,9 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     app.include_router(probe_router)
     install_docs(app)
     install_openapi(app)
+    install_web(app)
 
     app.add_middleware(QueryLimitMiddleware, metrics=runtime.metrics)
     app.add_middleware(LatencyMiddleware, metrics=runtime.metrics)
+    app.add_middleware(RequestLogMiddleware)  # outermost: 4xx from the limits above get ids and lines too
     return app

@@ -31,6 +31,8 @@ class Runtime:
         self.manifest: Manifest = load_manifest(settings.repo)
         self.vocab = Vocabulary.load(settings.repo / self.manifest.vocabulary.file)
         self.metrics = Metrics()
+        self.metrics.queue_capacity.set(settings.max_queue)
+        self.metrics.request_deadline.set(settings.request_deadline_s)
         self.backend: Backend | None = None
         self.engine: CaptionEngine | None = None
         self.load_error: str | None = None

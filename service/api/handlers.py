@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.api.errors import ApiError, error_response, validation_response
+from service.api.requestlog import annotate
 from service.backends.base import BackendError
 from service.engine.params import EngineError, OverloadedError, UnknownModelError
 from service.images import ImageError
@@ -30,6 +31,7 @@ _HTTP_CODES = {
 def install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
     def count(code: str) -> None:
         metrics.errors.labels(reason=code).inc()
+        annotate(error=code)
 
     @app.exception_handler(ApiError)
     async def _api(_: Request, exc: ApiError) -> JSONResponse:

@@ -15,6 +15,7 @@ from service.api.disconnect import ClientDisconnected, unless_disconnected
 from service.api.errors import ApiError
 from service.api.openapi import caption_operation
 from service.api.parsing import read_caption_request
+from service.api.requestlog import annotate
 from service.api.schemas import (
     CaptionOptions,
     CaptionResponse,
@@ -72,6 +73,7 @@ async def captions(request: Request, runtime: RuntimeDep, engine: EngineDep) -> 
         async with asyncio.timeout(settings.request_deadline_s):
             blobs, options = await read_caption_request(request, settings)
             params, original_params = resolve_with_original(engine, options.engine_kwargs())
+            annotate(model=params.model, ranker=params.ranker, beam_size=params.beam_size, images=len(blobs))
             image = runtime.manifest.image
             images = await asyncio.to_thread(
                 decode_images,

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
-import logging
-
 import uvicorn
 
 from service.api.app import create_app
+from service.logs import configure_logging
 from service.settings import Settings
 
 
 def serve(settings: Settings) -> None:
     """Serve ``settings.repo`` on ``settings.host:settings.port`` until interrupted."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+    configure_logging(settings.log_format, settings.log_level)
+    # uvicorn's own logging config and access log are off: compcap.access writes one line per request
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        access_log=False,
+        log_level=settings.log_level,
+    )

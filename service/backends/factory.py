@@ -13,7 +13,12 @@ from service.settings import Settings
 async def make_backend(settings: Settings, manifest: Manifest, metrics: Metrics) -> Backend:
     """The backend for ``settings.backend``, loaded and ready to serve."""
     if settings.backend == "onnxruntime":
-        from service.backends.onnxruntime import OnnxRuntimeBackend
+        try:
+            from service.backends.onnxruntime import OnnxRuntimeBackend
+        except ImportError as exc:
+            raise RuntimeError(
+                f"COMPCAP_BACKEND=onnxruntime needs onnxruntime ({exc}): install compcap[cpu] or compcap[gpu]"
+            ) from exc
 
         return await asyncio.to_thread(
             OnnxRuntimeBackend,
@@ -25,7 +30,12 @@ async def make_backend(settings: Settings, manifest: Manifest, metrics: Metrics)
             settings.ort_spinning,
         )
     if settings.backend == "triton":
-        from service.backends.triton import TritonBackend
+        try:
+            from service.backends.triton import TritonBackend
+        except ImportError as exc:
+            raise RuntimeError(
+                f"COMPCAP_BACKEND=triton needs the Triton client ({exc}): install compcap[triton]"
+            ) from exc
 
         return await TritonBackend.connect(
             settings.triton_url, manifest, metrics, shared_memory=settings.triton_shared_memory

@@ -1,12 +1,15 @@
-"""Corpus caption metrics: BLEU-1..4, METEOR, ROUGE-L (pycocoevalcap) and CIDEr-D (``cider.CiderD``).
+"""Corpus caption metrics: BLEU-1..4 (``bleu``), ROUGE-L (``rouge``), CIDEr-D (``cider.CiderD``) and METEOR.
 
-CIDEr-D can take its document frequencies from a fixed table (normally built from the split's
+BLEU and ROUGE-L are pure-Python reimplementations that give pycocoevalcap's ``Bleu(4)`` and ``Rouge()``
+scores (same floats, see their modules), so the gateway's live probes need neither pycocoevalcap nor
+Java. CIDEr-D can take its document frequencies from a fixed table (normally built from the split's
 *training* references) instead of from the references being scored, so one image can be scored.
 
 Captions are tokenised with ``service.text.vocabulary.tokenize`` (lower-case words, punctuation
-dropped) instead of the Java PTB tokenizer. METEOR runs pycocoevalcap's ``meteor-1.5.jar`` in a Java
-subprocess; when Java is missing or the jar fails, ``meteor`` is ``None`` and ``meteor_status`` says why
-(the other metrics are still computed).
+dropped) instead of the Java PTB tokenizer. METEOR is the one metric still taken from pycocoevalcap
+(imported lazily): it runs ``meteor-1.5.jar`` in a Java subprocess. When Java is missing, pycocoevalcap
+is not installed (the serve-only install) or the jar fails, ``meteor`` is ``None`` and ``meteor_status``
+says why (the other metrics are still computed).
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from service.evaluation.bleu import corpus_bleu
 from service.evaluation.cider import CiderD
+from service.evaluation.rouge import corpus_rouge_l
 from service.text.vocabulary import tokenize
 
 log = logging.getLogger(__name__)
@@ -56,8 +61,8 @@ def meteor_score(
         return None, "java not found on PATH: METEOR skipped"
     try:
         from pycocoevalcap.meteor.meteor import Meteor
-    except ImportError as exc:  # pragma: no cover - pycocoevalcap is a dependency of evaluation
-        return None, f"pycocoevalcap METEOR unavailable: {exc}"
+    except ImportError as exc:  # the serve-only install has no pycocoevalcap (nor its jars)
+        return None, f"pycocoevalcap is not installed: METEOR skipped ({exc})"
     gts = {i: [normalise(r).replace("|||", "") or "." for r in references[i]] for i in hypotheses}
     res = {i: [normalise(h) or "."] for i, h in hypotheses.items()}
     scorer = None
@@ -96,9 +101,6 @@ def caption_metrics(
     cider: CIDEr-D with a fixed DF table; ``None`` builds it from ``references`` (= pycocoevalcap's Cider).
     meteor: ``False`` skips METEOR (``meteor=None``, status ``"disabled"``).
     All scores are pycocoevalcap's scale: BLEU/METEOR/ROUGE-L in [0, 1], CIDEr-D in [0, 10]."""
-    from pycocoevalcap.bleu.bleu import Bleu
-    from pycocoevalcap.rouge.rouge import Rouge
-
     if set(references) != set(hypotheses):
         raise ValueError("references and hypotheses must cover the same image ids")
     if not hypotheses:
@@ -106,19 +108,19 @@ def caption_metrics(
     if any(len(references[i]) == 0 for i in hypotheses):
         raise ValueError("every image needs at least one reference")
     gts = {i: [normalise(r) for r in references[i]] for i in hypotheses}
-    res = {i: [normalise(h)] for i, h in hypotheses.items()}
-    bleu, _ = Bleu(4).compute_score(gts, res, verbose=0)
-    rouge, _ = Rouge().compute_score(gts, res)
+    res = {i: normalise(h) for i, h in hypotheses.items()}
+    bleu, _ = corpus_bleu(gts, res)
+    rouge, _ = corpus_rouge_l(gts, res)
     scorer = cider if cider is not None else CiderD.from_references(references)
     cider_d, _ = scorer.corpus_score(references, hypotheses)
     met, status = meteor_score(references, hypotheses) if meteor else (None, "disabled")
     return CaptionScores(
-        bleu1=float(bleu[0]),
-        bleu2=float(bleu[1]),
-        bleu3=float(bleu[2]),
-        bleu4=float(bleu[3]),
+        bleu1=bleu[0],
+        bleu2=bleu[1],
+        bleu3=bleu[2],
+        bleu4=bleu[3],
         meteor=met,
-        rouge_l=float(rouge),
+        rouge_l=rouge,
         cider_d=float(cider_d),
         meteor_status=status,
     )

@@ -25,6 +25,12 @@ class ProbeGauges:
             ["model", "ranker", "k", "held_out"],
             registry=r,
         )
+        self.accepted_recall_mean = Gauge(
+            "compcap_probe_accepted_recall_at_k_mean",
+            "The accepted baseline of compcap_probe_recall_at_k_mean (POST /v1/probes/{id}/accept)",
+            ["model", "ranker", "k", "held_out"],
+            registry=r,
+        )
         self.false_composition = Gauge(
             "compcap_probe_false_composition",
             "Share of Test-no-Comb images whose top-1 caption attaches the pair though the image does not",
@@ -91,6 +97,17 @@ class ProbeGauges:
                         self.productivity_cider.labels(model, rk, by, bucket).set(figures["cider_d"])
         self.last_success.labels(model, kind).set(finished_at)
         self.duration.labels(model, kind).set(seconds)
+
+    def accept(self, kind: str, model: str, ranker: str | None, result: dict[str, Any]) -> None:
+        """Make a systematicity result the baseline its later runs are compared with (other kinds
+        have no baseline gauge yet)."""
+        if kind != "systematicity":
+            return
+        rk = ranker or "none"
+        for held, key in (("true", "held_out"), ("false", "seen")):
+            for k, value in result.get(key, {}).get("recall", {}).items():
+                if value is not None:
+                    self.accepted_recall_mean.labels(model, rk, k, held).set(value)
 
 
 __all__ = ["ProbeGauges"]

@@ -1,6 +1,7 @@
 """The probe history: one JSON line per succeeded probe job, appended and flushed when it ends, read
 back at start-up so a restarted gateway serves its last results (gauges and ``GET /v1/probes``).
-A torn last line (the process killed mid-write) is skipped."""
+An operator's acceptance of a result (the baseline alerts compare with) is a line of its own, marked
+``"event": "accepted"``. A torn last line (the process killed mid-write) is skipped."""
 
 from __future__ import annotations
 
@@ -41,13 +42,17 @@ class ProbeHistory:
                     records.append(record)
         return records
 
-    def latest(self) -> list[dict[str, Any]]:
-        """The last record of each (kind, model, ranker, probe set), oldest first."""
+    def latest(self, event: str | None = None) -> list[dict[str, Any]]:
+        """The last record of each (kind, model, ranker, probe set), oldest first: of the job results
+        (``event`` None) or of the events of that name (``"accepted"``)."""
         last: dict[tuple[Any, ...], dict[str, Any]] = {}
         for r in self.read():
+            if r.get("event") != event:
+                continue
             p = r.get("params", {})
             last[(r.get("kind"), p.get("model"), p.get("rerank"), p.get("probe_set"))] = r
-        return sorted(last.values(), key=lambda r: r.get("finished_at") or 0.0)
+        key = "finished_at" if event is None else f"{event}_at"
+        return sorted(last.values(), key=lambda r: r.get(key) or 0.0)
 
 
 __all__ = ["ProbeHistory"]

@@ -54,6 +54,7 @@ class ProbeJob:
     created_at: float = field(default_factory=time.time)
     started_at: float | None = None
     finished_at: float | None = None
+    accepted_at: float | None = None  # when an operator accepted the result as the baseline
     task: asyncio.Task[None] | None = None
 
     def eta_s(self) -> float | None:
@@ -78,6 +79,7 @@ class ProbeJob:
             "created_at": self.created_at,
             "started_at": self.started_at,
             "finished_at": self.finished_at,
+            "accepted_at": self.accepted_at,
         }
         if full:
             body["partial"] = self.progress.partial if not self.status.terminal else None

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from service.api.auth import require_key
 from service.api.deps import EngineDep
 from service.api.errors import ApiError
+from service.api.requestlog import annotate
 from service.probes.jobs import JobsFullError, ProbeJob
 from service.probes.service import ProbeService
 from service.probes.spec import ProbeRequestError
@@ -61,6 +62,9 @@ class ProbeJobResponse(BaseModel):
     created_at: float
     started_at: float | None
     finished_at: float | None
+    accepted_at: float | None = Field(
+        default=None, description="when the result was accepted as the baseline alerts compare with"
+    )
     partial: dict[str, Any] | None = Field(default=None, description="the result so far, while it runs")
     result: dict[str, Any] | None = Field(default=None, description="the result (see README, Live probes)")
 
@@ -93,6 +97,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"description": "API keys are configured and none was sent"},
     403: {"description": "the API key is not valid"},
     404: {"description": "unknown model, ranker, probe set or job"},
+    409: {"description": "the job has not succeeded (accept)"},
     422: {"description": "invalid field, or a probe set that does not fit the kind"},
     429: {"description": "too many probe jobs running (Retry-After)"},
     503: {"description": "models not loaded yet"},
@@ -117,6 +122,7 @@ async def start_probe(
     try:
         spec = probes.spec(engine, body.kind, search, body.probe_set, body.pairs, body.images)
         job = probes.start(engine, spec)
+        annotate(model=spec.model, probe=body.kind)
     except ProbeRequestError as exc:
         code = "unknown_probe_set" if exc.status == 404 else "invalid_probe"
         raise ApiError(exc.status, code, exc.message, field=exc.field) from None
@@ -148,6 +154,17 @@ async def cancel_probe(job_id: str, probes: ProbesDep) -> dict[str, Any]:
     job = await probes.jobs.cancel(job_id)
     assert job is not None
     return job.view()
+
+
+@router.post("/v1/probes/{job_id}/accept", responses=_ERRORS, response_model=ProbeJobResponse)
+async def accept_probe(job_id: str, probes: ProbesDep) -> dict[str, Any]:
+    """Accept a succeeded probe's result as the baseline: its held-out and seen mean Recall@K become
+    ``compcap_probe_accepted_recall_at_k_mean``, which the probe alert compares later runs with. Kept
+    in the probe history, so a restarted gateway keeps its baseline."""
+    try:
+        return probes.accept(_job(probes, job_id)).view()
+    except ValueError as exc:
+        raise ApiError(409, "job_not_succeeded", str(exc)) from None
 
 
 @router.get(

@@ -90,6 +90,29 @@ class ProbeService:
             body["kind"], p["model"], p.get("rerank") or None, body["result"], body["finished_at"], seconds
         )
 
+    def accept(self, job: ProbeJob) -> ProbeJob:
+        """Make a succeeded job's result the accepted baseline (gauge + history); ``ValueError`` for a
+        job that did not succeed."""
+        if job.status is not JobStatus.SUCCEEDED or job.result is None:
+            raise ValueError(
+                f"probe job {job.id} is {job.status.value}; only a succeeded job can be accepted"
+            )
+        job.accepted_at = time.time()
+        p = job.params
+        self.gauges.accept(job.kind, p["model"], p.get("rerank") or None, job.result)
+        if self.history is not None:
+            self.history.append(
+                {
+                    "event": "accepted",
+                    "id": job.id,
+                    "kind": job.kind,
+                    "params": dict(p),
+                    "result": job.result,
+                    "accepted_at": job.accepted_at,
+                }
+            )
+        return job
+
     def restore(self) -> int:
         """Gauges and finished jobs from the history file; the number of records restored."""
         if self.history is None:
@@ -109,6 +132,16 @@ class ProbeService:
                 continue
             self.jobs.restore(job)
             restored += 1
+        for record in self.history.latest("accepted"):
+            try:
+                p = record["params"]
+                self.gauges.accept(str(record["kind"]), p["model"], p.get("rerank") or None, record["result"])
+            except (KeyError, TypeError, AttributeError) as exc:
+                log.warning("probe acceptance record skipped: %s", exc)
+                continue
+            accepted = self.jobs.get(str(record.get("id")))
+            if accepted is not None:
+                accepted.accepted_at = float(record.get("accepted_at") or 0.0) or None
         return restored
 
     # -- the schedule -------------------------------------------------------------------------------

@@ -58,7 +58,12 @@ def choose_probe_set(kind: str, name: str | None, sets: Mapping[str, ProbeSet]) 
     if name is None:
         found = [s for s in sets.values() if s.kind == kind]
         if not found:
-            raise ProbeRequestError(404, "probe_set", f"the repository has no {kind} probe set")
+            raise ProbeRequestError(
+                404,
+                "probe_set",
+                f"the repository has no {kind} probe set (add them with `compcap probesets --repo REPO`, "
+                "or `make probesets`)",
+            )
         return found[0]
     if name not in sets:
         known = ", ".join(sorted(sets)) or "none"

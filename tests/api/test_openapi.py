@@ -87,6 +87,7 @@ def test_every_route_has_typed_responses_and_a_tag(spec: dict[str, Any]) -> None
         "/readyz",
         "/v1/probes",
         "/v1/probes/{job_id}",
+        "/v1/probes/{job_id}/accept",
         "/v1/probe-sets",
     }
     tags = {t["name"] for t in spec["tags"]}

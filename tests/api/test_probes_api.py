@@ -133,6 +133,16 @@ def test_systematicity_probe_reports_every_pair_held_out_or_seen(client: TestCli
     metrics = client.get("/metrics").text
     assert 'compcap_probe_recall_at_k{category="' in metrics and 'model="butd"' in metrics
     assert 'compcap_probe_last_success_timestamp_seconds{kind="systematicity",model="butd"}' in metrics
+    assert "compcap_probe_accepted_recall_at_k_mean{" not in metrics  # no baseline until one is accepted
+    accepted = client.post(f"/v1/probes/{job['id']}/accept", headers=AUTH)
+    assert accepted.status_code == 200, accepted.text
+    assert accepted.json()["accepted_at"] >= done["finished_at"]
+    baseline = [
+        line
+        for line in client.get("/metrics").text.splitlines()
+        if line.startswith("compcap_probe_accepted_recall_at_k_mean{") and 'held_out="true"' in line
+    ]
+    assert len(baseline) == 5 and all('model="butd"' in line for line in baseline)
 
 
 def test_productivity_and_substitutivity_probes(client: TestClient) -> None:
@@ -161,6 +171,8 @@ def test_a_cancelled_job_says_so_and_the_limit_answers_429(client: TestClient) -
     cancelled = client.delete(f"/v1/probes/{job['id']}", headers=AUTH).json()
     assert cancelled["status"] == "cancelled" and "cancelled" in cancelled["error"]
     assert client.get(f"/v1/probes/{job['id']}", headers=AUTH).json()["status"] == "cancelled"
+    refused = client.post(f"/v1/probes/{job['id']}/accept", headers=AUTH)
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "job_not_succeeded"
     assert client.get("/v1/probes/nope", headers=AUTH).status_code == 404
     # the gateway keeps serving captions and takes a new probe
     assert client.get("/readyz").status_code == 200
@@ -183,3 +195,5 @@ def test_a_new_gateway_reads_the_history_back(client: TestClient, tiny_repo: Pat
     assert all(j["status"] == "succeeded" for j in restored.values())
     assert 'compcap_probe_last_success_timestamp_seconds{kind="systematicity",model="butd"}' in metrics
     assert 'compcap_probe_recall_at_k{category="' in metrics
+    # the baseline survives a restart, though a later run of the same probe is the job restored
+    assert "compcap_probe_accepted_recall_at_k_mean{" in metrics

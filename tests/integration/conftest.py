@@ -27,13 +27,18 @@ def free_port() -> int:
 
 @contextmanager
 def serving(
-    cmd: list[str], env: dict[str, str], port: int, log_path: Path, path: str = "/readyz"
+    cmd: list[str],
+    env: dict[str, str],
+    port: int,
+    log_path: Path,
+    path: str = "/readyz",
+    cwd: Path = ROOT,
 ) -> Iterator[str]:
     """Run ``cmd`` (a ``compcap serve``), wait until ``path`` answers 2xx on 127.0.0.1:``port``, yield
     the base URL, and always terminate the process."""
     url = f"http://127.0.0.1:{port}"
     with log_path.open("w+b") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + 60
             while True:

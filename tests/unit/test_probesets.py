@@ -189,6 +189,23 @@ def test_probesets_command_rewrites_an_existing_repository(
     assert again.info["density"] == sets["productivity"].info["density"]
 
 
+def test_probesets_renders_the_training_world_a_shipped_repository_lacks(
+    tiny_repo: Path, sets: dict[str, ProbeSet], tmp_path: Path
+) -> None:
+    """A repository shipped without its work folder (as the default one in git): ``compcap probesets``
+    renders the training world from ``build_report.json``'s seed and writes the same probe images."""
+    repo = tmp_path / "shipped"
+    repo.mkdir()
+    data = json.loads((tiny_repo / "manifest.json").read_text())
+    data.pop("probe_sets")
+    (repo / "manifest.json").write_text(json.dumps(data))
+    (repo / "build_report.json").write_text((tiny_repo / "build_report.json").read_text())
+    assert cli.main(["probesets", "--repo", str(repo), "--kind", "productivity"]) == 0
+    assert (tmp_path / "shipped.work" / "data" / "train" / "captions.json").is_file()
+    again = repo_probe_sets(repo, load_manifest(repo))["productivity"]
+    assert again.image_ids == sets["productivity"].image_ids
+
+
 def test_old_manifests_load_without_probe_sets(tiny_repo: Path) -> None:
     data = json.loads((tiny_repo / "manifest.json").read_text())
     data.pop("probe_sets", None)

@@ -1,0 +1,555 @@
+// CompCap web demo: plain JavaScript over the public HTTP API, same origin only.
+// Every value that comes from the API is written with textContent, never as HTML.
+"use strict";
+
+(() => {
+  const $ = (id) => document.getElementById(id);
+  const KEY_STORE = "compcap.apiKey";
+  const PROBE_DETAILS = 8; // succeeded jobs whose results are fetched for their figures
+  const state = { models: null, hooks: [], file: null, previewUrl: null, probeTimer: null };
+
+  // ---------------------------------------------------------------- HTTP
+
+  class ApiProblem extends Error {
+    constructor(status, code, message, details, retryAfter) {
+      super(message);
+      this.status = status;
+      this.code = code;
+      this.details = Array.isArray(details) ? details : [];
+      this.retryAfter = retryAfter;
+    }
+  }
+
+  function authHeaders() {
+    const key = $("api_key").value.trim();
+    return key ? { Authorization: `Bearer ${key}` } : {};
+  }
+
+  async function api(path, init = {}) {
+    let response;
+    try {
+      response = await fetch(path, {
+        ...init,
+        headers: { Accept: "application/json", ...authHeaders(), ...(init.headers || {}) },
+      });
+    } catch (err) {
+      throw new ApiProblem(0, "network_error", `could not reach the server (${err.message})`);
+    }
+    const text = await response.text();
+    let body = null;
+    try {
+      body = text ? JSON.parse(text) : null;
+    } catch {
+      body = null;
+    }
+    if (!response.ok) {
+      const e = body && body.error;
+      const retry = response.headers.get("Retry-After");
+      if (e && typeof e.message === "string") {
+        throw new ApiProblem(response.status, e.code || "error", e.message, e.details, retry);
+      }
+      const snippet = text.trim().slice(0, 300) || response.statusText || "no details";
+      throw new ApiProblem(response.status, `http_${response.status}`, snippet, [], retry);
+    }
+    return body;
+  }
+
+  // ---------------------------------------------------------------- helpers
+
+  function el(tag, text, className) {
+    const node = document.createElement(tag);
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    if (className) node.className = className;
+    return node;
+  }
+
+  function num(value, digits) {
+    return typeof value === "number" && Number.isFinite(value) ? value.toFixed(digits) : "—";
+  }
+
+  function showProblem(box, problem, context) {
+    box.replaceChildren();
+    const head = el("p", null, "error-head");
+    const status = problem.status ? `${problem.status} ` : "";
+    head.append(el("strong", `${context}: ${status}${problem.code}`));
+    box.append(head, el("p", problem.message, "error-message"));
+    const fields = problem.details.filter((d) => d && d.field && d.message !== problem.message);
+    if (fields.length) {
+      const list = el("ul", null, "error-details");
+      for (const d of fields) list.append(el("li", `${d.field}: ${d.message}`));
+      box.append(list);
+    }
+    const hints = [];
+    if (problem.status === 401 || problem.status === 403) {
+      hints.push("This endpoint needs an API key: open “API key” and enter a valid bearer token.");
+    }
+    if (problem.retryAfter) hints.push(`The server asks to retry after ${problem.retryAfter} s.`);
+    for (const hint of hints) box.append(el("p", hint, "error-hint"));
+    box.hidden = false;
+  }
+
+  // ---------------------------------------------------------------- readiness
+
+  async function checkReady() {
+    const badge = $("ready");
+    let body = null;
+    try {
+      const response = await fetch("readyz", { headers: { Accept: "application/json" } });
+      body = await response.json();
+    } catch {
+      body = { status: "unreachable" };
+    }
+    badge.className = `badge ${body.status}`;
+    if (body.status === "ready") {
+      badge.textContent = `ready · ${body.backend || "backend"}`;
+    } else if (body.status === "loading") {
+      badge.textContent = "models loading…";
+      setTimeout(checkReady, 1000);
+    } else {
+      badge.textContent = body.status === "failed" ? "models failed to load" : "server unreachable";
+      badge.title = body.error || "GET /readyz";
+      if (body.status !== "failed") setTimeout(checkReady, 3000);
+    }
+  }
+
+  // ---------------------------------------------------------------- models and hooks
+
+  function currentCaptioner() {
+    if (!state.models) return null;
+    return state.models.captioners.find((c) => c.name === $("model").value) || null;
+  }
+
+  function fillRankers() {
+    const select = $("rerank");
+    const previous = select.value;
+    const captioner = currentCaptioner();
+    const own = captioner && captioner.default_ranker;
+    select.replaceChildren();
+    const dflt = el("option", own ? `default (its own: ${own})` : "default (none for this model)");
+    dflt.value = "";
+    const off = el("option", "none — plain beam search");
+    off.value = "false";
+    select.append(dflt, off);
+    for (const r of state.models.rankers) {
+      const joint = r.joint_with ? `, joint with ${r.joint_with}` : "";
+      const option = el("option", `${r.name} — ${r.architecture}${joint}`);
+      option.value = r.name;
+      select.append(option);
+    }
+    select.value = [...select.options].some((o) => o.value === previous) ? previous : "";
+  }
+
+  function describeModel() {
+    const c = currentCaptioner();
+    const info = $("model-info");
+    if (!c) {
+      info.textContent = "";
+      return;
+    }
+    $("max_length").placeholder = `model's: ${c.max_length}`;
+    const held = (c.training && c.training.held_out_pairs) || [];
+    const pairs = held.map((p) => `${p.modifier} ${p.noun}`).join(", ");
+    const quality = c.quality && typeof c.quality.cider_d === "number" ? ` · CIDEr-D ${num(c.quality.cider_d, 3)}` : "";
+    const split = c.training && c.training.split ? ` · trained on ${c.training.split}` : "";
+    info.textContent = `${c.name}: ${c.architecture}${split}${quality}` + (pairs ? ` · held out: ${pairs}` : "");
+  }
+
+  async function loadModels() {
+    const select = $("model");
+    try {
+      state.models = await api("v1/models");
+    } catch (problem) {
+      select.replaceChildren(el("option", "unavailable"));
+      showProblem($("error"), problem, "GET /v1/models");
+      return;
+    }
+    select.replaceChildren();
+    for (const c of state.models.captioners) {
+      const isDefault = c.name === state.models.default_captioner ? " (default)" : "";
+      const option = el("option", `${c.name} — ${c.architecture}${isDefault}`);
+      option.value = c.name;
+      select.append(option);
+    }
+    select.value = state.models.default_captioner;
+    fillRankers();
+    describeModel();
+  }
+
+  function hookParamValue(raw, description) {
+    const text = raw.trim();
+    if (!text) return undefined;
+    try {
+      return JSON.parse(text);
+    } catch {
+      // not JSON: a list parameter takes comma-separated words, anything else the plain text
+    }
+    if (/^list\b/i.test(description)) {
+      return text
+        .split(",")
+        .map((s) => s.trim())
+        .filter(Boolean)
+        .map((s) => (/^-?\d+$/.test(s) ? Number(s) : s));
+    }
+    return text;
+  }
+
+  async function loadHooks() {
+    const box = $("hooks");
+    try {
+      state.hooks = (await api("v1/hooks")).hooks;
+    } catch (problem) {
+      box.replaceChildren(el("p", `hooks unavailable: ${problem.message}`, "muted small"));
+      return;
+    }
+    box.replaceChildren();
+    for (const hook of state.hooks) {
+      const row = el("div", null, "hook");
+      const label = el("label", null, "hook-name");
+      const check = document.createElement("input");
+      check.type = "checkbox";
+      check.dataset.hook = hook.name;
+      label.append(check, el("code", hook.name), el("span", ` ${hook.description}`, "muted small"));
+      const params = el("div", null, "hook-params");
+      params.hidden = true;
+      for (const [name, description] of Object.entries(hook.params || {})) {
+        const field = el("label", null, "hook-param");
+        const input = document.createElement("input");
+        input.type = "text";
+        input.dataset.param = name;
+        input.dataset.description = description;
+        input.placeholder = description;
+        input.disabled = true;
+        input.spellcheck = false;
+        field.append(el("code", name), input);
+        params.append(field);
+      }
+      check.addEventListener("change", () => {
+        params.hidden = !check.checked;
+        for (const input of params.querySelectorAll("input")) input.disabled = !check.checked;
+      });
+      row.append(label, params);
+      box.append(row);
+    }
+  }
+
+  function chosenHooks() {
+    const hooks = [];
+    for (const row of $("hooks").querySelectorAll(".hook")) {
+      const check = row.querySelector("input[type=checkbox]");
+      if (!check || !check.checked) continue;
+      const params = {};
+      for (const input of row.querySelectorAll("input[data-param]")) {
+        const value = hookParamValue(input.value, input.dataset.description || "");
+        if (value !== undefined) params[input.dataset.param] = value;
+      }
+      hooks.push({ name: check.dataset.hook, params });
+    }
+    return hooks;
+  }
+
+  // ---------------------------------------------------------------- image input
+
+  function setFile(file) {
+    if (!file) return;
+    state.file = file;
+    if (state.previewUrl) URL.revokeObjectURL(state.previewUrl);
+    state.previewUrl = URL.createObjectURL(file);
+    const preview = $("preview");
+    preview.hidden = false;
+    preview.alt = `preview of ${file.name}`;
+    preview.src = state.previewUrl;
+    $("drop").classList.add("has-image");
+    const size = file.size < 1024 ? `${file.size} B` : `${(file.size / 1024).toFixed(1)} KiB`;
+    $("file-info").textContent = `${file.name || "pasted image"} · ${size} · ${file.type || "unknown type"}`;
+  }
+
+  function wireImageInput() {
+    const drop = $("drop");
+    const preview = $("preview");
+    $("file").addEventListener("change", (event) => setFile(event.target.files[0]));
+    preview.addEventListener("error", () => {
+      if (!state.file) return;
+      preview.hidden = true;
+      $("drop").classList.remove("has-image");
+      $("file-info").textContent += " · no preview (the server decides whether it is an image)";
+    });
+    for (const type of ["dragenter", "dragover"]) {
+      drop.addEventListener(type, (event) => {
+        event.preventDefault();
+        drop.classList.add("dragging");
+      });
+    }
+    for (const type of ["dragleave", "dragend"]) {
+      drop.addEventListener(type, () => drop.classList.remove("dragging"));
+    }
+    drop.addEventListener("drop", (event) => {
+      event.preventDefault();
+      drop.classList.remove("dragging");
+      const files = event.dataTransfer && event.dataTransfer.files;
+      if (files && files.length) setFile(files[0]);
+    });
+    // a drop that misses the zone must not navigate away from the page
+    window.addEventListener("dragover", (event) => event.preventDefault());
+    window.addEventListener("drop", (event) => event.preventDefault());
+    document.addEventListener("paste", (event) => {
+      const items = (event.clipboardData && event.clipboardData.files) || [];
+      if (items.length) setFile(items[0]);
+    });
+  }
+
+  // ---------------------------------------------------------------- captioning
+
+  function captionForm() {
+    const form = new FormData();
+    form.append("image", state.file, state.file.name || "image");
+    const model = $("model").value;
+    if (model) form.append("model", model);
+    const rerank = $("rerank").value;
+    if (rerank) form.append("rerank", rerank);
+    for (const id of ["beam_size", "n_best", "max_length", "length_penalty", "rerank_weight"]) {
+      const value = $(id).value.trim();
+      if (value) form.append(id, value);
+    }
+    const hooks = chosenHooks();
+    if (hooks.length) form.append("hooks", JSON.stringify(hooks));
+    return form;
+  }
+
+  function fillTable(table, captions, best) {
+    const body = table.querySelector("tbody");
+    body.replaceChildren();
+    captions.forEach((c, i) => {
+      const row = el("tr", null, c.text === best && i === 0 ? "best" : "");
+      row.append(
+        el("td", i + 1, "num"),
+        el("td", c.text, "text"),
+        el("td", num(c.logprob, 2), "num"),
+        el("td", num(c.normalized_logprob, 3), "num"),
+        el("td", num(c.ranker_score, 3), "num"),
+        el("td", c.beam_rank, "num"),
+      );
+      body.append(row);
+    });
+  }
+
+  function showTimings(timings, roundTripMs) {
+    const list = $("timings");
+    list.replaceChildren();
+    const rows = [
+      ["decode images", timings.decode_images],
+      ["encode", timings.encode],
+      ["decode (beam search)", timings.decode],
+      ["re-rank", timings.rerank],
+      ["total (server)", timings.total],
+      ["round trip (browser)", roundTripMs],
+    ];
+    const scale = Math.max(...rows.map(([, v]) => (typeof v === "number" ? v : 0)), 1e-9);
+    for (const [name, value] of rows) {
+      const bar = el("span", null, "bar");
+      bar.style.width = `${Math.max(0, Math.min(100, (100 * (value || 0)) / scale))}%`;
+      const dd = el("dd");
+      dd.append(el("span", `${num(value, 1)} ms`, "ms"), el("span", null, "track"));
+      dd.lastChild.append(bar);
+      list.append(el("dt", name), dd);
+    }
+  }
+
+  function showResult(out, roundTripMs) {
+    const result = out.results[0];
+    $("caption").textContent = result.caption || "(empty caption)";
+    const hooks = out.hooks.length ? out.hooks.join(", ") : "none";
+    $("request-summary").textContent =
+      `model ${out.model} · ranker ${out.ranker || "none"} · beam ${out.beam_size} · n-best ${out.n_best}` +
+      ` · max length ${out.max_length} · length penalty ${out.length_penalty}` +
+      ` · re-rank weight ${out.rerank_weight} · hooks: ${hooks}`;
+    fillTable($("nbest"), result.captions, result.caption);
+    $("order-note").textContent = out.ranker
+      ? `Ordered by the ranker ${out.ranker}` +
+        (out.rerank_weight > 0
+          ? `: ranker score + ${out.rerank_weight} × normalized log-prob.`
+          : ": ranker score alone (re-rank weight 0).")
+      : "Ordered by normalized log-prob (no re-ranking).";
+    const original = $("original");
+    if (Array.isArray(result.original_captions)) {
+      $("original-caption").textContent = result.original_caption || "(empty caption)";
+      fillTable($("original-nbest"), result.original_captions, result.original_caption);
+      original.hidden = false;
+    } else {
+      original.hidden = true;
+    }
+    showTimings(out.timings_ms, roundTripMs);
+    $("placeholder").hidden = true;
+    $("result").hidden = false;
+  }
+
+  async function submitCaption(event) {
+    event.preventDefault();
+    const errorBox = $("error");
+    errorBox.hidden = true;
+    if (!state.file) {
+      showProblem(errorBox, new ApiProblem(0, "no_image", "choose or drop an image first"), "Caption");
+      return;
+    }
+    const button = $("submit");
+    button.disabled = true;
+    button.textContent = "Captioning…";
+    $("results-title").textContent = "Result";
+    const started = performance.now();
+    try {
+      const out = await api("v1/captions", { method: "POST", body: captionForm() });
+      showResult(out, performance.now() - started);
+    } catch (problem) {
+      $("result").hidden = true;
+      $("placeholder").hidden = true;
+      showProblem(errorBox, problem, "POST /v1/captions");
+    } finally {
+      button.disabled = false;
+      button.textContent = "Caption";
+    }
+  }
+
+  // ---------------------------------------------------------------- probes
+
+  function recallAt(summary, k) {
+    return summary && summary.recall ? summary.recall[String(k)] : null;
+  }
+
+  function probeFigures(kind, r) {
+    if (!r) return "";
+    if (kind === "systematicity") {
+      const ks = r.ks || [1, 5];
+      const last = ks[ks.length - 1];
+      const fc = r.false_composition || {};
+      const held = r.held_out || {};
+      return (
+        `held-out pairs (${held.pairs ?? 0}): R@1 ${num(recallAt(held, 1), 2)}, R@${last} ${num(recallAt(held, last), 2)}` +
+        ` · seen: R@${last} ${num(recallAt(r.seen, last), 2)}` +
+        ` · false composition @1 ${num(fc["1"], 2)}`
+      );
+    }
+    if (kind === "productivity") {
+      const buckets = (r.by && r.by.density) || {};
+      const parts = Object.entries(buckets).map(([name, b]) => {
+        const value = b.coverage ?? b.cider_d;
+        return `${name}: ${num(value, 2)}`;
+      });
+      const first = Object.values(buckets)[0] || {};
+      const metric = first.coverage !== null && first.coverage !== undefined ? "coverage" : "CIDEr-D";
+      return parts.length ? `${metric} by objects in the image — ${parts.join(", ")}` : "";
+    }
+    if (kind === "substitutivity") {
+      const rows = r.rows || {};
+      const cider = (name) => (rows[name] ? num(rows[name].cider_d, 3) : "—");
+      return (
+        `substituted ${r.substituted ?? 0}/${r.images ?? 0} images` +
+        ` · S = O with words replaced: ${num(r.exact_replacement, 2)}` +
+        ` · CIDEr-D O vs GT ${cider("O vs GT")}, S vs GT ${cider("S vs GT")}`
+      );
+    }
+    return "";
+  }
+
+  function when(seconds) {
+    if (typeof seconds !== "number") return "—";
+    return new Date(seconds * 1000).toLocaleString(undefined, { dateStyle: "short", timeStyle: "medium" });
+  }
+
+  async function loadProbes() {
+    const errorBox = $("probes-error");
+    const body = $("probe-table").querySelector("tbody");
+    clearTimeout(state.probeTimer);
+    let jobs;
+    try {
+      jobs = (await api("v1/probes")).jobs;
+    } catch (problem) {
+      body.replaceChildren();
+      $("probe-table").hidden = true;
+      const empty = $("probes-empty");
+      if (problem.status === 401) {
+        // keys are configured and none was given yet: a note, not an alarm
+        errorBox.hidden = true;
+        empty.textContent = "The probe endpoints need an API key: enter it under “API key”.";
+        empty.hidden = false;
+      } else {
+        empty.hidden = true;
+        showProblem(errorBox, problem, "GET /v1/probes");
+      }
+      return;
+    }
+    errorBox.hidden = true;
+    $("probes-empty").textContent = "No probe jobs yet.";
+    $("probes-empty").hidden = jobs.length > 0;
+    $("probe-table").hidden = jobs.length === 0;
+    const rows = jobs.map((job) => {
+      const row = el("tr");
+      const link = el("a", job.id);
+      link.href = `v1/probes/${encodeURIComponent(job.id)}`;
+      const idCell = el("td", null, "nowrap");
+      idCell.append(link);
+      const p = job.params || {};
+      const ranker = p.rerank === false || p.rerank === null ? "no ranker" : p.rerank;
+      const figures = el("td", job.error || "", job.error ? "figures error-text" : "figures");
+      row.append(
+        idCell,
+        el("td", job.kind),
+        el("td", job.status, `status ${job.status}`),
+        el("td", `${p.model ?? "—"} · ${ranker ?? "—"} · ${p.beam_size ?? "—"}`),
+        el("td", `${job.progress.done}/${job.progress.total}`, "num"),
+        figures,
+        el("td", when(job.finished_at), "nowrap"),
+      );
+      return { job, row, figures };
+    });
+    body.replaceChildren(...rows.map((r) => r.row));
+    const details = rows.filter((r) => r.job.status === "succeeded" || r.job.status === "running");
+    await Promise.all(
+      details.slice(0, PROBE_DETAILS).map(async ({ job, figures }) => {
+        try {
+          const full = await api(`v1/probes/${encodeURIComponent(job.id)}`);
+          const text = probeFigures(job.kind, full.result || full.partial);
+          figures.textContent = full.result ? text : text && `so far: ${text}`;
+        } catch (problem) {
+          figures.textContent = problem.message;
+        }
+      }),
+    );
+    if (jobs.some((j) => j.status === "queued" || j.status === "running")) {
+      state.probeTimer = setTimeout(loadProbes, 3000);
+    }
+  }
+
+  // ---------------------------------------------------------------- start
+
+  function start() {
+    const key = $("api_key");
+    try {
+      key.value = sessionStorage.getItem(KEY_STORE) || "";
+    } catch {
+      // storage may be disabled; the key then lives in the field only
+    }
+    let keyTimer = null;
+    key.addEventListener("input", () => {
+      try {
+        sessionStorage.setItem(KEY_STORE, key.value);
+      } catch {
+        // ignored, as above
+      }
+      clearTimeout(keyTimer);
+      keyTimer = setTimeout(loadProbes, 400);
+    });
+    wireImageInput();
+    $("model").addEventListener("change", () => {
+      fillRankers();
+      describeModel();
+    });
+    $("caption-form").addEventListener("submit", submitCaption);
+    $("probes-refresh").addEventListener("click", loadProbes);
+    checkReady();
+    loadModels();
+    loadHooks();
+    loadProbes();
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+})();
