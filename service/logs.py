@@ -11,7 +11,12 @@ import time
 from typing import Any
 
 # attributes every LogRecord has; anything else on a record came from ``extra=``
-_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+# (uvicorn adds ``color_message``, its message with terminal colour codes: not for a JSON log)
+_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
+    "message",
+    "asctime",
+    "color_message",
+}
 
 
 class JsonFormatter(logging.Formatter):

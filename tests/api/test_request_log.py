@@ -108,6 +108,7 @@ def test_request_ids_are_echoed_only_when_safe(header: bytes, kept: bool) -> Non
 def test_json_formatter_keeps_extra_fields_and_exceptions() -> None:
     record = logging.LogRecord("x", logging.ERROR, __file__, 1, "boom %s", ("now",), None)
     record.request_id = "r1"
+    record.color_message = "\x1b[36mboom\x1b[0m"  # uvicorn's coloured copy is dropped
     try:
         raise ValueError("bad")
     except ValueError:
@@ -116,3 +117,4 @@ def test_json_formatter_keeps_extra_fields_and_exceptions() -> None:
         record.exc_info = sys.exc_info()
     body = json.loads(JsonFormatter().format(record))
     assert body["msg"] == "boom now" and body["request_id"] == "r1" and "ValueError: bad" in body["exc"]
+    assert "color_message" not in body
