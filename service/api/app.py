@@ -15,7 +15,6 @@ from service.api.deps import Runtime
 from service.api.docs import install_docs
 from service.api.handlers import install_error_handlers
 from service.api.limits import QueryLimitMiddleware
-from service.api.observe import LatencyMiddleware
 from service.api.openapi import TAGS, install_openapi
 from service.api.requestlog import RequestLogMiddleware
 from service.api.routes import router
@@ -72,6 +71,6 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     install_web(app)
 
     app.add_middleware(QueryLimitMiddleware, metrics=runtime.metrics)
-    app.add_middleware(LatencyMiddleware, metrics=runtime.metrics)
-    app.add_middleware(RequestLogMiddleware)  # outermost: 4xx from the limits above get ids and lines too
+    # outermost: 4xx from the limits above get ids, log lines and latency observations too
+    app.add_middleware(RequestLogMiddleware, metrics=runtime.metrics)
     return app

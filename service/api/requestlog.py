@@ -1,8 +1,10 @@
-"""The request log and request ids, as a pure ASGI middleware.
+"""The request log, request ids and the request-latency histogram, as one pure ASGI middleware (no
+per-request stream wrapping, unlike ``BaseHTTPMiddleware``).
 
 Every HTTP request gets an id — the client's ``X-Request-ID`` when it is a short token of safe
 characters, a new one otherwise — returned in the response's ``X-Request-ID`` header, and one log
-line on ``compcap.access`` when it ends: id, method, route template, status, latency and the
+line on ``compcap.access`` when it ends (and one ``compcap_request_latency_seconds`` observation by
+route, method and status): id, method, route template, status, latency and the
 fields routes add with ``annotate`` (the model). Never the body, the query string or a header value,
 so no image bytes and no API key reach the log."""
 
@@ -16,6 +18,8 @@ import uuid
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.metrics import Metrics
 
 log = logging.getLogger("compcap.access")
 _SAFE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
@@ -41,8 +45,9 @@ def request_id_of(headers: list[tuple[bytes, bytes]]) -> str:
 
 
 class RequestLogMiddleware:
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
+        self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -69,15 +74,20 @@ class RequestLogMiddleware:
             await self.app(scope, receive, send_with_id)
         finally:
             _fields.reset(token)
-            route = scope.get("route")
+            seconds = time.perf_counter() - start
+            route = getattr(scope.get("route"), "path", "unmatched")
+            method = scope.get("method", "")
+            self.metrics.request_latency.labels(route=route, method=method, status=str(status)).observe(
+                seconds
+            )
             log.info(
                 "request",
                 extra={
                     "request_id": rid,
-                    "method": scope.get("method", ""),
-                    "route": getattr(route, "path", "unmatched"),
+                    "method": method,
+                    "route": route,
                     "status": status,
-                    "latency_ms": round((time.perf_counter() - start) * 1000.0, 2),
+                    "latency_ms": round(seconds * 1000.0, 2),
                     **fields,
                 },
             )

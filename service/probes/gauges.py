@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
@@ -82,10 +83,8 @@ class ProbeGauges:
                 rate = row["false_composition"].get("1")
                 if rate is not None:
                     self.false_composition.labels(model, rk, row["pair"]).set(rate)
-            for held, key in (("true", "held_out"), ("false", "seen")):
-                for k, value in result.get(key, {}).get("recall", {}).items():
-                    if value is not None:
-                        self.recall_mean.labels(model, rk, k, held).set(value)
+            for held, k, value in recall_means(result):
+                self.recall_mean.labels(model, rk, k, held).set(value)
         elif kind == "substitutivity":
             bleu = result.get("rows", {}).get("O vs S", {}).get("bleu4")
             if bleu is not None:
@@ -103,11 +102,16 @@ class ProbeGauges:
         have no baseline gauge yet)."""
         if kind != "systematicity":
             return
-        rk = ranker or "none"
-        for held, key in (("true", "held_out"), ("false", "seen")):
-            for k, value in result.get(key, {}).get("recall", {}).items():
-                if value is not None:
-                    self.accepted_recall_mean.labels(model, rk, k, held).set(value)
+        for held, k, value in recall_means(result):
+            self.accepted_recall_mean.labels(model, ranker or "none", k, held).set(value)
+
+
+def recall_means(result: dict[str, Any]) -> Iterator[tuple[str, str, float]]:
+    """(held_out label "true"/"false", K, mean Recall@K) of a systematicity result, where defined."""
+    for held, key in (("true", "held_out"), ("false", "seen")):
+        for k, value in result.get(key, {}).get("recall", {}).items():
+            if value is not None:
+                yield held, k, value
 
 
 __all__ = ["ProbeGauges"]
