@@ -16,6 +16,7 @@ from torch import nn
 from export.models.visual_encoder import VisualEncoder
 from export.onnx import GraphSpec, export_graph, parity
 from export.presets import Preset
+from export.programs import PROGRAM_TOLERANCE, export_program, program_path
 from export.repo import write_repository
 from service.manifest import (
     CaptionerEntry,
@@ -33,6 +34,7 @@ from service.text.vocabulary import Vocabulary
 
 PARITY_TOLERANCE = 1e-4
 PER_IMAGE_MAX_BATCH = 64
+MAX_PROGRAM_BATCH = 4096  # rows a program accepts: integrated gradients' path steps × images
 _DTYPES: dict[torch.dtype, DType] = {torch.uint8: "UINT8", torch.int64: "INT64", torch.float32: "FP32"}
 
 
@@ -62,8 +64,9 @@ class TrainedRanker:
 class _Exporter:
     """Exports graphs into ``out`` and collects manifest entries and parity figures."""
 
-    def __init__(self, out: Path) -> None:
+    def __init__(self, out: Path, programs: bool) -> None:
         self.out = out
+        self.programs = programs
         self.entries: list[ModelEntry] = []
         self.parity: dict[str, float] = {}
 
@@ -78,7 +81,11 @@ class _Exporter:
         trials: Sequence[dict[str, torch.Tensor]],
         dims: dict[str, list[int]],
         max_batch: int,
+        program: dict[str, int] | None = None,
+        cast: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] = dict,
     ) -> None:
+        """``program``: also write the graph's torch.export program, its axes bounded by these maxima
+        (inputs passed through ``cast`` first: the encoder's program takes float pixels)."""
         path = self.out / name / "1" / "model.onnx"
         export_graph(module, fn, spec, path)
         self.parity[name] = max(parity(module, fn, path, t) for t in trials)
@@ -86,6 +93,21 @@ class _Exporter:
             raise RuntimeError(
                 f"{name}: torch vs onnxruntime max abs diff {self.parity[name]:.2e} > {PARITY_TOLERANCE}"
             )
+        program_file = None
+        if program is not None and self.programs:
+            program_file = program_path(name)
+            diff = export_program(
+                module,
+                fn,
+                cast(spec.inputs),
+                spec.dynamic,
+                self.out / program_file,
+                [cast(t) for t in trials],
+                program,
+            )
+            self.parity[f"{name}.pt2"] = diff
+            if diff > PROGRAM_TOLERANCE:
+                raise RuntimeError(f"{name}: torch.export program vs eager max abs diff {diff:.2e}")
         with torch.no_grad():
             produced = fn(*spec.inputs.values())
         outputs: list[torch.Tensor] = list(produced) if isinstance(produced, tuple) else [produced]  # type: ignore[list-item]
@@ -102,6 +124,7 @@ class _Exporter:
                     TensorSpec(name=k, dtype=_DTYPES[o.dtype], dims=dims[k])
                     for k, o in zip(spec.outputs, outputs, strict=True)
                 ],
+                program=program_file,
             )
         )
 
@@ -115,12 +138,15 @@ def export_repository(
     rankers: Sequence[TrainedRanker],
     real_images: np.ndarray,
     default_captioner: str,
+    programs: bool = True,
 ) -> tuple[Manifest, dict[str, float]]:
     """Write every graph, config, ``vocab.json`` and ``manifest.json`` into ``out``; return the manifest
-    and the parity figure of each graph. ``real_images`` uint8 [B, H, W, 3] are held-out images."""
+    and the parity figure of each graph. ``real_images`` uint8 [B, H, W, 3] are held-out images.
+    ``programs``: also write the torch.export programs of the encoder and captioners (explanations)."""
     rng = np.random.default_rng(0)
     size, v = preset.image_size, len(vocab)
-    exporter = _Exporter(out)
+    exporter = _Exporter(out, programs)
+    bounds = {"batch": MAX_PROGRAM_BATCH, "images": MAX_PROGRAM_BATCH, "rows": MAX_PROGRAM_BATCH}
     images = torch.from_numpy(real_images[:4])
     random_images = torch.from_numpy(rng.integers(0, 256, (3, size, size, 3), dtype=np.uint8))
     with torch.no_grad():
@@ -138,6 +164,8 @@ def export_repository(
         [{"image": images}, {"image": random_images}],
         {"image": [size, size, 3], "regions": [r, d]},
         PER_IMAGE_MAX_BATCH,
+        bounds,
+        lambda t: {k: x.float() for k, x in t.items()},
     )
 
     def tokens_for(n: int, t: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -163,6 +191,7 @@ def export_repository(
             [{"regions": regions}, {"regions": random_regions}],
             {"regions": [r, d], "memory": [m, dm], "state": [s]},
             PER_IMAGE_MAX_BATCH,
+            bounds,
         )
         trials = []
         for n, t in ((5, 1), (7, 4)):
@@ -209,6 +238,7 @@ def export_repository(
                 "attention": [-1, m],
             },
             0,
+            {**bounds, "steps": preset.max_length + 2},
         )
         entries.append(
             CaptionerEntry(

@@ -43,6 +43,11 @@ class ModelEntry(BaseModel):
     outputs: list[TensorSpec]
     max_batch_size: int = Field(ge=0)
     owner: str = Field(description="the captioner or ranker this model belongs to ('' for shared)")
+    program: str | None = Field(
+        default=None,
+        description="its torch.export program (same tensors; the encoder's takes float32 pixels), "
+        "relative to the repository: what gradient explanations run (``service.explain``)",
+    )
 
     def path(self, repo: str | Path) -> Path:
         return Path(repo) / self.name / "1" / "model.onnx"

@@ -206,6 +206,7 @@ def run_productivity(
         [],
         eval_images,
         default_captioner=name,
+        programs=False,
     )
     timings["export"] = time.perf_counter() - t0
 
