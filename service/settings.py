@@ -80,6 +80,21 @@ class Settings(BaseSettings):
         default=128, ge=1, le=100_000, description="requests decoding at once per captioner"
     )
 
+    max_explanations: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description="explanations (POST /v1/explain) at once; more get 429 with Retry-After",
+    )
+    explain_max_ig_steps: int = Field(
+        default=200,
+        ge=1,
+        le=2000,
+        description="largest n_steps an integrated-gradients explanation may ask for",
+    )
+    explain_torch_threads: int = Field(
+        default=1, ge=1, le=64, description="torch intra-op threads of the gradient explanations"
+    )
     max_probe_jobs: int = Field(
         default=2, ge=1, le=64, description="probe jobs running at once; more get 429 with Retry-After"
     )

@@ -195,6 +195,39 @@ def _productivity(args: argparse.Namespace) -> int:
     return 0
 
 
+def _explain_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--zoo", default="model_zoo", help="the repository whose captioners are explained")
+    parser.add_argument(
+        "--data",
+        default=None,
+        help="SceneWorld folder with scene graphs (default: the zoo's evaluation world)",
+    )
+    parser.add_argument("--images", type=_positive, default=500)
+    parser.add_argument("--captioners", default=None, help="comma-separated (default: one per architecture)")
+    parser.add_argument("--methods", default=None, help="comma-separated (default: all four)")
+    parser.add_argument("--n-steps", type=_positive, default=50, help="integrated gradients' path steps")
+    parser.add_argument("--out", default="reports")
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from export.studies.explanations import run_explain_report
+    from export.zoo import EVAL_SEED
+    from service.explain.service import METHODS
+
+    data = Path(args.data) if args.data else Path(args.zoo + ".work") / "data" / f"eval_{EVAL_SEED}"
+    report = run_explain_report(
+        Path(args.zoo),
+        data,
+        Path(args.out),
+        images=args.images,
+        captioners=args.captioners.split(",") if args.captioners else None,
+        methods=args.methods.split(",") if args.methods else METHODS,
+        n_steps=args.n_steps,
+    )
+    print(f"{report['images']} images explained; wrote {Path(args.out) / 'explanations.md'}")
+    return 0
+
+
 COMMANDS: CommandTable = {
     "evaluate": Command(
         "evaluate every captioner of a repository on a split", _evaluate_arguments, _evaluate
@@ -209,5 +242,10 @@ COMMANDS: CommandTable = {
         "seed 001 productivity test: BUTD trained without the long/dense tail",
         _productivity_arguments,
         _productivity,
+    ),
+    "explain-report": Command(
+        "seed 002 grounding study: GroundingScore(δ), pointing game, NW, coverage per captioner × method",
+        _explain_arguments,
+        _explain,
     ),
 }

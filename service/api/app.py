@@ -19,6 +19,8 @@ from service.api.openapi import TAGS, install_openapi
 from service.api.requestlog import RequestLogMiddleware
 from service.api.routes import router
 from service.backends.base import Backend
+from service.explain.router import router as explain_router
+from service.explain.service import ExplainService
 from service.probes.router import router as probe_router
 from service.probes.schedule import parse_schedule
 from service.probes.service import ProbeService
@@ -63,9 +65,18 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     )
     app.state.runtime = runtime
     app.state.probes = probes
+    app.state.explain = ExplainService(
+        settings.repo,
+        runtime.manifest,
+        runtime.vocab,
+        settings.max_explanations,
+        settings.explain_max_ig_steps,
+        settings.explain_torch_threads,
+    )
     install_error_handlers(app, runtime.metrics)
     app.include_router(router)
     app.include_router(probe_router)
+    app.include_router(explain_router)
     install_docs(app)
     install_openapi(app)
     install_web(app)

@@ -23,6 +23,11 @@ TAGS = [
         "name": "probes",
         "description": "Live compositional probes (systematicity, productivity, substitutivity) as jobs.",
     },
+    {
+        "name": "explanations",
+        "description": "Per-word attribution maps (attention, saliency, guided backprop, integrated "
+        "gradients) with the object under each word's argmax and GroundingScore(δ).",
+    },
 ]
 
 

@@ -4,6 +4,7 @@ no torch, matplotlib or dev tools in it. Prints the install time, the venv's siz
 
 from __future__ import annotations
 
+import base64
 import io
 import os
 import subprocess
@@ -83,7 +84,16 @@ def test_a_serve_only_venv_captions_without_torch(tiny_repo: Path, tmp_path: Pat
         )
         caption_ms = (time.perf_counter() - t0) * 1e3
         page = httpx.get(f"{url}/", timeout=10)
+        image = base64.b64encode(buf.getvalue()).decode()
+        attention = httpx.post(f"{url}/v1/explain", json={"image": image, "overlays": False}, timeout=30)
+        saliency = httpx.post(f"{url}/v1/explain", json={"image": image, "method": "saliency"}, timeout=30)
     assert response.status_code == 200, response.text
+    # explanations: attention needs no torch; a gradient method answers 501 naming the extra
+    assert attention.status_code == 200, attention.text
+    assert attention.json()["words"] and attention.json()["method"] == "attention"
+    assert saliency.status_code == 501, saliency.text
+    error = saliency.json()["error"]
+    assert error["code"] == "extra_not_installed" and "compcap[explain]" in error["message"]
     assert response.json()["results"][0]["caption"]
     assert page.status_code == 200 and "<html" in page.text.lower()  # the web page ships in the wheel
     print(

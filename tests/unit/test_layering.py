@@ -138,8 +138,20 @@ def test_imports_are_found_inside_functions_and_type_checking(tmp_path: Path) ->
 # -- the layering --------------------------------------------------------------------------------
 
 
+TORCH_MODULES = {"service.explain.gradients"}  # the gradient explanations: the optional `explain` extra
+
+
 def test_service_sources_never_import_export_loadtests_or_torch() -> None:
-    assert offenders("service", ("export", "loadtests", "torch")) == []
+    assert offenders("service", ("export", "loadtests")) == []
+    torch_users = {line.split(":")[0] for line in offenders("service", ("torch", "captum"))}
+    assert torch_users <= TORCH_MODULES, torch_users - TORCH_MODULES
+    # scipy (Hungarian coverage, an offline study metric) also comes with the extra, imported in the function
+    assert {line.split(":")[0] for line in offenders("service", ("scipy",))} <= {"service.explain.grounding"}
+
+
+def test_only_the_explain_package_reaches_the_torch_module() -> None:
+    importers = {m for m, targets in import_graph().items() if targets & TORCH_MODULES}
+    assert importers and all(m.startswith("service.explain") for m in importers), importers
 
 
 def test_engine_knows_nothing_of_api_or_features() -> None:
@@ -161,6 +173,7 @@ def test_service_imports_without_torch() -> None:
     engine = sorted(m for m in service_modules() if m.startswith("service.engine"))
     modules = ["service.api.app", "service.api.server", "service.cli", "service.commands", *engine]
     modules += ["service.backends.onnxruntime", "service.evaluation.metrics"]
+    modules += [m for m in service_modules() if m.startswith("service.explain") and m not in TORCH_MODULES]
     code = (
         "import importlib, sys\n"
         f"for name in {modules!r}:\n"

@@ -1,0 +1,166 @@
+"""``POST /v1/explain``: thin — validate, decode the image, hand to ``ExplainService``, return its
+result. Key-protected when ``COMPCAP_API_KEYS`` is set (as the probes)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from service.api.auth import require_key
+from service.api.deps import EngineDep, RuntimeDep
+from service.api.errors import ApiError
+from service.api.requestlog import annotate
+from service.api.schemas import CaptionOptions
+from service.explain.schemas import ExplainResponse
+from service.explain.service import (
+    METHODS,
+    ExplainBusyError,
+    ExplainInput,
+    ExplainRequestError,
+    ExplainService,
+)
+from service.images import decode_image
+
+MAX_IMAGE_CHARS = 16 * 1024 * 1024  # base64 characters; the settings' upload limit applies after decoding
+
+
+class ImageRef(BaseModel):
+    """An image of one of the repository's probe sets: its scene graph comes with it."""
+
+    model_config = ConfigDict(extra="forbid")
+    probe_set: str = Field(max_length=128)
+    image_id: int = Field(ge=0)
+
+
+class ExplainRequest(CaptionOptions):
+    """Explain a caption word by word: ``image`` (base64) or ``image_ref`` (a probe-set image, which
+    brings its scene graph and so the grounding score); ``caption`` to explain the client's caption
+    (teacher-forced) instead of the engine's best one (decoded with the options below)."""
+
+    image: str | None = Field(default=None, max_length=MAX_IMAGE_CHARS, description="base64 image")
+    image_ref: ImageRef | None = None
+    method: Literal["attention", "saliency", "guided_backprop", "integrated_gradients"] = Field(
+        default="attention",
+        description="attention: the step model's own (no torch); the others: Captum on the torch programs "
+        "(the 'explain' extra; 501 without it)",
+    )
+    caption: str | None = Field(default=None, max_length=1000, description="caption to explain instead")
+    n_steps: int = Field(default=50, ge=1, description="integrated gradients' path steps (settings bound it)")
+    attribute_to: Literal["regions", "pixels"] = Field(
+        default="regions", description="gradient methods: the region features or the pixels"
+    )
+    overlays: bool = Field(default=True, description="include a PNG heat-map overlay per word")
+    overlay_scale: int = Field(default=2, ge=1, le=8, description="overlay enlargement")
+
+    @model_validator(mode="after")
+    def _one_image(self) -> ExplainRequest:
+        if (self.image is None) == (self.image_ref is None):
+            raise ValueError("give exactly one of image and image_ref")
+        return self
+
+
+async def get_explain(request: Request) -> ExplainService:
+    service: ExplainService = request.app.state.explain
+    return service
+
+
+ExplainDep = Annotated[ExplainService, Depends(get_explain)]
+router = APIRouter(tags=["explanations"], dependencies=[Depends(require_key)])
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"description": "bad image or base64"},
+    401: {"description": "API keys are configured and none was sent"},
+    403: {"description": "the API key is not valid"},
+    404: {"description": "unknown model, probe set or probe image"},
+    413: {"description": "image over the upload limit"},
+    422: {"description": "invalid field, caption words outside the vocabulary"},
+    429: {"description": "too many explanations running (Retry-After)"},
+    501: {"description": "a gradient method without the 'explain' extra, or a repository without programs"},
+    503: {"description": "models not loaded yet, or the decoding queue is full"},
+}
+
+
+def _image(body: ExplainRequest, runtime: RuntimeDep) -> tuple[Any, dict[str, Any] | None]:
+    """uint8 [1, H, W, 3] and the scene graph (probe-set images only)."""
+    image = runtime.manifest.image
+    settings = runtime.settings
+    if body.image_ref is not None:
+        from service.probes.sets import ProbeSetError, repo_probe_sets
+
+        try:
+            sets = repo_probe_sets(settings.repo, runtime.manifest)
+        except ProbeSetError as exc:
+            raise ApiError(404, "unknown_probe_set", str(exc), field="image_ref.probe_set") from None
+        ref = body.image_ref
+        if ref.probe_set not in sets:
+            raise ApiError(
+                404, "unknown_probe_set", f"no probe set {ref.probe_set!r}", field="image_ref.probe_set"
+            )
+        probe = sets[ref.probe_set]
+        if ref.image_id not in probe.file_names:
+            raise ApiError(
+                404,
+                "unknown_image",
+                f"{ref.probe_set} has no image {ref.image_id}",
+                field="image_ref.image_id",
+            )
+        scene = (probe.scenes or {}).get(ref.image_id)
+        return probe.images([ref.image_id], image.height, image.width), scene
+    text = body.image or ""
+    try:
+        blob = base64.b64decode(
+            "".join(text.partition(",")[2].split() if text.startswith("data:") else text.split()),
+            validate=True,
+        )
+    except (binascii.Error, ValueError):
+        raise ApiError(400, "invalid_base64", "image is not valid base64", field="image") from None
+    array = decode_image(
+        blob,
+        image.height,
+        image.width,
+        max_bytes=settings.max_upload_bytes,
+        max_pixels=settings.max_image_pixels,
+        label="image",
+    )
+    return array[None], None
+
+
+@router.post("/v1/explain", responses=_ERRORS, response_model=ExplainResponse)
+async def explain(
+    body: ExplainRequest, runtime: RuntimeDep, engine: EngineDep, explainer: ExplainDep
+) -> dict[str, Any]:
+    """One map per caption word over the image regions (``method``), the region each word looked at
+    most, what lies there and GroundingScore(δ) for δ ∈ {0, 1, 3, 5, ∞} when the image has a scene
+    graph (``image_ref``). See README, Explanations."""
+    params = engine.resolve(**body.model_dump(include=set(CaptionOptions.model_fields)))
+    annotate(model=params.model, method=body.method)
+    image, scene = await asyncio.to_thread(_image, body, runtime)
+    spec = ExplainInput(
+        image=image,
+        params=params,
+        method=body.method,
+        caption=body.caption,
+        n_steps=body.n_steps,
+        attribute_to=body.attribute_to,
+        scene=scene,
+        overlays=body.overlays,
+        overlay_scale=body.overlay_scale,
+    )
+    try:
+        return await explainer.explain(engine, spec)
+    except ExplainRequestError as exc:
+        raise ApiError(exc.status, exc.code, exc.message, field=exc.field) from None
+    except ExplainBusyError as exc:
+        raise ApiError(
+            429,
+            "too_many_explanations",
+            f"{explainer.max_concurrent} explanations are running; retry later",
+            {"Retry-After": str(round(exc.retry_after_s))},
+        ) from None
+
+
+__all__ = ["METHODS", "router"]

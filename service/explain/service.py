@@ -1,0 +1,325 @@
+"""``ExplainService``: one explanation — caption (or take the client's caption), one map per word over
+the regions, the object under each word's argmax and GroundingScore(δ) when the image has a scene
+graph. A client of the engine: it decodes through ``CaptionEngine.caption`` at background priority with
+a step observer (``attention``), or hands the words to the torch programs (gradient methods, the
+``explain`` extra, imported only then). At most ``max_concurrent`` explanations at once (429 beyond)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from service.engine.engine import CaptionEngine
+from service.engine.params import SearchParams
+from service.engine.request import Priority
+from service.explain.attention import AttentionRecorder, ForceWords
+from service.explain.geometry import fold_slots, grid_size, pool_to_grid
+from service.explain.lexicon import default_lexicon
+from service.explain.render import overlay_png, stretch, upsample
+from service.explain.scene import ground_caption
+from service.manifest import Manifest
+from service.text.vocabulary import Vocabulary
+
+METHODS = ("attention", "saliency", "guided_backprop", "integrated_gradients")
+INPUTS = ("regions", "pixels")
+EXTRA = "explain"
+IG_BASELINE = {"regions": "zero region features", "pixels": "black image (0 in 0–255 pixel space)"}
+
+
+class ExplainRequestError(ValueError):
+    """A request the service refuses: ``status`` 4xx/501, ``code``, ``field`` at fault."""
+
+    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.field = status, code, message, field
+
+
+class ExplainBusyError(Exception):
+    def __init__(self, retry_after_s: float) -> None:
+        super().__init__(f"{retry_after_s:.0f}")
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True)
+class ExplainInput:
+    image: np.ndarray  # uint8 [1, H, W, 3]
+    params: SearchParams
+    method: str = "attention"
+    caption: str | None = None
+    n_steps: int = 50
+    attribute_to: str = "regions"
+    scene: Mapping[str, Any] | None = None
+    overlays: bool = True
+    overlay_scale: int = 2
+
+
+def torch_available() -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in ("torch", "captum"))
+
+
+class ExplainService:
+    def __init__(
+        self,
+        repo: Path,
+        manifest: Manifest,
+        vocab: Vocabulary,
+        max_concurrent: int = 2,
+        max_ig_steps: int = 200,
+        torch_threads: int = 1,
+    ) -> None:
+        if max_concurrent < 1:
+            raise ValueError(f"max_concurrent must be >= 1, got {max_concurrent}")
+        if max_ig_steps < 1:
+            raise ValueError(f"max_ig_steps must be >= 1, got {max_ig_steps}")
+        self.repo, self.manifest, self.vocab = repo, manifest, vocab
+        self.max_concurrent, self.max_ig_steps, self.torch_threads = (
+            max_concurrent,
+            max_ig_steps,
+            torch_threads,
+        )
+        self.active = 0
+        self._last_s = 1.0
+        self._programs: Any = None  # service.explain.gradients.ProgramCache once a gradient method ran
+        self.regions = manifest.model("visual_encoder").outputs[0].dims[0]
+
+    # -- validation -------------------------------------------------------------------------------------
+
+    def check(self, spec: ExplainInput) -> list[int] | None:
+        """Validate ``spec`` before any work; the client caption's word ids (None: the engine captions)."""
+        if spec.method not in METHODS:
+            raise ExplainRequestError(422, "invalid_method", f"method must be one of {METHODS}", "method")
+        if spec.attribute_to not in INPUTS:
+            raise ExplainRequestError(
+                422, "invalid_parameter", f"attribute_to must be one of {INPUTS}", "attribute_to"
+            )
+        if spec.method == "attention" and spec.attribute_to != "regions":
+            raise ExplainRequestError(
+                422,
+                "invalid_parameter",
+                "attention is over the regions; attribute_to must be 'regions'",
+                "attribute_to",
+            )
+        if spec.method == "integrated_gradients" and not 1 <= spec.n_steps <= self.max_ig_steps:
+            raise ExplainRequestError(
+                422, "invalid_parameter", f"n_steps must be in [1, {self.max_ig_steps}]", "n_steps"
+            )
+        if spec.method != "attention":
+            if not torch_available():
+                raise ExplainRequestError(
+                    501,
+                    "extra_not_installed",
+                    f"method {spec.method!r} needs torch and captum: install the {EXTRA!r} extra "
+                    f"(pip install 'compcap[{EXTRA}]'); 'attention' works without it",
+                    "method",
+                )
+            cap = self.manifest.captioner(spec.params.model)
+            missing = [
+                m for m in ("visual_encoder", cap.init, cap.step) if self.manifest.model(m).program is None
+            ]
+            if missing:
+                raise ExplainRequestError(
+                    501,
+                    "programs_missing",
+                    f"this repository has no torch programs for {missing} (rebuild it with compcap build)",
+                    "method",
+                )
+        if spec.caption is None:
+            return None
+        words = self.vocab.encode(spec.caption)
+        unknown = [
+            w for w, i in zip(spec.caption.lower().split(), words, strict=False) if i == self.vocab.unk_id
+        ]
+        if not words:
+            raise ExplainRequestError(422, "invalid_caption", "caption has no words", "caption")
+        if self.vocab.unk_id in words:
+            raise ExplainRequestError(
+                422, "invalid_caption", f"caption words not in the vocabulary: {unknown or '?'}", "caption"
+            )
+        limit = self.manifest.captioner(spec.params.model).max_length
+        if len(words) > limit:
+            raise ExplainRequestError(
+                422, "invalid_caption", f"caption has more than {limit} words", "caption"
+            )
+        return words
+
+    # -- admission --------------------------------------------------------------------------------------
+
+    async def explain(self, engine: CaptionEngine, spec: ExplainInput) -> dict[str, Any]:
+        """Explain one image (see module docstring); ``ExplainBusyError`` when ``max_concurrent`` run."""
+        words = self.check(spec)
+        if self.active >= self.max_concurrent:
+            raise ExplainBusyError(max(1.0, math.ceil(self._last_s)))
+        self.active += 1
+        start = time.perf_counter()
+        try:
+            return await self._explain(engine, spec, words)
+        finally:
+            self.active -= 1
+            self._last_s = time.perf_counter() - start
+
+    # -- work -------------------------------------------------------------------------------------------
+
+    async def _decode(
+        self,
+        engine: CaptionEngine,
+        spec: ExplainInput,
+        words: list[int] | None,
+        recorder: AttentionRecorder | None,
+    ) -> tuple[list[int], dict[str, Any]]:
+        """The caption's word ids and its description (engine-produced or forced)."""
+        params = spec.params
+        if words is not None:
+            if recorder is None:
+                return words, {"source": "client"}
+            params = replace(
+                params, beam_size=1, n_best=1, groups=1, diversity_penalty=0.0, ranker=None,
+                rerank_weight=0.0, max_length=len(words), min_length=min(params.min_length, len(words)),
+                processors=(ForceWords(words, self.vocab.eos_id),), hook_names=("force_words",),
+            )  # fmt: skip
+        out = await engine.caption(spec.image, params, priority=Priority.BACKGROUND, observer=recorder)
+        best = out.results[0][0]
+        if words is not None:
+            if list(best.tokens) != words:
+                raise RuntimeError("the forced decode did not follow the caption")
+            return words, {"source": "client"}
+        return list(best.tokens), {
+            "source": "engine",
+            "logprob": best.logprob,
+            "normalized_logprob": best.normalized_logprob,
+            "ranker_score": best.ranker_score,
+        }
+
+    async def _explain(
+        self, engine: CaptionEngine, spec: ExplainInput, forced: list[int] | None
+    ) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        recorder = AttentionRecorder() if spec.method == "attention" else None
+        words, about = await self._decode(engine, spec, forced, recorder)
+        t1 = time.perf_counter()
+        if not words:
+            raise ExplainRequestError(
+                422, "empty_caption", "the engine produced an empty caption", "max_length"
+            )
+        extra: dict[str, Any] = {}
+        pixel_maps = None
+        if recorder is not None:
+            maps = recorder.maps(words)
+            if (
+                maps is None
+            ):  # the returned caption's prefixes were not all seen (cannot happen with one beam)
+                words, about = await self._decode(engine, spec, words, recorder := AttentionRecorder())
+                maps = recorder.maps(words)
+            if recorder.missing or maps is None:
+                raise ExplainRequestError(
+                    501, "no_attention", f"{spec.params.model}'s step model has no attention output", "method"
+                )
+            raw = fold_slots(maps, self.regions)
+            logprobs: list[float | None] = recorder.word_logprobs(words)
+        else:
+            raw, pixel_maps, logprobs, extra = await asyncio.to_thread(self._gradients, spec, words)
+        t2 = time.perf_counter()
+        result = self._shape(spec, words, raw, pixel_maps, logprobs)
+        t3 = time.perf_counter()
+        n = len(words)
+        return {
+            "model": spec.params.model,
+            "method": spec.method,
+            "attribute_to": spec.attribute_to,
+            "caption": self.vocab.decode(words),
+            **about,
+            **result,
+            **extra,
+            "timings_ms": {
+                "caption": (t1 - t0) * 1e3,
+                "maps": (t2 - t1) * 1e3,
+                "render": (t3 - t2) * 1e3,
+                "per_word": (t2 - t1) * 1e3 / n,
+            },
+        }
+
+    def _gradients(
+        self, spec: ExplainInput, words: list[int]
+    ) -> tuple[np.ndarray, np.ndarray | None, list[float | None], dict[str, Any]]:
+        from service.explain.gradients import ProgramCache  # torch: the explain extra
+
+        if self._programs is None:
+            self._programs = ProgramCache(self.repo, self.manifest, self.torch_threads)
+        maps = self._programs.attribute(
+            spec.params.model, spec.image, words, spec.method, spec.attribute_to, spec.n_steps
+        )
+        extra: dict[str, Any] = {}
+        if maps.delta is not None and maps.gap is not None:
+            rel = np.abs(maps.delta) / np.maximum(np.abs(maps.gap), 1e-12)
+            extra["integrated_gradients"] = {
+                "n_steps": spec.n_steps,
+                "baseline": IG_BASELINE[spec.attribute_to],
+                "delta": maps.delta.tolist(),
+                "score_gap": maps.gap.tolist(),
+                "mean_abs_delta": float(np.abs(maps.delta).mean()),
+                "mean_relative_delta": float(rel.mean()),
+            }
+        if spec.attribute_to == "pixels":
+            pixel = maps.values.sum(-1)  # [T, H, W]
+            g = grid_size(self.regions)
+            raw = np.stack([pool_to_grid(p, g) for p in pixel]) if g else pixel.reshape(len(words), -1)
+            return raw, pixel, maps.scores, extra
+        return maps.values.sum(-1), None, maps.scores, extra
+
+    def _shape(
+        self,
+        spec: ExplainInput,
+        words: list[int],
+        raw: np.ndarray,
+        pixel_maps: np.ndarray | None,
+        logprobs: list[float | None],
+    ) -> dict[str, Any]:
+        """Per-word entries (+ grounding when the image has a scene graph). ``raw`` float [T, R]."""
+        image = spec.image[0]
+        h, w = image.shape[:2]
+        g = grid_size(self.regions)
+        texts = [self.vocab.words[i] for i in words]
+        argmax = [int(np.argmax(r)) for r in raw]
+        lexicon = default_lexicon()
+        grounded = ground_caption(texts, argmax, spec.scene, g, h, w, lexicon) if spec.scene and g else None
+        entries = []
+        for t, (word, r) in enumerate(zip(texts, argmax, strict=True)):
+            entry: dict[str, Any] = {
+                "index": t,
+                "word": word,
+                "noun": lexicon.noun_class(word),
+                "logprob": logprobs[t],
+                "values": raw[t].reshape(g, g).tolist() if g else raw[t].tolist(),
+                "argmax_region": r,
+            }
+            if g:
+                row, col = divmod(r, g)
+                entry["argmax_box"] = [col * w / g, row * h / g, (col + 1) * w / g, (row + 1) * h / g]
+            if spec.overlays and g:
+                full = pixel_maps[t] if pixel_maps is not None else upsample(raw[t].reshape(g, g), h, w)
+                entry["overlay_png"] = overlay_png(image, stretch(full), spec.overlay_scale)
+            if grounded is not None:
+                wg = grounded.words[t]
+                entry["under_argmax"] = {
+                    "labels": list(wg.labels),
+                    "object": None
+                    if wg.object is None
+                    else {k: wg.object[k] for k in ("id", "noun", "bbox")},
+                }
+                entry["pointing"] = wg.pointing
+                entry["grounded"] = None if wg.noun_class is None else bool(wg.noun_class in wg.labels)
+            entries.append(entry)
+        return {
+            "grid": [g, g] if g else None,
+            "image_size": [h, w],
+            "scene_graph": grounded is not None,
+            "words": entries,
+            "grounding_score": None if grounded is None else grounded.scores,
+        }

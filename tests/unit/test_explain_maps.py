@@ -1,0 +1,150 @@
+"""Explanation maps on a real tiny repository: the attention the step observer records along the search
+equals a teacher-forced decode of the same caption; the torch programs score the caption exactly as the
+ONNX models do; Captum's methods behave as their definitions say (saliency is a magnitude, guided
+backprop overrides every ReLU, integrated gradients are complete); the service admits at most its limit."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from service.backends.onnxruntime import OnnxRuntimeBackend
+from service.engine.engine import CaptionEngine
+from service.explain.attention import ForceWords
+from service.explain.gradients import ProgramCache, attribute, relu_calls
+from service.explain.service import ExplainBusyError, ExplainInput, ExplainRequestError, ExplainService
+from service.manifest import Manifest, load_manifest
+from service.settings import Settings
+from service.text.vocabulary import Vocabulary
+
+
+@pytest.fixture(scope="module")
+def manifest(tiny_repo: Path) -> Manifest:
+    return load_manifest(tiny_repo)
+
+
+@pytest.fixture(scope="module")
+def vocab(tiny_repo: Path, manifest: Manifest) -> Vocabulary:
+    return Vocabulary.load(tiny_repo / manifest.vocabulary.file)
+
+
+def image(manifest: Manifest, seed: int) -> np.ndarray:
+    h, w = manifest.image.height, manifest.image.width
+    return np.random.default_rng(seed).integers(0, 256, size=(1, h, w, 3), dtype=np.uint8)
+
+
+def run(tiny_repo: Path, manifest: Manifest, vocab: Vocabulary, work):  # type: ignore[no-untyped-def]
+    async def main():  # type: ignore[no-untyped-def]
+        backend = OnnxRuntimeBackend(tiny_repo, manifest, threads=1)
+        engine = CaptionEngine(backend, manifest, vocab, Settings(repo=tiny_repo, intra_op_threads=1))
+        service = ExplainService(tiny_repo, manifest, vocab, max_concurrent=2)
+        try:
+            return await work(engine, service)
+        finally:
+            await engine.close()
+            await backend.close()
+
+    return asyncio.run(main())
+
+
+def test_force_words_allows_only_the_next_word_at_its_own_logprob() -> None:
+    force = ForceWords([5, 7], eos=2)
+    logprobs = np.log(np.full((2, 9), 1 / 9, dtype=np.float32))
+    out = force(np.array([[1, 5], [1, 5]]), logprobs)
+    assert np.isfinite(out).sum(axis=1).tolist() == [1, 1] and out[0, 7] == logprobs[0, 7]
+    assert np.isfinite(force(np.array([[1, 5, 7]]), logprobs[:1])[0, 2])  # then EOS
+    with pytest.raises(ValueError, match="words"):
+        ForceWords([], eos=2)
+
+
+@pytest.mark.parametrize("options", [{"beam_size": 1}, {"beam_size": 5, "rerank": True}])
+def test_attention_along_the_search_equals_the_forced_decode(
+    tiny_repo: Path, manifest: Manifest, vocab: Vocabulary, options: dict[str, object]
+) -> None:
+    async def work(engine: CaptionEngine, service: ExplainService) -> tuple[dict, dict]:  # type: ignore[type-arg]
+        params = engine.resolve(**options)
+        live = await service.explain(engine, ExplainInput(image(manifest, 1), params, overlays=False))
+        forced = await service.explain(
+            engine, ExplainInput(image(manifest, 1), params, caption=live["caption"], overlays=False)
+        )
+        return live, forced
+
+    live, forced = run(tiny_repo, manifest, vocab, work)
+    assert live["source"] == "engine" and forced["source"] == "client"
+    assert live["caption"] == forced["caption"] and live["words"]
+    for a, b in zip(live["words"], forced["words"], strict=True):
+        np.testing.assert_allclose(a["values"], b["values"], atol=1e-5)
+        assert a["argmax_region"] == b["argmax_region"]
+        assert a["logprob"] == pytest.approx(b["logprob"], abs=1e-4)
+    total = sum(w["logprob"] for w in live["words"])
+    assert live["logprob"] <= total + 1e-4  # the caption's log-prob adds the EOS step's to the words'
+    rows = np.array([w["values"] for w in live["words"]]).reshape(len(live["words"]), -1)
+    np.testing.assert_allclose(rows.sum(1), 1.0, atol=1e-4)  # attention is a distribution over regions
+
+
+def test_programs_score_the_caption_as_the_onnx_models_do(
+    tiny_repo: Path, manifest: Manifest, vocab: Vocabulary
+) -> None:
+    async def work(engine: CaptionEngine, service: ExplainService) -> dict:  # type: ignore[type-arg]
+        params = engine.resolve(model="butd", beam_size=3)
+        return await service.explain(engine, ExplainInput(image(manifest, 2), params, overlays=False))
+
+    live = run(tiny_repo, manifest, vocab, work)
+    programs = ProgramCache(tiny_repo, manifest)
+    names = ["visual_encoder"] + [m for c in manifest.captioners for m in (c.init, c.step)]
+    assert all(relu_calls(programs.graph(n)) == 0 for n in names)  # guided backprop sees every ReLU
+    words = [vocab.index[w["word"]] for w in live["words"]]
+    got = programs.attribute("butd", image(manifest, 2), words, "saliency", "regions", 1)
+    np.testing.assert_allclose(got.scores, [w["logprob"] for w in live["words"]], atol=1e-4)
+    assert got.values.shape[0] == len(words) and (got.values >= 0).all()  # saliency: |gradient|
+
+
+def test_guided_backprop_and_integrated_gradients(
+    tiny_repo: Path, manifest: Manifest, vocab: Vocabulary
+) -> None:
+    programs = ProgramCache(tiny_repo, manifest)
+    words = vocab.encode("a black dog on the grass")
+    pixels = torch.from_numpy(image(manifest, 3).astype(np.float32))
+    scorer = programs.scorer("butr", words, pixels=True)
+    plain = attribute(scorer, pixels, "saliency", 1).values  # |gradient|
+    guided = attribute(scorer, pixels, "guided_backprop", 1).values
+    # through the encoder's ReLUs the guided signal is not the gradient: only positive gradients pass
+    differs = np.abs(np.abs(guided) - plain).max(axis=(1, 2, 3)) / plain.max(axis=(1, 2, 3))
+    assert (differs > 0.1).all(), differs
+    regions = programs.graph("visual_encoder")(pixels).detach()
+    ig = attribute(programs.scorer("butr", words, pixels=False), regions, "integrated_gradients", 50)
+    assert ig.delta is not None and ig.gap is not None
+    relative = np.abs(ig.delta) / np.abs(ig.gap)
+    assert relative.mean() < 0.05, relative  # completeness: Σ attributions ≈ S_w(x) − S_w(0)
+    np.testing.assert_allclose(
+        ig.values.reshape(len(words), -1).sum(1), ig.gap + ig.delta, rtol=1e-3, atol=1e-4
+    )
+
+
+def test_the_service_validates_and_admits_at_most_its_limit(
+    tiny_repo: Path, manifest: Manifest, vocab: Vocabulary
+) -> None:
+    async def work(engine: CaptionEngine, service: ExplainService) -> None:
+        params = engine.resolve()
+        for spec, field in (
+            (ExplainInput(image(manifest, 0), params, method="magic"), "method"),
+            (ExplainInput(image(manifest, 0), params, "integrated_gradients", n_steps=10_000), "n_steps"),
+            (ExplainInput(image(manifest, 0), params, caption="a zebra"), "caption"),
+            (ExplainInput(image(manifest, 0), params, attribute_to="pixels"), "attribute_to"),
+        ):
+            with pytest.raises(ExplainRequestError) as err:
+                await service.explain(engine, spec)
+            assert err.value.field == field and 400 <= err.value.status < 500
+        service.active = service.max_concurrent
+        with pytest.raises(ExplainBusyError):
+            await service.explain(engine, ExplainInput(image(manifest, 0), params))
+        service.active = 0
+        assert (await service.explain(engine, ExplainInput(image(manifest, 0), params, overlays=False)))[
+            "words"
+        ]
+
+    run(tiny_repo, manifest, vocab, work)
