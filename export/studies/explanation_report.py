@@ -170,6 +170,13 @@ def render_markdown(report: dict[str, Any]) -> str:
             + (f"{obs['plain_ms']:.1f} → {obs['observed_ms']:.1f} (×{obs['ratio']:.3f})" if obs else "–")
             + " |"
         )
+    lines += [
+        "",
+        "ms/word: the median over images of the time to compute one caption's maps ÷ its words, on the "
+        "study's 2 torch threads (the gateway uses COMPCAP_EXPLAIN_TORCH_THREADS = 1). Attention's maps are "
+        "recorded while the caption decodes: its cost is the observer column (median one-image caption "
+        "latency without and with the recorder, interleaved).",
+    ]
     lines += ["", "## Seed 002's claims, here", "", *claims(report), ""]
     lines += ["![per-word heat maps](explain_examples.png)", ""]
     return "\n".join(lines)

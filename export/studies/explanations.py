@@ -65,14 +65,15 @@ def summarise(explained: list[dict[str, Any]]) -> dict[str, Any]:
     IG completeness. ``explained``: ``ExplainService`` results (with scene graphs)."""
     scores = [e["grounding_score"] for e in explained if e["grounding_score"] is not None]
     pointing = [w["pointing"] for e in explained for w in e["words"] if w.get("pointing") is not None]
-    chance = [w["chance"] for e in explained for w in e["words"] if w.get("pointing") is not None]
+    chance = [w["pointing_chance"] for e in explained for w in e["words"] if w.get("pointing") is not None]
     words = sum(len(e["words"]) for e in explained)
     out: dict[str, Any] = {
         "captions": len(explained),
         "captions_with_nouns": len(scores),
         "grounding_score": {k: _mean([s[k] for s in scores]) for k in DELTA_KEYS},
         "pointing": {"nouns": len(pointing), "accuracy": _mean(pointing), "chance": _mean(chance)},
-        "ms_per_word": sum(e["timings_ms"]["maps"] for e in explained) / max(words, 1),
+        "ms_per_word": statistics.median(e["timings_ms"]["per_word"] for e in explained),  # first: loading
+        "words": words,
     }
     ig = [e["integrated_gradients"] for e in explained if "integrated_gradients" in e]
     if ig:

@@ -118,36 +118,52 @@ class Attribution:
     gap: np.ndarray | None
 
 
+MAX_ROWS = 4096  # step rows per forward pass: the programs' bound (export.package.MAX_PROGRAM_BATCH)
+
+
 def attribute(model: TeacherForcedScores, x: torch.Tensor, method: str, n_steps: int = 50) -> Attribution:
-    """Attribute each caption word's score to ``x`` [1, ...] with ``method`` (``GRADIENT_METHODS``)."""
+    """Attribute each caption word's score to ``x`` [1, ...] with ``method`` (``GRADIENT_METHODS``).
+
+    All T words in one Captum call: ``x`` is repeated T times and copy t's target is word t, so one
+    forward and one backward pass (over T × n_steps rows for integrated gradients, in chunks of at most
+    ``MAX_ROWS`` input copies, fewer for pixels) serve every word; copy t's gradient is exactly the
+    gradient of S_w(t), because the copies do not interact."""
     from captum.attr import GuidedBackprop, IntegratedGradients, Saliency
 
     if method not in GRADIENT_METHODS:
         raise ValueError(f"method must be one of {GRADIENT_METHODS}, got {method!r}")
     if x.shape[0] != 1:
         raise ValueError(f"x must hold one input, got batch {x.shape[0]}")
+    if n_steps < 1:
+        raise ValueError(f"n_steps must be >= 1, got {n_steps}")
     t = len(model.words)
-    values, deltas = [], []
-    gap = None
+    copies = x.expand(t, *x.shape[1:]).clone()
+    targets = list(range(t))
+    delta = gap = None
     with LOCK, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Captum: "input tensors do not require gradients" (it sets them)
         with torch.no_grad():
             scores = model(x)[0]
             if method == "integrated_gradients":
                 gap = (scores - model(torch.zeros_like(x))[0]).double().numpy()
-        for i in range(t):
-            if method == "saliency":
-                out = Saliency(model).attribute(x, target=i, abs=True)
-            elif method == "guided_backprop":
-                out = GuidedBackprop(model).attribute(x, target=i)
-            else:
-                out, delta = IntegratedGradients(model).attribute(
-                    x, baselines=torch.zeros_like(x), target=i, n_steps=n_steps, return_convergence_delta=True
-                )
-                deltas.append(float(delta.reshape(-1)[0]))
-            values.append(out[0].detach().numpy().astype(np.float32))
-    listed: list[float | None] = [float(s) for s in scores]
-    return Attribution(np.stack(values), listed, np.array(deltas) if deltas else None, gap)
+        if method == "saliency":
+            out = Saliency(model).attribute(copies, target=targets, abs=True)
+        elif method == "guided_backprop":
+            out = GuidedBackprop(model).attribute(copies, target=targets)
+        else:
+            rows = MAX_ROWS if model.encoder is None else 64  # pixels run the encoder on every row
+            rows = rows if model.last_token else rows // t  # a prefix reader's step takes T rows per copy
+            out, conv = IntegratedGradients(model).attribute(
+                copies,
+                baselines=torch.zeros_like(copies),
+                target=targets,
+                n_steps=n_steps,
+                internal_batch_size=max(t, min(rows, t * n_steps)),
+                return_convergence_delta=True,
+            )
+            delta = conv.detach().double().numpy().reshape(t)
+    listed: list[float | None] = [float(v) for v in scores]
+    return Attribution(out.detach().numpy().astype(np.float32), listed, delta, gap)
 
 
 class ProgramCache:

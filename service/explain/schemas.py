@@ -29,6 +29,9 @@ class ExplainedWord(BaseModel):
     overlay_png: str | None = Field(default=None, description="base64 PNG: the map over the image")
     under_argmax: UnderArgmax | None = Field(default=None, description="scene-graph images only")
     pointing: bool | None = Field(default=None, description="argmax inside a box of the named object")
+    pointing_chance: float | None = Field(
+        default=None, description="share of cells whose centre is in such a box"
+    )
     grounded: bool | None = Field(
         default=None, description="a noun whose class is under its own argmax (δ = 0)"
     )

@@ -314,6 +314,7 @@ class ExplainService:
                     else {k: wg.object[k] for k in ("id", "noun", "bbox")},
                 }
                 entry["pointing"] = wg.pointing
+                entry["pointing_chance"] = wg.chance
                 entry["grounded"] = None if wg.noun_class is None else bool(wg.noun_class in wg.labels)
             entries.append(entry)
         return {

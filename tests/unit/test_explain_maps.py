@@ -148,3 +148,27 @@ def test_the_service_validates_and_admits_at_most_its_limit(
         ]
 
     run(tiny_repo, manifest, vocab, work)
+
+
+@pytest.mark.parametrize("captioner", ["butr", "butd"])
+def test_all_words_at_once_equal_one_word_at_a_time(
+    tiny_repo: Path, manifest: Manifest, vocab: Vocabulary, captioner: str
+) -> None:
+    from captum.attr import IntegratedGradients, Saliency
+
+    programs = ProgramCache(tiny_repo, manifest)
+    words = vocab.encode("a dog on the grass")
+    regions = programs.graph("visual_encoder")(
+        torch.from_numpy(image(manifest, 4).astype(np.float32))
+    ).detach()
+    scorer = programs.scorer(captioner, words, pixels=False)
+    batched = attribute(scorer, regions, "saliency").values
+    ig = attribute(scorer, regions, "integrated_gradients", 10)
+    for t in (0, 3):
+        alone = Saliency(scorer).attribute(regions, target=t, abs=True)[0].numpy()
+        np.testing.assert_allclose(batched[t], alone, rtol=1e-5, atol=1e-9)
+        one, delta = IntegratedGradients(scorer).attribute(
+            regions, baselines=torch.zeros_like(regions), target=t, n_steps=10, return_convergence_delta=True
+        )
+        np.testing.assert_allclose(ig.values[t], one[0].numpy(), rtol=1e-4, atol=1e-8)
+        assert ig.delta is not None and ig.delta[t] == pytest.approx(float(delta[0]), abs=1e-5)
