@@ -20,7 +20,7 @@ TRITON_HTTP_PORT    ?= 8000
 TRITON_GRPC_PORT    ?= 8001
 TRITON_METRICS_PORT ?= 8002
 
-.PHONY: probesets install serve-venv triton-venv triton run build models report test test-unit lint clean locks test-tools
+.PHONY: probesets install serve-venv triton-venv triton run build models report explain-report test test-unit lint clean locks test-tools
 
 # torch: from local disk where the machine keeps its wheel (no index asked), else PyTorch's CPU index
 $(STAMP): requirements.lock requirements-torch.lock requirements-models.lock pyproject.toml
@@ -100,3 +100,7 @@ models: $(STAMP)
 
 report: $(STAMP)
 	$(VENV)/bin/compcap report --zoo $(ZOO) --out reports --rerank-sweep
+
+# seed 002's grounding study on the zoo (explanations per captioner x method; reports/explanations.md)
+explain-report: $(STAMP)
+	$(VENV)/bin/compcap explain-report --zoo $(ZOO) --out reports

@@ -91,14 +91,14 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines = [
         "# Explanations: grounding on SceneWorld (seed 002 §4–5)",
         "",
-        f"{report['images']} held-out images of `{report['data']}` (a world seed never used in training), "
+        f"{report['images']} held-out SceneWorld images of `{report['data']}` (none used in training), "
         "each captioner's own beam-search caption explained word by word through the served path "
         "(`POST /v1/explain`'s `ExplainService`). Similarity is exact synonym-set identity from the "
         "concept inventory, not GloVe (no word vectors offline); the class under a region is the "
         "scene-graph object covering ≥ 25% of its grid cell (else the background, or the backdrop above "
         "the horizon). Integrated gradients: zero region features as baseline, "
         f"n_steps = {report['n_steps']}. "
-        "Regenerate: `compcap explain-report --zoo model_zoo`.",
+        f"Regenerate: `{report.get('command', 'compcap explain-report --zoo model_zoo')}`.",
         "",
         "## GroundingScore(δ) (Table 3's shape)",
         "",

@@ -183,7 +183,18 @@ async def _run(
     service = ExplainService(
         zoo, manifest, vocab, max_concurrent=1, max_ig_steps=max(n_steps, 20), torch_threads=2
     )
-    report: dict[str, Any] = {"images": len(ids), "data": str(data), "n_steps": n_steps, "captioners": {}}
+    command = f"compcap explain-report --zoo {zoo} --data {data} --images {images} --n-steps {n_steps}"
+    if captioners:
+        command += f" --captioners {','.join(captioners)}"
+    if tuple(methods) != METHODS:
+        command += f" --methods {','.join(methods)}"
+    report: dict[str, Any] = {
+        "images": len(ids),
+        "data": str(data),
+        "n_steps": n_steps,
+        "command": command,
+        "captioners": {},
+    }
     examples: dict[str, dict[str, Any]] = {}
     try:
         for name in names:

@@ -2,8 +2,10 @@
 every request to another host aborted: the page loads with no console error and no request leaving the
 machine, its controls come from ``/v1/models`` and ``/v1/hooks``, an uploaded PNG gets the caption the
 API gives for it with the n-best table and timings, a file that is no image and an out-of-range option
-show the API's own error message, the probe jobs are listed with their figures, and with
-``COMPCAP_CAPTIONS_REQUIRE_KEY`` set the API-key field sends the bearer token (401 and 403 shown).
+show the API's own error message, "Explain words" shows one heat map per word of the caption shown
+(``POST /v1/explain``, the page's caption and options) and the API's refusal of a bad option, the probe
+jobs are listed with their figures, and with ``COMPCAP_CAPTIONS_REQUIRE_KEY`` set the API-key field
+sends the bearer token (401 and 403 shown).
 
 The screenshot for the README goes to ``docs/demo.png`` with ``COMPCAP_UPDATE_SCREENSHOT=1`` (else to
 the test's tmp folder). The one in ``docs/`` is taken on a default-preset repository
@@ -11,6 +13,7 @@ the test's tmp folder). The one in ``docs/`` is taken on a default-preset reposi
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import os
@@ -196,6 +199,78 @@ def test_errors_show_the_api_message(
     expect(error).to_contain_text("422")
     # the browser logs each 4xx answer as a failed resource load; nothing else may be logged
     assert_clean(watch, re.compile(r"status of 4\d\d"))
+
+
+def test_explain_words_shows_one_heat_map_per_caption_word(
+    demo_server: str, browser_page: tuple[Any, Watch], tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    page, watch = browser_page
+    size = api_get(demo_server, "/v1/models")["image"]["height"]
+    image = sceneworld_png(tmp_path / "scene.png", size)
+    open_demo(page, demo_server)
+    page.set_input_files("#file", str(image))
+    page.fill("#beam_size", "3")
+    page.click("#submit")
+    expect(page.locator("#result")).to_be_visible()
+    caption = page.locator("#caption").inner_text().strip()
+    words = caption.split()
+    assert words, "the engine gave an empty caption"
+
+    explain = page.locator("#explain-submit")
+    expect(explain).to_be_enabled()
+    expect(page.locator("#explain_method")).to_have_value("attention")
+    page.select_option("#explain_method", "attention")
+    explain.click()
+
+    figures = page.locator("#word-maps figure")
+    expect(figures).to_have_count(len(words))
+    expect(page.locator("#explain-result")).to_be_visible()
+    expect(page.locator("#explain-status")).to_contain_text(f"Explained {len(words)} words with attention")
+    images = figures.locator("img")
+    expect(images).to_have_count(len(words))
+    assert images.evaluate_all("is => is.map(i => i.alt)") == words
+    sources = images.evaluate_all("is => is.map(i => i.getAttribute('src'))")
+    assert all(src.startswith("data:image/png;base64,") for src in sources), [s[:40] for s in sources]
+    assert images.evaluate_all("is => is.every(i => i.complete && i.naturalWidth > 0)")
+    assert [t.strip() for t in figures.locator("figcaption .word").all_inner_texts()] == words
+    summary = page.locator("#explain-summary").inner_text()
+    assert "attention" in summary and "ms per word" in summary and "caption shown" in summary
+    expect(page.locator("#explain-error")).to_be_hidden()
+    expect(page.locator("#grounding")).to_be_hidden()  # an uploaded image has no scene graph
+
+    # the API explains that caption word by word the same way (the page sent it as "caption")
+    body = {"image": base64.b64encode(image.read_bytes()).decode(), "caption": caption, "beam_size": 3}
+    want = httpx.post(
+        f"{demo_server}/v1/explain", json={**body, "overlays": False}, timeout=60.0, trust_env=False
+    )
+    assert want.status_code == 200, want.text
+    assert [w["word"] for w in want.json()["words"]] == words
+    nouns = [w["word"] for w in want.json()["words"] if w["noun"]]
+    assert figures.locator("figcaption .word.noun").all_inner_texts() == nouns
+
+    # a refused option shows the API's own message; a new caption clears the old maps
+    page.select_option("#explain_method", "integrated_gradients")
+    page.fill("#explain_n_steps", "0")
+    explain.click()
+    refusal = httpx.post(
+        f"{demo_server}/v1/explain",
+        json={**body, "method": "integrated_gradients", "n_steps": 0},
+        timeout=60.0,
+        trust_env=False,
+    )
+    assert refusal.status_code == 422, refusal.text
+    error = page.locator("#explain-error")
+    expect(error).to_be_visible()
+    expect(error).to_contain_text("422")
+    expect(error).to_contain_text(refusal.json()["error"]["code"])
+    expect(page.locator("#explain-result")).to_be_hidden()
+    page.click("#submit")
+    expect(error).to_be_hidden()
+    expect(explain).to_be_enabled()
+    expect(figures).to_have_count(0)
+    assert_clean(watch, re.compile(r"status of 422"))
 
 
 def test_probe_jobs_are_listed_with_their_figures(demo_server: str, browser_page: tuple[Any, Watch]) -> None:

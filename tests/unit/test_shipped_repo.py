@@ -63,6 +63,15 @@ def test_every_model_matches_its_manifest_entry_and_role() -> None:
         assert set(outputs) <= set(got_out), f"{entry.name}: role {entry.role} gives {outputs}"
 
 
+def test_the_encoder_and_every_captioner_ship_their_torch_programs() -> None:
+    """The gradient explanations run on them (``service.explain.gradients``); loading needs torch."""
+    manifest = load_manifest(REPO)
+    wanted = ["visual_encoder", *(m for c in manifest.captioners for m in (c.init, c.step))]
+    for name in wanted:
+        program = manifest.model(name).program
+        assert program is not None and (REPO / program).is_file(), f"{name}: no torch program"
+
+
 def test_the_shipped_repository_captions() -> None:
     settings = Settings(repo=REPO, intra_op_threads=1, probe_history="")
     with TestClient(create_app(settings)) as client:

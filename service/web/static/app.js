@@ -6,7 +6,22 @@
   const $ = (id) => document.getElementById(id);
   const KEY_STORE = "compcap.apiKey";
   const PROBE_DETAILS = 8; // succeeded jobs whose results are fetched for their figures
-  const state = { models: null, hooks: [], file: null, previewUrl: null, probeTimer: null };
+  const METHOD_NAMES = {
+    attention: "attention",
+    saliency: "saliency",
+    guided_backprop: "guided backprop",
+    integrated_gradients: "integrated gradients",
+  };
+  const GROUNDING_DELTAS = ["0", "1", "3", "5", "inf"];
+  const state = {
+    models: null,
+    hooks: [],
+    file: null,
+    previewUrl: null,
+    probeTimer: null,
+    captioned: null, // what the shown caption came from: { file, options, caption, base64 }
+    explainSeq: 0, // bumped by every caption and explanation: a late answer for an older one is dropped
+  };
 
   // ---------------------------------------------------------------- HTTP
 
@@ -299,19 +314,22 @@
 
   // ---------------------------------------------------------------- captioning
 
-  function captionForm() {
-    const form = new FormData();
-    form.append("image", state.file, state.file.name || "image");
-    const model = $("model").value;
-    if (model) form.append("model", model);
-    const rerank = $("rerank").value;
-    if (rerank) form.append("rerank", rerank);
+  // the caption options as the form holds them, text as typed ("" = the server's default)
+  function captionOptions() {
+    const options = { model: $("model").value, rerank: $("rerank").value, hooks: chosenHooks() };
     for (const id of ["beam_size", "n_best", "max_length", "length_penalty", "rerank_weight"]) {
-      const value = $(id).value.trim();
-      if (value) form.append(id, value);
+      options[id] = $(id).value.trim();
     }
-    const hooks = chosenHooks();
-    if (hooks.length) form.append("hooks", JSON.stringify(hooks));
+    return options;
+  }
+
+  function captionForm(file, options) {
+    const form = new FormData();
+    form.append("image", file, file.name || "image");
+    for (const [name, value] of Object.entries(options)) {
+      if (name !== "hooks" && value) form.append(name, value);
+    }
+    if (options.hooks.length) form.append("hooks", JSON.stringify(options.hooks));
     return form;
   }
 
@@ -378,6 +396,7 @@
       original.hidden = true;
     }
     showTimings(out.timings_ms, roundTripMs);
+    resetExplain(Boolean(result.caption));
     $("placeholder").hidden = true;
     $("result").hidden = false;
   }
@@ -394,9 +413,14 @@
     button.disabled = true;
     button.textContent = "Captioning…";
     $("results-title").textContent = "Result";
+    const file = state.file;
+    const options = captionOptions();
+    state.captioned = null;
+    state.explainSeq += 1;
     const started = performance.now();
     try {
-      const out = await api("v1/captions", { method: "POST", body: captionForm() });
+      const out = await api("v1/captions", { method: "POST", body: captionForm(file, options) });
+      state.captioned = { file, options, caption: out.results[0].caption, base64: null };
       showResult(out, performance.now() - started);
     } catch (problem) {
       $("result").hidden = true;
@@ -405,6 +429,161 @@
     } finally {
       button.disabled = false;
       button.textContent = "Caption";
+    }
+  }
+
+  // ---------------------------------------------------------------- explanations
+
+  function resetExplain(hasCaption) {
+    $("explain-result").hidden = true;
+    $("word-maps").replaceChildren();
+    $("explain-error").hidden = true;
+    $("explain-status").textContent = hasCaption ? "" : "An empty caption has no words to explain.";
+    const button = $("explain-submit");
+    button.disabled = !hasCaption;
+    button.textContent = "Explain words";
+  }
+
+  function readBase64(file) {
+    return new Promise((resolve, reject) => {
+      const reader = new FileReader();
+      reader.addEventListener("load", () => {
+        const url = String(reader.result || "");
+        resolve(url.slice(url.indexOf(",") + 1)); // drop the data: URL's prefix
+      });
+      reader.addEventListener("error", () => reject(reader.error || new Error("unreadable file")));
+      reader.readAsDataURL(file);
+    });
+  }
+
+  // POST /v1/explain's JSON body: the caption's image and options, typed as JSON wants them
+  function explainBody(captioned, base64) {
+    const body = { image: base64, caption: captioned.caption, method: $("explain_method").value };
+    const o = captioned.options;
+    if (o.model) body.model = o.model;
+    if (o.rerank) body.rerank = o.rerank === "false" ? false : o.rerank;
+    for (const id of ["beam_size", "n_best", "max_length", "length_penalty", "rerank_weight"]) {
+      if (!o[id]) continue;
+      const value = Number(o[id]);
+      body[id] = Number.isFinite(value) ? value : o[id]; // not a number: the server names the field
+    }
+    if (o.hooks.length) body.hooks = o.hooks;
+    if (body.method === "integrated_gradients") {
+      const steps = $("explain_n_steps").value.trim();
+      if (steps) body.n_steps = Number.isFinite(Number(steps)) ? Number(steps) : steps;
+    }
+    return body;
+  }
+
+  function wordFigure(word) {
+    const item = el("li", null, "word-map");
+    const figure = el("figure");
+    if (word.overlay_png) {
+      const img = document.createElement("img");
+      img.src = `data:image/png;base64,${word.overlay_png}`;
+      img.alt = word.word;
+      img.title = `${word.word}: strongest in region ${word.argmax_region}`;
+      figure.append(img);
+    } else {
+      figure.append(el("div", "no overlay", "no-overlay muted small"));
+    }
+    const caption = el("figcaption");
+    const text = el("span", word.word, word.noun ? "word noun" : "word");
+    caption.append(text);
+    if (word.grounded === true || word.grounded === false) {
+      const mark = el("span", word.grounded ? "✓" : "✗", word.grounded ? "mark good" : "mark bad");
+      mark.setAttribute("aria-hidden", "true");
+      caption.append(" ", mark, el("span", word.grounded ? " grounded" : " not grounded", "visually-hidden"));
+    }
+    const about = [];
+    if (word.noun) about.push(word.noun === word.word ? "noun" : `noun: ${word.noun}`);
+    if (typeof word.logprob === "number") about.push(`log p ${num(word.logprob, 2)}`);
+    if (word.pointing === true || word.pointing === false) {
+      const p = word.pointing_chance;
+      const chance = typeof p === "number" ? ` (chance ${num(p, 2)})` : "";
+      about.push(`pointing ${word.pointing ? "hit" : "miss"}${chance}`);
+    }
+    const under = word.under_argmax && word.under_argmax.labels;
+    if (Array.isArray(under) && under.length) about.push(`under: ${under.join(", ")}`);
+    if (about.length) caption.append(el("span", about.join(" · "), "word-about muted"));
+    figure.append(caption);
+    item.append(figure);
+    return item;
+  }
+
+  function showExplanation(out, roundTripMs) {
+    const t = out.timings_ms || {};
+    const method = METHOD_NAMES[out.method] || out.method;
+    const source = out.source === "client" ? "the caption shown" : "the engine's caption";
+    const ms = (value) => `${num(value, typeof value === "number" && value < 10 ? 2 : 1)} ms`;
+    $("explain-summary").textContent =
+      `${method} · model ${out.model} · ${out.words.length} words of ${source}` +
+      ` · ${ms(t.per_word)} per word (maps ${ms(t.maps)}, caption ${ms(t.caption)},` +
+      ` render ${ms(t.render)}) · round trip ${ms(roundTripMs)}`;
+    const grounding = $("grounding");
+    if (out.grounding_score) {
+      grounding.replaceChildren(el("strong", "GroundingScore(δ)"));
+      for (const delta of GROUNDING_DELTAS) {
+        const label = delta === "inf" ? "∞" : delta;
+        grounding.append(el("span", `δ=${label}: ${num(out.grounding_score[delta], 3)}`, "delta"));
+      }
+      grounding.hidden = false;
+    } else {
+      grounding.hidden = true;
+    }
+    const ig = out.integrated_gradients;
+    $("explain-ig").hidden = !ig;
+    if (ig) {
+      $("explain-ig").textContent =
+        `integrated gradients: ${ig.n_steps} steps, baseline ${ig.baseline}` +
+        ` · mean relative completeness error ${num(ig.mean_relative_delta, 4)}`;
+    }
+    $("word-maps").replaceChildren(...out.words.map(wordFigure));
+    $("explain-result").hidden = false;
+  }
+
+  async function submitExplain() {
+    const captioned = state.captioned;
+    if (!captioned || !captioned.caption) return;
+    const seq = ++state.explainSeq;
+    const button = $("explain-submit");
+    const status = $("explain-status");
+    const errorBox = $("explain-error");
+    const method = METHOD_NAMES[$("explain_method").value] || $("explain_method").value;
+    errorBox.hidden = true;
+    button.disabled = true;
+    button.textContent = "Explaining…";
+    status.textContent = `Explaining “${captioned.caption}” with ${method}…`;
+    const started = performance.now();
+    try {
+      if (captioned.base64 === null) {
+        try {
+          captioned.base64 = await readBase64(captioned.file);
+        } catch (err) {
+          throw new ApiProblem(0, "unreadable_file", `could not read the image file (${err.message})`);
+        }
+      }
+      const out = await api("v1/explain", {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify(explainBody(captioned, captioned.base64)),
+      });
+      if (seq !== state.explainSeq) return;
+      showExplanation(out, performance.now() - started);
+      const done = METHOD_NAMES[out.method] || out.method;
+      status.textContent = `Explained ${out.words.length} words with ${done}.`;
+    } catch (problem) {
+      if (seq !== state.explainSeq) return;
+      $("explain-result").hidden = true;
+      const shown =
+        problem instanceof ApiProblem ? problem : new ApiProblem(0, "page_error", String(problem.message));
+      showProblem(errorBox, shown, "POST /v1/explain");
+      status.textContent = "The explanation failed.";
+    } finally {
+      if (seq === state.explainSeq) {
+        button.disabled = false;
+        button.textContent = "Explain words";
+      }
     }
   }
 
@@ -543,6 +722,10 @@
       describeModel();
     });
     $("caption-form").addEventListener("submit", submitCaption);
+    $("explain-submit").addEventListener("click", submitExplain);
+    $("explain_method").addEventListener("change", () => {
+      $("explain-steps-field").hidden = $("explain_method").value !== "integrated_gradients";
+    });
     $("probes-refresh").addEventListener("click", loadProbes);
     checkReady();
     loadModels();
