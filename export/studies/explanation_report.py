@@ -167,7 +167,11 @@ def render_markdown(report: dict[str, Any]) -> str:
             f"| {name} | "
             + " | ".join(f"{ms[m]['ms_per_word']:.1f}" for m in methods)
             + f" | {_f(ig.get('ig_relative_delta'), 4)} | {_f(at20, 4)} ({_f(same, 4)}) | "
-            + (f"{obs['plain_ms']:.1f} → {obs['observed_ms']:.1f} (×{obs['ratio']:.3f})" if obs else "–")
+            + (
+                f"{obs['plain_ms']:.1f} → {obs['observed_ms']:.1f} (×{obs['ratio']:.3f} paired)"
+                if obs
+                else "–"
+            )
             + " |"
         )
     lines += [
@@ -175,7 +179,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         "ms/word: the median over images of the time to compute one caption's maps ÷ its words, on the "
         "study's 2 torch threads (the gateway uses COMPCAP_EXPLAIN_TORCH_THREADS = 1). Attention's maps are "
         "recorded while the caption decodes: its cost is the observer column (median one-image caption "
-        "latency without and with the recorder, interleaved).",
+        "latency without and with the recorder, each image both ways back to back, and the median of those "
+        "paired ratios).",
     ]
     lines += ["", "## Seed 002's claims, here", "", *claims(report), ""]
     lines += ["![per-word heat maps](explain_examples.png)", ""]

@@ -111,18 +111,25 @@ def quality(
 async def observer_overhead(
     engine: CaptionEngine, images: np.ndarray, captioner: str, rounds: int = 3
 ) -> dict[str, float]:
-    """Median one-image caption latency with and without the attention observer (A B A B …)."""
+    """One-image caption latency without and with the attention observer, each image captioned both
+    ways back to back (order alternating by round): medians, and the median of the paired ratios."""
     params = engine.resolve(model=captioner)
     plain: list[float] = []
     observed: list[float] = []
-    for _ in range(rounds):
+    for r in range(rounds):
         for image in images:
-            for bucket, observer in ((plain, None), (observed, AttentionRecorder())):
+            pair = [(plain, None), (observed, AttentionRecorder())]
+            for bucket, observer in pair if r % 2 == 0 else pair[::-1]:
                 t0 = time.perf_counter()
                 await engine.caption(image[None], params, priority=Priority.BACKGROUND, observer=observer)
                 bucket.append((time.perf_counter() - t0) * 1e3)
-    a, b = statistics.median(plain), statistics.median(observed)
-    return {"plain_ms": a, "observed_ms": b, "ratio": b / a}
+    ratios = [b / a for a, b in zip(plain, observed, strict=True)]
+    return {
+        "plain_ms": statistics.median(plain),
+        "observed_ms": statistics.median(observed),
+        "ratio": statistics.median(ratios),
+        "pairs": len(ratios),
+    }
 
 
 async def explain_all(
@@ -236,7 +243,7 @@ async def _run(
                         ]
                     )
                 )
-            entry["observer"] = await observer_overhead(engine, pixels[: min(10, len(ids))], name)
+            entry["observer"] = await observer_overhead(engine, pixels[: min(50, len(ids))], name)
             report["captioners"][name] = entry
             examples[name] = {m: results[m][0] for m in methods}
             examples[name]["image"] = pixels[0]

@@ -287,11 +287,18 @@ def gateway_app() -> Iterator[SimpleNamespace]:
 
     settings = Settings.model_construct()
     runtime = SimpleNamespace(
-        settings=settings, ready=False, load_error=None, metrics=Metrics(), engine=None, manifest=None
+        settings=settings,
+        ready=False,
+        load_error=None,
+        metrics=Metrics(),
+        engine=None,
+        manifest=None,
+        vocab=None,
     )
     with (
         mock.patch.object(app_module, "Runtime", return_value=runtime),
         mock.patch.object(app_module, "ProbeService"),
+        mock.patch.object(app_module, "ExplainService"),
     ):
         app = app_module.create_app(settings)
     yield SimpleNamespace(client=TestClient(app), runtime=runtime)
