@@ -27,6 +27,10 @@ def _f(value: float | None, digits: int = 2) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
+def _e(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1e}"
+
+
 def _pct(value: float | None) -> str:
     return _f(None if value is None else 100 * value, 1)
 
@@ -166,7 +170,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"| {name} | "
             + " | ".join(f"{ms[m]['ms_per_word']:.1f}" for m in methods)
-            + f" | {_f(ig.get('ig_relative_delta'), 4)} | {_f(at20, 4)} ({_f(same, 4)}) | "
+            + f" | {_e(ig.get('ig_relative_delta'))} | {_e(at20)} ({_e(same)}) | "
             + (
                 f"{obs['plain_ms']:.1f} → {obs['observed_ms']:.1f} (×{obs['ratio']:.3f} paired)"
                 if obs
