@@ -121,14 +121,13 @@ class ExplainService:
                     "method",
                 )
             cap = self.manifest.captioner(spec.params.model)
-            missing = [
-                m for m in ("visual_encoder", cap.init, cap.step) if self.manifest.model(m).program is None
-            ]
+            missing = [m for m in ("visual_encoder", cap.init, cap.step) if not self._has_program(m)]
             if missing:
                 raise ExplainRequestError(
                     501,
                     "programs_missing",
-                    f"this repository has no torch programs for {missing} (rebuild it with compcap build)",
+                    f"this repository has no torch programs for {missing}: the build writes them "
+                    "(make build / compcap build); git does not carry them",
                     "method",
                 )
         if spec.caption is None:
@@ -149,6 +148,10 @@ class ExplainService:
                 422, "invalid_caption", f"caption has more than {limit} words", "caption"
             )
         return words
+
+    def _has_program(self, model: str) -> bool:
+        program = self.manifest.model(model).program
+        return program is not None and (self.repo / program).is_file()
 
     # -- admission --------------------------------------------------------------------------------------
 

@@ -172,3 +172,20 @@ def test_all_words_at_once_equal_one_word_at_a_time(
         )
         np.testing.assert_allclose(ig.values[t], one[0].numpy(), rtol=1e-4, atol=1e-8)
         assert ig.delta is not None and ig.delta[t] == pytest.approx(float(delta[0]), abs=1e-5)
+
+
+def test_a_repository_without_its_programs_answers_501_for_gradients_only(
+    tiny_repo: Path, manifest: Manifest, vocab: Vocabulary, tmp_path: Path
+) -> None:
+    bare = ExplainService(tmp_path, manifest, vocab)  # the manifest names programs; no files under tmp_path
+    from service.engine.params import SearchParams
+
+    spec = ExplainInput(image(manifest, 0), SearchParams(model="butr"), method="saliency")
+    with pytest.raises(ExplainRequestError) as err:
+        bare.check(spec)
+    assert (
+        err.value.status == 501 and err.value.code == "programs_missing" and "make build" in err.value.message
+    )
+    assert (
+        bare.check(ExplainInput(image(manifest, 0), SearchParams(model="butr"))) is None
+    )  # attention is fine

@@ -63,13 +63,13 @@ def test_every_model_matches_its_manifest_entry_and_role() -> None:
         assert set(outputs) <= set(got_out), f"{entry.name}: role {entry.role} gives {outputs}"
 
 
-def test_the_encoder_and_every_captioner_ship_their_torch_programs() -> None:
-    """The gradient explanations run on them (``service.explain.gradients``); loading needs torch."""
+def test_the_manifest_names_the_torch_programs_the_build_writes() -> None:
+    """The gradient explanations run on them (``service.explain.gradients``). The build writes them beside
+    the ONNX files; git does not carry them (16 MB), so on a fresh clone the gradient methods answer 501
+    ``programs_missing`` until ``make build``."""
     manifest = load_manifest(REPO)
-    wanted = ["visual_encoder", *(m for c in manifest.captioners for m in (c.init, c.step))]
-    for name in wanted:
-        program = manifest.model(name).program
-        assert program is not None and (REPO / program).is_file(), f"{name}: no torch program"
+    for name in ["visual_encoder", *(m for c in manifest.captioners for m in (c.init, c.step))]:
+        assert manifest.model(name).program == f"torch/{name}.pt2", name
 
 
 def test_the_shipped_repository_captions() -> None:
