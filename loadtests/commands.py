@@ -32,11 +32,28 @@ def _probe_load(args: argparse.Namespace) -> int:
     return probe_load(args)
 
 
+def _shadow_load_arguments(parser: argparse.ArgumentParser) -> None:
+    from loadtests.shadow_load import add_arguments
+
+    add_arguments(parser)
+
+
+def _shadow_load(args: argparse.Namespace) -> int:
+    from loadtests.shadow_load import shadow_load
+
+    return shadow_load(args)
+
+
 COMMANDS: CommandTable = {
     "bench": Command("benchmark the engine and the gateway (loadtests/bench.py)", _bench_arguments, _bench),
     "probe-load": Command(
         "caption latency with and without a live probe (loadtests/probe_load.py)",
         _probe_load_arguments,
         _probe_load,
+    ),
+    "shadow-load": Command(
+        "caption latency with and without live shadow comparison (loadtests/shadow_load.py)",
+        _shadow_load_arguments,
+        _shadow_load,
     ),
 }

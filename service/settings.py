@@ -95,6 +95,36 @@ class Settings(BaseSettings):
     explain_torch_threads: int = Field(
         default=1, ge=1, le=64, description="torch intra-op threads of the gradient explanations"
     )
+    max_comparisons: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description="comparisons (POST /v1/compare) at once; more get 429 (Retry-After)",
+    )
+    max_compare_configurations: int = Field(
+        default=8, ge=2, le=64, description="most configurations one POST /v1/compare may name"
+    )
+    shadow_model: str | None = Field(
+        default=None,
+        description="shadow configuration decoded after sampled caption responses (a captioner name, "
+        "NAME=MODEL?options or NAME={JSON}); unset: no shadow comparison",
+    )
+    shadow_rate: float = Field(
+        default=0.1, ge=0.0, le=1.0, description="share of caption requests also decoded by the shadow"
+    )
+    shadow_reservoir_size: int = Field(
+        default=20, ge=1, le=10_000, description="most discrepant live images GET /v1/compare/shadow keeps"
+    )
+    shadow_reservoir_bytes: int = Field(
+        default=1 << 20, ge=1024, description="byte bound of the shadow reservoir (images and captions)"
+    )
+    shadow_keep_images: bool = Field(
+        default=False,
+        description="keep the decoded model-size image in the reservoir instead of a 64 px thumbnail",
+    )
+    shadow_max_pending: int = Field(
+        default=4, ge=1, le=1024, description="shadow decodes waiting or running at once; beyond: skipped"
+    )
     max_probe_jobs: int = Field(
         default=2, ge=1, le=64, description="probe jobs running at once; more get 429 with Retry-After"
     )
@@ -129,6 +159,29 @@ class Settings(BaseSettings):
 
         parse_schedule(value)  # a ValueError names the field of the schedule at fault
         return value
+
+    @field_validator("shadow_model")
+    @classmethod
+    def _shadow_parses(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        from service.compare.configs import parse_configuration
+
+        parse_configuration(value)  # a ConfigurationError (a ValueError) names the part at fault
+        return value
+
+    @model_validator(mode="after")
+    def _shadow_model_known(self) -> Settings:
+        if self.shadow_model is None:
+            return self
+        from service.compare.configs import parse_configuration
+        from service.manifest import load_manifest
+
+        model = parse_configuration(self.shadow_model).model
+        names = [c.name for c in load_manifest(self.repo).captioners]
+        if model not in names:
+            raise ValueError(f"shadow_model: unknown captioner {model!r}; captioners: {', '.join(names)}")
+        return self
 
     @field_validator("api_keys")
     @classmethod

@@ -19,6 +19,10 @@ from service.api.openapi import TAGS, install_openapi
 from service.api.requestlog import RequestLogMiddleware
 from service.api.routes import router
 from service.backends.base import Backend
+from service.compare.configs import parse_configuration
+from service.compare.router import router as compare_router
+from service.compare.service import CompareService
+from service.compare.shadow import ShadowComparer
 from service.explain.router import router as explain_router
 from service.explain.service import ExplainService
 from service.probes.router import router as probe_router
@@ -50,6 +54,8 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
             yield
         finally:
             await probes.close()
+            if app.state.shadow is not None:
+                await app.state.shadow.close()
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             await runtime.close()
@@ -73,10 +79,25 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
         settings.explain_max_ig_steps,
         settings.explain_torch_threads,
     )
+    app.state.compare = CompareService(settings.max_comparisons)
+    app.state.shadow = (
+        None
+        if settings.shadow_model is None
+        else ShadowComparer(
+            parse_configuration(settings.shadow_model),
+            settings.shadow_rate,
+            runtime.metrics.registry,
+            capacity=settings.shadow_reservoir_size,
+            max_bytes=settings.shadow_reservoir_bytes,
+            keep_images=settings.shadow_keep_images,
+            max_pending=settings.shadow_max_pending,
+        )
+    )
     install_error_handlers(app, runtime.metrics)
     app.include_router(router)
     app.include_router(probe_router)
     app.include_router(explain_router)
+    app.include_router(compare_router)
     install_docs(app)
     install_openapi(app)
     install_web(app)

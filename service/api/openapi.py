@@ -28,6 +28,11 @@ TAGS = [
         "description": "Per-word attribution maps (attention, saliency, guided backprop, integrated "
         "gradients) with the object under each word's argmax and GroundingScore(δ).",
     },
+    {
+        "name": "comparison",
+        "description": "Maximum-discrepancy comparison (seed 003): two or more configurations on the same "
+        "images, most discrepant first by NGSM; the live shadow comparison's reservoir.",
+    },
 ]
 
 

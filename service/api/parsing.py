@@ -69,7 +69,7 @@ def _read_json(body: bytes, query: dict[str, Any], settings: Settings) -> tuple[
         _check_count(len(payload["images"]), settings)
     req = CaptionJSONRequest.model_validate({**query, **payload})
     _check_count(len(req.images), settings)
-    blobs = [_b64(text, index, settings.max_upload_bytes) for index, text in enumerate(req.images)]
+    blobs = [b64_blob(text, index, settings.max_upload_bytes) for index, text in enumerate(req.images)]
     return blobs, CaptionOptions.model_validate(req.model_dump(exclude={"images"}))
 
 
@@ -160,7 +160,7 @@ def _check_count(n: int, settings: Settings) -> None:
         )
 
 
-def _b64(text: str, index: int, max_bytes: int) -> bytes:
+def b64_blob(text: str, index: int, max_bytes: int) -> bytes:
     if text.startswith("data:"):
         text = text.partition(",")[2]
     if len(text) > max_bytes * 4 // 3 + 8:

@@ -6,7 +6,7 @@ import asyncio
 import time
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, BackgroundTasks, Depends, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from service.api.auth import require_caption_key
@@ -66,7 +66,9 @@ _CAPTION_ERRORS: dict[int | str, dict[str, Any]] = {
     summary="Caption images (multipart field `image`, repeatable, or JSON `images` in base64)",
     description=CaptionOptions.__doc__,
 )
-async def captions(request: Request, runtime: RuntimeDep, engine: EngineDep) -> CaptionResponse:
+async def captions(
+    request: Request, runtime: RuntimeDep, engine: EngineDep, background: BackgroundTasks
+) -> CaptionResponse:
     settings = runtime.settings
     start = time.perf_counter()
     try:
@@ -94,6 +96,9 @@ async def captions(request: Request, runtime: RuntimeDep, engine: EngineDep) -> 
         raise ApiError(
             504, "deadline_exceeded", f"the request took longer than {settings.request_deadline_s} s"
         ) from None
+    shadow = request.app.state.shadow
+    if shadow is not None:  # decoded again by the shadow configuration once the response is out
+        background.add_task(shadow.offer_output, engine, images, out)
     return caption_response(out, original, (decoded - start) * 1e3, (time.perf_counter() - start) * 1e3)
 
 

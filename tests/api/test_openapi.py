@@ -90,6 +90,8 @@ def test_every_route_has_typed_responses_and_a_tag(spec: dict[str, Any]) -> None
         "/v1/probes/{job_id}/accept",
         "/v1/probe-sets",
         "/v1/explain",
+        "/v1/compare",
+        "/v1/compare/shadow",
     }
     tags = {t["name"] for t in spec["tags"]}
     for path, item in spec["paths"].items():

@@ -1,0 +1,64 @@
+"""``DiscrepancyReservoir``: the k most discrepant items seen (lowest NGSM first), within a byte budget.
+
+An item's size is its stored bytes (thumbnail PNG plus captions). Adding an item evicts the most
+similar kept items until both bounds hold; an item more similar than everything kept while the
+reservoir is full is refused. Order: ascending NGSM, then ascending mean NGSM_n (``ngsm_profile``'s
+tie-break), then arrival (older first)."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ReservoirItem:
+    similarity: float  # NGSM, Eq. 4
+    tie_break: float  # mean of the defined NGSM_n
+    payload: dict[str, Any] = field(compare=False)
+    size_bytes: int = field(default=0, compare=False)
+
+
+class DiscrepancyReservoir:
+    def __init__(self, capacity: int, max_bytes: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        if max_bytes < 1:
+            raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
+        self.capacity, self.max_bytes = capacity, max_bytes
+        # max-heap on similarity through negation: the root is the most similar (first evicted)
+        self._heap: list[tuple[float, float, int, ReservoirItem]] = []
+        self._order = itertools.count()
+        self.bytes = 0
+        self.seen = 0
+        self.refused = 0
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def add(self, item: ReservoirItem) -> bool:
+        """Keep ``item`` if it is among the most discrepant within the bounds; True when kept."""
+        self.seen += 1
+        if item.size_bytes > self.max_bytes:
+            self.refused += 1
+            return False
+        seq = next(self._order)
+        key = (-item.similarity, -item.tie_break, -seq, item)
+        heapq.heappush(self._heap, key)
+        self.bytes += item.size_bytes
+        while len(self._heap) > self.capacity or self.bytes > self.max_bytes:
+            evicted = heapq.heappop(self._heap)[3]
+            self.bytes -= evicted.size_bytes
+            if evicted is item:
+                self.refused += 1
+                return False
+        return True
+
+    def items(self) -> list[ReservoirItem]:
+        """Kept items, most discrepant first."""
+        return [k[3] for k in sorted(self._heap, key=lambda k: (-k[0], -k[1], -k[2]))]
+
+
+__all__ = ["DiscrepancyReservoir", "ReservoirItem"]

@@ -1,0 +1,141 @@
+"""``POST /v1/compare`` (the same images captioned by two or more configurations, most discrepant
+first) and ``GET /v1/compare/shadow`` (the live shadow comparison's reservoir). Thin: validate, decode
+the images, hand to ``CompareService``. Key-protected when ``COMPCAP_API_KEYS`` is set."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.api.auth import require_key
+from service.api.deps import EngineDep, RuntimeDep
+from service.api.errors import ApiError
+from service.api.parsing import b64_blob
+from service.api.requestlog import annotate
+from service.api.schemas import CaptionOptions
+from service.compare.configs import NAME_PATTERN, Configuration, ConfigurationError
+from service.compare.schemas import CompareResponse, ShadowResponse
+from service.compare.service import CompareBusyError, CompareService
+from service.compare.shadow import ShadowComparer
+from service.images import decode_images
+
+MAX_IMAGE_CHARS = 16 * 1024 * 1024
+
+
+class ConfigurationSpec(CaptionOptions):
+    """A captioner and its decoding options under a name (the caption options of POST /v1/captions)."""
+
+    name: str = Field(pattern=NAME_PATTERN.pattern, description="unique name, e.g. BUTR+RR")
+    model: str = Field(max_length=128, description="captioner name")
+
+
+class CompareRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    images: list[Annotated[str, Field(max_length=MAX_IMAGE_CHARS)]] = Field(
+        min_length=1, description="base64 images (at most COMPCAP_MAX_IMAGES_PER_REQUEST)"
+    )
+    configurations: list[ConfigurationSpec] = Field(
+        min_length=2, description="two or more configurations (at most COMPCAP_MAX_COMPARE_CONFIGURATIONS)"
+    )
+
+
+async def get_compare(request: Request) -> CompareService:
+    service: CompareService = request.app.state.compare
+    return service
+
+
+CompareDep = Annotated[CompareService, Depends(get_compare)]
+router = APIRouter(tags=["comparison"], dependencies=[Depends(require_key)])
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"description": "bad image or base64"},
+    401: {"description": "API keys are configured and none was sent"},
+    403: {"description": "the API key is not valid"},
+    404: {"description": "unknown model or ranker in a configuration; no shadow configured"},
+    413: {"description": "image over the upload limit"},
+    422: {"description": "fewer than two configurations, repeated names, invalid option, too many images"},
+    429: {"description": "too many comparisons running (Retry-After)"},
+    503: {"description": "models not loaded yet, or the decoding queue is full"},
+}
+
+
+def _configs(body: CompareRequest, limit: int) -> list[Configuration]:
+    if len(body.configurations) > limit:
+        raise ApiError(
+            422,
+            "too_many_configurations",
+            f"{len(body.configurations)} configurations; at most {limit}",
+            field="configurations",
+        )
+    try:
+        return [
+            Configuration(c.name, c.model_dump(exclude={"name"}, exclude_defaults=True) | {"model": c.model})
+            for c in body.configurations
+        ]
+    except ConfigurationError as exc:
+        raise ApiError(422, "invalid_configuration", str(exc), field=f"configurations.{exc.field}") from None
+
+
+@router.post("/v1/compare", responses=_ERRORS, response_model=CompareResponse)
+async def compare(
+    body: CompareRequest, runtime: RuntimeDep, engine: EngineDep, comparer: CompareDep
+) -> dict[str, Any]:
+    """Caption every image with every configuration (in the engine's shared batch, at background
+    priority); per image each configuration's caption and the pairwise NGSM (seed 003 Eq. 4), images
+    most discrepant first. See README, Comparison."""
+    settings = runtime.settings
+    configs = _configs(body, settings.max_compare_configurations)
+    names = [c.name for c in configs]
+    if len(set(names)) != len(names):
+        raise ApiError(
+            422,
+            "invalid_configuration",
+            f"configuration names must be unique: {names}",
+            field="configurations",
+        )
+    if len(body.images) > settings.max_images_per_request:
+        raise ApiError(
+            422,
+            "too_many_images",
+            f"{len(body.images)} images; at most {settings.max_images_per_request} per request",
+            field="images",
+        )
+    annotate(configurations=names, images=len(body.images))
+    blobs = [b64_blob(text, i, settings.max_upload_bytes) for i, text in enumerate(body.images)]
+    image = runtime.manifest.image
+    images = await asyncio.to_thread(
+        decode_images,
+        blobs,
+        image.height,
+        image.width,
+        max_bytes=settings.max_upload_bytes,
+        max_pixels=settings.max_image_pixels,
+    )
+    try:
+        return await comparer.compare(engine, images, configs)
+    except CompareBusyError as exc:
+        raise ApiError(
+            429,
+            "too_many_comparisons",
+            f"{comparer.max_concurrent} comparisons are running; retry later",
+            {"Retry-After": str(round(exc.retry_after_s))},
+        ) from None
+
+
+@router.get(
+    "/v1/compare/shadow",
+    responses={404: {"description": "no shadow configured"}},
+    response_model=ShadowResponse,
+)
+async def shadow(request: Request) -> dict[str, Any]:
+    """The shadow comparison's reservoir: the most discrepant live images seen (lowest NGSM first), each
+    with a thumbnail and both captions, within the configured size and byte bounds."""
+    comparer: ShadowComparer | None = request.app.state.shadow
+    if comparer is None:
+        raise ApiError(404, "no_shadow", "no shadow configured: set COMPCAP_SHADOW_MODEL")
+    return comparer.snapshot()
+
+
+__all__ = ["router"]

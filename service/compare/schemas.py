@@ -1,0 +1,67 @@
+"""Typed responses of ``POST /v1/compare`` and ``GET /v1/compare/shadow`` (the OpenAPI contract)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class ResolvedConfiguration(BaseModel):
+    model: str
+    beam_size: int
+    ranker: str | None
+
+
+class ComparedConfiguration(BaseModel):
+    name: str
+    options: dict[str, Any] = Field(description="the caption options as sent")
+    resolved: ResolvedConfiguration
+
+
+class PairSimilarity(BaseModel):
+    a: str
+    b: str
+    ngsm: float = Field(description="NGSM (seed 003 Eq. 4): geometric mean of NGSM_n, n = 1..4; 1 = same")
+    tie_break: float = Field(description="arithmetic mean of the defined NGSM_n (orders pairs at NGSM 0)")
+
+
+class ComparedImage(BaseModel):
+    index: int = Field(description="position of the image in the request")
+    captions: dict[str, str] = Field(description="best caption per configuration name")
+    pairs: list[PairSimilarity]
+    min_ngsm: float
+    min_tie_break: float
+    most_discrepant_pair: list[str]
+
+
+class CompareResponse(BaseModel):
+    configurations: list[ComparedConfiguration]
+    images: list[ComparedImage] = Field(description="most discrepant first (lowest min_ngsm)")
+    timings_ms: dict[str, float]
+
+
+class ShadowCaption(BaseModel):
+    model: str | None = None
+    configuration: str | None = None
+    caption: str
+
+
+class ShadowItem(BaseModel):
+    similarity: float
+    primary: ShadowCaption
+    shadow: ShadowCaption
+    image_png: str = Field(description="base64 PNG: a 64 px thumbnail, or the model-size image when enabled")
+    image_kind: str
+    seen_at: float = Field(description="Unix time")
+
+
+class ShadowResponse(BaseModel):
+    shadow: dict[str, Any] = Field(description="the shadow configuration: name and options")
+    rate: float
+    capacity: int
+    max_bytes: int
+    bytes: int
+    seen: int = Field(description="images compared since start")
+    pending: int = Field(description="shadow decodes waiting or running")
+    items: list[ShadowItem] = Field(description="most discrepant first")

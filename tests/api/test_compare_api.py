@@ -1,0 +1,186 @@
+"""``POST /v1/compare`` and the live shadow comparison through the real app on the tiny repository:
+captions per configuration equal what /v1/captions gives for the same options, pairwise NGSM, images
+most discrepant first, clear 4xx errors, 429 when full; with a shadow configured, sampled caption
+requests are decoded again after the response, the similarity histogram counts them and the reservoir
+keeps the most discrepant images within its bounds."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from PIL import Image
+
+from service.api.app import create_app
+from service.compare.ngsm import ngsm, ngsm_profile
+from service.settings import Settings
+from tests.api.conftest import wait_ready
+
+KEY = "compare-key-1"
+BAN = {"name": "ban_words", "params": {"words": ["a"]}}
+
+
+@pytest.fixture(scope="module")
+def client(tiny_repo: Path) -> Iterator[TestClient]:
+    app = create_app(Settings(repo=tiny_repo, intra_op_threads=1, api_keys=KEY))
+    with TestClient(app, headers={"Authorization": f"Bearer {KEY}"}) as c:
+        wait_ready(c)
+        yield c
+
+
+def png(seed: int) -> str:
+    arr = np.random.default_rng(seed).integers(0, 256, size=(48, 64, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="PNG")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def configs() -> list[dict]:
+    return [
+        {"name": "BUTD", "model": "butd", "beam_size": 3},
+        {"name": "BUTR", "model": "butr", "beam_size": 3, "rerank": False},
+        {"name": "WEAK", "model": "butd", "beam_size": 1, "hooks": [BAN]},
+    ]
+
+
+def test_compare_gives_each_configurations_caption_and_orders_by_discrepancy(client: TestClient) -> None:
+    images = [png(s) for s in range(4)]
+    r = client.post("/v1/compare", json={"images": images, "configurations": configs()})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert [c["name"] for c in body["configurations"]] == ["BUTD", "BUTR", "WEAK"]
+    assert body["configurations"][1]["resolved"]["ranker"] is None
+    rows = body["images"]
+    assert sorted(row["index"] for row in rows) == [0, 1, 2, 3]
+    mins = [row["min_ngsm"] for row in rows]
+    assert mins == sorted(mins)  # most discrepant first
+    for row in rows:
+        assert len(row["pairs"]) == 3
+        for pair in row["pairs"]:
+            assert pair["ngsm"] == pytest.approx(ngsm(row["captions"][pair["a"]], row["captions"][pair["b"]]))
+        assert "a" not in row["captions"]["WEAK"].split()  # its hook applied
+    # a configuration decodes exactly as /v1/captions with the same options
+    first = rows[0]
+    cap = client.post(
+        "/v1/captions",
+        json={"images": [images[first["index"]]], "model": "butr", "beam_size": 3, "rerank": False},
+    )
+    assert cap.status_code == 200, cap.text
+    assert cap.json()["results"][0]["captions"][0]["text"] == first["captions"]["BUTR"]
+
+
+@pytest.mark.parametrize(
+    ("configurations", "status", "field"),
+    [
+        ([{"name": "A", "model": "butd"}], 422, None),  # fewer than two
+        ([{"name": "A", "model": "butd"}, {"name": "A", "model": "butr"}], 422, "configurations"),
+        ([{"name": "A", "model": "butd"}, {"name": "B", "model": "nope"}], 404, "configurations[1].model"),
+        ([{"name": "A", "model": "butd"}, {"name": "B", "model": "butr", "beam_size": 0}], 422, None),
+        (
+            [{"name": "A", "model": "butd"}, {"name": "B", "model": "butd", "n_best": 9, "beam_size": 2}],
+            422,
+            "configurations[1].n_best",
+        ),
+        ([{"name": "A b", "model": "butd"}, {"name": "B", "model": "butd"}], 422, None),
+    ],
+)
+def test_bad_configurations_are_named(
+    client: TestClient, configurations: list[dict], status: int, field: str | None
+) -> None:
+    r = client.post("/v1/compare", json={"images": [png(0)], "configurations": configurations})
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    if field is not None:
+        assert error["details"][0]["field"] == field, error
+
+
+def test_bad_images_and_limits(client: TestClient) -> None:
+    r = client.post("/v1/compare", json={"images": ["%%%"], "configurations": configs()})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_base64"
+    r = client.post("/v1/compare", json={"images": [], "configurations": configs()})
+    assert r.status_code == 422
+    r = client.post("/v1/compare", json={"images": [png(0)] * 17, "configurations": configs()})
+    assert r.status_code == 422 and r.json()["error"]["code"] == "too_many_images"
+    many = [{"name": f"C{i}", "model": "butd"} for i in range(9)]
+    r = client.post("/v1/compare", json={"images": [png(0)], "configurations": many})
+    assert r.status_code == 422 and r.json()["error"]["code"] == "too_many_configurations"
+
+
+def test_full_slots_answer_429_and_the_key_is_required(client: TestClient) -> None:
+    service = client.app.state.compare  # type: ignore[attr-defined]
+    service.active = service.max_concurrent
+    try:
+        r = client.post("/v1/compare", json={"images": [png(0)], "configurations": configs()})
+    finally:
+        service.active = 0
+    assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
+    r = client.post(
+        "/v1/compare", json={"images": [png(0)], "configurations": configs()}, headers={"Authorization": ""}
+    )
+    assert r.status_code == 401
+    assert client.get("/v1/compare/shadow").status_code == 404  # no shadow configured
+
+
+def shadow_app(tiny_repo: Path, **extra: object) -> TestClient:
+    settings = Settings(
+        repo=tiny_repo,
+        intra_op_threads=1,
+        shadow_model='WEAK={"model": "butd", "beam_size": 1, "hooks": ' + json.dumps([BAN]) + "}",
+        shadow_rate=1.0,
+        **extra,  # type: ignore[arg-type]
+    )
+    return TestClient(create_app(settings))
+
+
+def test_the_shadow_compares_live_requests_and_keeps_the_most_discrepant(tiny_repo: Path) -> None:
+    with shadow_app(tiny_repo, shadow_reservoir_size=3) as c:
+        wait_ready(c)
+        shadow = c.app.state.shadow  # type: ignore[attr-defined]
+        engine = c.app.state.runtime.engine  # type: ignore[attr-defined]
+        primary: dict[int, str] = {}
+        for seed in range(8):
+            r = c.post("/v1/captions", json={"images": [png(seed)], "model": "butd", "beam_size": 3})
+            assert r.status_code == 200, r.text
+            primary[seed] = r.json()["results"][0]["captions"][0]["text"]
+        c.portal.call(shadow.drain)  # type: ignore[union-attr]
+        snap = c.get("/v1/compare/shadow").json()
+        expected = []  # the shadow configuration asked directly, image by image (not shadowed itself)
+        shadow.rate = 0.0
+        for seed in range(8):
+            r = c.post(
+                "/v1/captions", json={"images": [png(seed)], "model": "butd", "beam_size": 1, "hooks": [BAN]}
+            )
+            expected.append(ngsm_profile(primary[seed], r.json()["results"][0]["captions"][0]["text"]))
+        c.portal.call(shadow.drain)  # type: ignore[union-attr]
+        metrics = c.get("/metrics").text
+    assert engine is not None
+    assert snap["seen"] == 8 and len(snap["items"]) == 3 and snap["bytes"] <= snap["max_bytes"]
+    sims = [item["similarity"] for item in snap["items"]]
+    assert sims == sorted(sims)
+    # the reservoir holds the three lowest similarities of the eight compared
+    assert sims == pytest.approx([e[0] for e in sorted(expected)[:3]], abs=1e-6)
+    line = 'compcap_shadow_similarity_count{primary="butd",shadow="WEAK"} 8.0'
+    assert line in metrics
+    assert 'compcap_shadow_requests_total{outcome="compared",primary="butd",shadow="WEAK"} 8.0' in metrics
+    kept = {item["primary"]["caption"] for item in snap["items"]}
+    assert kept <= set(primary.values())
+    for item in snap["items"]:
+        assert "a" not in item["shadow"]["caption"].split()
+        thumb = Image.open(io.BytesIO(base64.b64decode(item["image_png"])))
+        assert max(thumb.size) <= 64
+        assert item["similarity"] == pytest.approx(
+            ngsm(item["primary"]["caption"], item["shadow"]["caption"]), abs=1e-6
+        )
+
+
+def test_shadow_settings_are_validated(tiny_repo: Path) -> None:
+    with pytest.raises(ValueError, match="shadow_model"):
+        Settings(repo=tiny_repo, shadow_model="nope")
+    with pytest.raises(ValueError, match="shadow_rate"):
+        Settings(repo=tiny_repo, shadow_model="butd", shadow_rate=1.5)
