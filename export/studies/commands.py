@@ -228,6 +228,68 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mad_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repo", default="model_repo", help="model repository whose captioners are compared")
+    parser.add_argument(
+        "--configs",
+        nargs="+",
+        default=None,
+        help="configurations: NAME (a captioner), NAME=MODEL?beam_size=100&rerank=true or NAME={json} "
+        "(default: one per architecture, BUTR+RR, FULL — what the repository has)",
+    )
+    pool = parser.add_argument_group("pool R (one of)")
+    pool.add_argument("--world-seed", type=int, default=None, help="SceneWorld seed (default 20261123)")
+    pool.add_argument("--images", type=_positive, default=None, help="SceneWorld images (default 5000)")
+    pool.add_argument("--data", default=None, help="a COCO-format folder (captions.json) as the pool")
+    pool.add_argument("--image-dir", default=None, help="a folder of images (no references: --no-referee)")
+    parser.add_argument("--k", type=_positive, default=None, help="images per pairwise set D_ij (default 70)")
+    parser.add_argument(
+        "--out", default="reports", help="mad.md, mad.json, figures; work under <out>/mad_work"
+    )
+    parser.add_argument("--state", default=None, help="state file (default <out>/mad_work/state.json)")
+    parser.add_argument(
+        "--add", default=None, help="add one configuration to the state's study (Algorithm 2)"
+    )
+    parser.add_argument(
+        "--iid-data",
+        default=None,
+        help="i.i.d. test set for the conventional CIDEr-D ranking (its splits/full test set when it has "
+        "one; default: <repo>.work/data/eval_<seed>, else <repo>.work/data/test)",
+    )
+    parser.add_argument("--iid-images", type=_positive, default=1000)
+    parser.add_argument("--no-referee", action="store_true", help="stop after selection (no references)")
+
+
+def _mad(args: argparse.Namespace) -> int:
+    from export.studies.mad import MadError, run_mad
+    from export.studies.mad_report import summary_table
+
+    try:
+        report = run_mad(
+            Path(args.repo),
+            Path(args.out),
+            configs=args.configs,
+            world_seed=args.world_seed,
+            images=args.images,
+            data=Path(args.data) if args.data else None,
+            image_dir=Path(args.image_dir) if args.image_dir else None,
+            k=args.k,
+            state_path=Path(args.state) if args.state else None,
+            add=args.add,
+            iid_data=Path(args.iid_data) if args.iid_data else None,
+            iid_images=args.iid_images,
+            referee=not args.no_referee,
+            command="compcap mad " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["mad"] else "compcap mad",
+        )
+    except MadError as exc:
+        print(f"compcap mad: {exc}", file=sys.stderr)
+        return 2
+    if report["referee"]:
+        print(summary_table(report))
+    print(f"wrote {Path(args.out) / 'mad.md'}")
+    return 0
+
+
 COMMANDS: CommandTable = {
     "evaluate": Command(
         "evaluate every captioner of a repository on a split", _evaluate_arguments, _evaluate
@@ -247,5 +309,10 @@ COMMANDS: CommandTable = {
         "seed 002 grounding study: GroundingScore(δ), pointing game, NW, coverage per captioner × method",
         _explain_arguments,
         _explain,
+    ),
+    "mad": Command(
+        "seed 003 maximum-discrepancy comparison: NGSM-selected pairwise sets, dominance/Perron ranking",
+        _mad_arguments,
+        _mad,
     ),
 }
