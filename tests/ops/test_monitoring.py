@@ -15,6 +15,8 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
+from service.compare.configs import parse_configuration
+from service.compare.shadow import ShadowComparer
 from service.metrics import Metrics
 from service.probes.gauges import ProbeGauges
 from tests.integration.prometheus_server import (
@@ -48,6 +50,7 @@ def gateway_metric_names() -> set[str]:
     registry = CollectorRegistry()
     Metrics(registry)
     ProbeGauges(registry)
+    ShadowComparer(parse_configuration("shadow"), 0.0, registry)  # exported when a shadow is set
     names = set()
     for family in registry.collect():
         assert family.type in SUFFIXES, (family.name, family.type)
