@@ -122,8 +122,18 @@ class CaptionEngine:
 
     def _new_scheduler(self, captioner: str) -> Scheduler:
         return Scheduler(
-            self.runner, self.manifest.captioner(captioner), self.limits, self.banned, self.metrics
+            self.runner,
+            self.manifest.captioner(captioner),
+            self.limits,
+            self.banned,
+            self.metrics,
+            users_anywhere=self.user_requests,
         )
+
+    def user_requests(self) -> int:
+        """User requests in all the cross-request schedulers: background work of any captioner (probes,
+        shadow, studies) yields to them, since every captioner shares the same cores."""
+        return sum(s.user_requests for s in self._schedulers.values())
 
     def resolve(self, **options: Any) -> SearchParams:
         """Validate request options (``model``, ``beam_size``, ``max_length``, ``n_best``, ``rerank``,

@@ -22,7 +22,7 @@ import asyncio
 import heapq
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +37,7 @@ from service.metrics import Metrics
 
 log = logging.getLogger(__name__)
 S = RequestStatus
+RECHECK_S = 0.05  # a background request held back by other captioners' users looks again after this
 
 
 class QueueFullError(Exception):
@@ -85,8 +86,12 @@ class Scheduler:
         limits: SchedulerLimits,
         banned_ids: Sequence[int],
         metrics: Metrics | None = None,
+        users_anywhere: Callable[[], int] | None = None,
     ) -> None:
+        """``users_anywhere``: user requests in every scheduler sharing these cores (the engine's); a
+        background request yields to users of another captioner as to its own. None: this one only."""
         self.runner, self.cap, self.limits, self.metrics = runner, captioner, limits, metrics
+        self._users_anywhere = users_anywhere
         vocab = runner.manifest.vocabulary
         length = min(limits.max_length, captioner.max_length)
         self._batch = BeamBatch(limits.max_beam_size, length, vocab.bos_id, vocab.eos_id, banned_ids)
@@ -121,6 +126,11 @@ class Scheduler:
         return sum(
             1 for stage in stages for r in stage if r.priority is Priority.USER and not r.status.terminal
         )
+
+    @property
+    def users_anywhere(self) -> int:
+        """User requests here or, with ``users_anywhere`` given, in any scheduler of the engine."""
+        return self.user_requests if self._users_anywhere is None else self._users_anywhere()
 
     @property
     def queue_length(self) -> int:
@@ -301,12 +311,16 @@ class Scheduler:
             fits = self._reserved_rows + request.rows <= self.limits.max_rows
             background = request.priority is Priority.BACKGROUND
             if background and users is None:
-                users = self.user_requests + sum(r.priority is Priority.USER for r in admitted)
+                users = self.users_anywhere + sum(r.priority is Priority.USER for r in admitted)
             if background and users:
                 budget = self.limits.max_background_rows
                 fits = fits and (budget is None or self._background_rows + request.rows <= budget)
                 fits = fits and time.perf_counter() >= self._background_after
             if not fits or self.active_requests + len(admitted) >= self.limits.max_active:
+                if background and users and not self.user_requests:
+                    # held back by another captioner's users: nothing here will wake this loop when
+                    # they leave, so look again shortly
+                    asyncio.get_running_loop().call_later(RECHECK_S, self._wake.set)
                 break  # the heap puts users first: whatever waits behind a background request is background
             heapq.heappop(self._waiting)
             request.status, request.holds_rows = S.ENCODING, True
@@ -411,7 +425,7 @@ class Scheduler:
         """After a background request held rows for t s while users decode, hold the next one back for
         t × (1/share − 1) s (and wake the loop then)."""
         share = self.limits.background_share
-        if share >= 1.0 or not self.user_requests or not request.encode_start:
+        if share >= 1.0 or not self.users_anywhere or not request.encode_start:
             return
         now = time.perf_counter()
         gap = (now - request.encode_start) * (1.0 / share - 1.0)

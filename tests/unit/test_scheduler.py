@@ -638,3 +638,50 @@ def test_background_share_paces_background_requests_while_users_decode(
     # b2 waits out the gap, unless the user left before it ended (then nothing holds it back)
     assert b2.encode_start >= min(paced_until, user.decode_end)
     assert b2.encode_start - b1.decode_end >= 0.8 * held or b2.encode_start >= user.decode_end
+
+
+def test_background_work_yields_to_users_of_another_captioner(
+    ort_backend: OnnxRuntimeBackend,
+    tiny_repo: Path,
+    manifest: Manifest,
+    vocab: Vocabulary,
+    made: list[Request],
+) -> None:
+    """Captioners share the cores: while a user request decodes on ``butd``, background requests on
+    ``butr`` (a shadow, a probe of another model) keep the background row budget (3 rows: one beam-3
+    request at a time), and are admitted together once the user is gone."""
+    eng = engine(ort_backend, tiny_repo, manifest, vocab, max_background_rows=3)
+    long = eng.resolve(model="butd", beam_size=3, max_length=16, hooks=[spec("min_length", min_words=16)])
+    other = eng.resolve(model="butr", beam_size=3, max_length=8, rerank=False)
+    live = (S.ENCODING, S.DECODING)
+    during_user: list[int] = []  # background requests on butr holding rows, at each of the user's steps
+
+    def watch(event: StepEvent) -> None:
+        during_user.append(sum(r.priority is Priority.BACKGROUND and r.status in live for r in made))
+
+    async def run() -> int:
+        user = asyncio.create_task(eng.caption(images(manifest, 1, 1), long, 60, Priority.USER, watch))
+        await until(lambda: bool(during_user))
+        background = [
+            eng.caption(images(manifest, 1, 10 + n), other, 60, Priority.BACKGROUND) for n in range(3)
+        ]
+        await asyncio.gather(user, *background)
+        peak = 0
+
+        def count(event: StepEvent) -> None:
+            nonlocal peak
+            peak = max(peak, sum(r.priority is Priority.BACKGROUND and r.status in live for r in made[4:]))
+
+        await asyncio.gather(
+            *(
+                eng.caption(images(manifest, 1, 20 + n), other, 60, Priority.BACKGROUND, count)
+                for n in range(3)
+            )
+        )
+        await eng.close()
+        return peak
+
+    peak_alone = asyncio.run(run())
+    assert max(during_user) == 1  # yielded to butd's user: one at a time, never more
+    assert peak_alone == 3
+    assert all(r.status is S.FINISHED for r in made)
