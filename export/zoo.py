@@ -9,11 +9,13 @@ references: the group-1 split's train set, that of the default captioner ``butr_
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,6 +38,7 @@ from export.models.factory import ARCHITECTURES, captioner_factory
 from export.package import TrainedCaptioner, TrainedRanker, export_repository
 from export.presets import Preset, get_preset
 from export.probesets.repo import preset_probe_sets, write_manifest
+from export.resume import Checkpoints, fingerprint
 from export.train import TrainLog, extract_regions, train_captioner, train_visual_encoder, train_vsepp
 from export.world.dataset import load_dataset, write_dataset
 from service.manifest import Manifest
@@ -108,6 +111,11 @@ def build_zoo(
     encoder, enc_log = train_visual_encoder(images, cell_label_arrays(graphs, p), label_sizes(), p, seed)
     regions = extract_regions(encoder, images)
     dataset = f"sceneworld(seed={seed}, images={len(images)})"
+    regions_hash = hashlib.sha256(regions.numpy().tobytes()).hexdigest()[:16]
+    checkpoints = Checkpoints(
+        work_dir / "checkpoints",
+        fingerprint(preset=p, seed=seed, regions=regions_hash, vocab=vocab.words, groups=list(groups)),
+    )
     trained: list[TrainedCaptioner] = []
     rankers: list[TrainedRanker] = []
     logs: dict[str, TrainLog] = {"visual_encoder": enc_log}
@@ -119,18 +127,19 @@ def build_zoo(
         torch.manual_seed(seed + len(trained))
         model = captioner_factory(arch, vocab, regions.size(-1), regions.size(1), p)()
         lr = p.transformer_learning_rate if arch in ("transformer", "m2") else None
-        log = train_captioner(
-            model,
-            regions[rows],
-            [captions[i] for i in rows],
-            vocab,
-            p,
-            seed,
-            name,
+        train = partial(
+            train_captioner,
+            regions=regions[rows],
+            captions=[captions[i] for i in rows],
+            vocab=vocab,
+            preset=p,
+            seed=seed,
+            desc=name,
             rank=arch == "butr",
             learning_rate=lr,
             val=val,
         )
+        log = checkpoints.trained(name, model, train)
         logs[name] = log
         training = training_record(split, len(rows), log, dataset)
         reads: Literal["last_token", "prefix"] = "prefix" if arch in ("transformer", "m2") else "last_token"
@@ -182,5 +191,6 @@ def build_zoo(
     install_repository(staging, out)
     console.print(
         f"[green]built zoo {out}[/] in {report['seconds']} s: {[c.name for c in manifest.captioners]}"
+        + (f" ({len(checkpoints.loaded)} captioners from checkpoints)" if checkpoints.loaded else "")
     )
     return manifest
