@@ -93,6 +93,8 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
             max_pending=settings.shadow_max_pending,
         )
     )
+    if app.state.shadow is not None:
+        runtime.after_caption.append(app.state.shadow.offer_output)
     install_error_handlers(app, runtime.metrics)
     app.include_router(router)
     app.include_router(probe_router)

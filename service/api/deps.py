@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
+import numpy as np
 from fastapi import Depends, Request
 
 from service.api.errors import ApiError
 from service.backends.base import Backend
 from service.backends.factory import make_backend
-from service.engine.engine import CaptionEngine
+from service.engine.engine import CaptionEngine, CaptionOutput
 from service.manifest import Manifest, load_manifest
 from service.metrics import Metrics
 from service.settings import Settings
@@ -36,6 +38,8 @@ class Runtime:
         self.backend: Backend | None = None
         self.engine: CaptionEngine | None = None
         self.load_error: str | None = None
+        # called with (engine, images, output) after a caption response is sent (the shadow comparison)
+        self.after_caption: list[Callable[[CaptionEngine, np.ndarray, CaptionOutput], Awaitable[object]]] = []
         if backend is not None:
             self._attach(backend)
 

@@ -96,9 +96,8 @@ async def captions(
         raise ApiError(
             504, "deadline_exceeded", f"the request took longer than {settings.request_deadline_s} s"
         ) from None
-    shadow = request.app.state.shadow
-    if shadow is not None:  # decoded again by the shadow configuration once the response is out
-        background.add_task(shadow.offer_output, engine, images, out)
+    for listener in runtime.after_caption:  # e.g. the shadow comparison, once the response is out
+        background.add_task(listener, engine, images, out)
     return caption_response(out, original, (decoded - start) * 1e3, (time.perf_counter() - start) * 1e3)
 
 
