@@ -370,6 +370,15 @@ class RawConnection:
             self.writer = None
 
 
+def print_and_save(result: dict[str, Any], table: Table, json_path: str | None) -> int:
+    """Print a load test's summary table; write its result as JSON when asked. Exit code 0."""
+    Console().print(table)
+    if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
 async def closed_loop(
     url: str, pngs: list[bytes], query: dict[str, str], clients: int, duration: float, step_model: str
 ) -> dict[str, Any]:

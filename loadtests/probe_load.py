@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import time
 from collections.abc import Sequence
@@ -21,7 +20,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from loadtests.bench import Gateway, bench_images, closed_loop, png_bytes
+from loadtests.bench import Gateway, bench_images, closed_loop, png_bytes, print_and_save
 from service.client import CompCapClient
 from service.manifest import load_manifest
 
@@ -137,11 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def probe_load(args: argparse.Namespace) -> int:
     result = run(args)
-    Console().print(summary(result))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    return 0
+    return print_and_save(result, summary(result), args.json)
 
 
 if __name__ == "__main__":
