@@ -372,7 +372,7 @@ class RawConnection:
 
 def print_and_save(result: dict[str, Any], table: Table, json_path: str | None) -> int:
     """Print a load test's summary table; write its result as JSON when asked. Exit code 0."""
-    Console().print(table)
+    Console(width=None if sys.stdout.isatty() else 150).print(table)
     if json_path:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(json_path).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

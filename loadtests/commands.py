@@ -10,11 +10,17 @@ from service.cli_table import Command, CommandTable
 
 def _bench_arguments(parser: argparse.ArgumentParser) -> None:
     from loadtests.bench import add_arguments
+    from loadtests.mix import add_arguments as add_mix_arguments
 
     add_arguments(parser)
+    add_mix_arguments(parser)
 
 
 def _bench(args: argparse.Namespace) -> int:
+    if args.mix:
+        from loadtests.mix import mix
+
+        return mix(args)
     from loadtests.bench import bench
 
     return bench(args)
