@@ -11,9 +11,11 @@ from service.cli_table import Command, CommandTable
 def _bench_arguments(parser: argparse.ArgumentParser) -> None:
     from loadtests.bench import add_arguments
     from loadtests.mix import add_arguments as add_mix_arguments
+    from loadtests.profile import add_arguments as add_profile_arguments
 
     add_arguments(parser)
     add_mix_arguments(parser)
+    add_profile_arguments(parser)
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -21,6 +23,10 @@ def _bench(args: argparse.Namespace) -> int:
         from loadtests.mix import mix
 
         return mix(args)
+    if args.profile:
+        from loadtests.profile import profile
+
+        return profile(args)
     from loadtests.bench import bench
 
     return bench(args)

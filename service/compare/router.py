@@ -4,7 +4,6 @@ the images, hand to ``CompareService``. Key-protected when ``COMPCAP_API_KEYS`` 
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -16,11 +15,11 @@ from service.api.errors import ApiError
 from service.api.parsing import b64_blob
 from service.api.requestlog import annotate
 from service.api.schemas import CaptionOptions
+from service.api.uploads import decode_uploads
 from service.compare.configs import NAME_PATTERN, Configuration, ConfigurationError
 from service.compare.schemas import CompareResponse, ShadowResponse
 from service.compare.service import CompareBusyError, CompareService
 from service.compare.shadow import ShadowComparer
-from service.images import decode_images
 
 MAX_IMAGE_CHARS = 16 * 1024 * 1024
 
@@ -104,15 +103,7 @@ async def compare(
         )
     annotate(configurations=names, images=len(body.images))
     blobs = [b64_blob(text, i, settings.max_upload_bytes) for i, text in enumerate(body.images)]
-    image = runtime.manifest.image
-    images = await asyncio.to_thread(
-        decode_images,
-        blobs,
-        image.height,
-        image.width,
-        max_bytes=settings.max_upload_bytes,
-        max_pixels=settings.max_image_pixels,
-    )
+    images = await decode_uploads(blobs, runtime.manifest.image, settings)
     try:
         return await comparer.compare(engine, images, configs)
     except CompareBusyError as exc:

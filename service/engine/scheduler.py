@@ -276,11 +276,19 @@ class Scheduler:
                     gone.append(request)
                 elif now > request.deadline:
                     overdue.append(request)
+        self._count_abandoned(overdue, "deadline")
+        self._count_abandoned(gone, "disconnect")
         self._release(overdue, S.CANCELLED, TimeoutError("deadline exceeded"))
         self._release(gone, S.CANCELLED)
         if any(r.status.terminal for *_, r in self._waiting):
             self._waiting = [e for e in self._waiting if not e[2].status.terminal]
             heapq.heapify(self._waiting)
+
+    def _count_abandoned(self, requests: Sequence[Request], reason: str) -> None:
+        if self.metrics is not None:
+            for request in requests:
+                stage = request.status.value
+                self.metrics.abandoned.labels(model=self.cap.name, stage=stage, reason=reason).inc()
 
     def _join(self) -> None:
         """Move encoded requests into the decoding batch (between step calls only)."""
@@ -389,6 +397,7 @@ class Scheduler:
                 timings_ms=request.timings_ms(rerank_ms.get(request.key, 0.0)),
             )
             if request.future.done():  # its caller stopped waiting while it was ranked
+                self._count_abandoned([request], "disconnect")
                 request.status = S.CANCELLED
                 continue
             request.future.set_result(result)

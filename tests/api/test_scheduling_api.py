@@ -23,8 +23,10 @@ from tests.api.test_captions_api import png
 class SlowBackend:
     def __init__(self, inner: OnnxRuntimeBackend, step_delay_s: float) -> None:
         self.inner, self.step_delay_s = inner, step_delay_s
+        self.calls: list[str] = []
 
     async def infer(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self.calls.append(model)
         if model.endswith("_step"):
             await asyncio.sleep(self.step_delay_s)
         return await self.inner.infer(model, inputs)
@@ -33,15 +35,9 @@ class SlowBackend:
         return None
 
 
-def test_disconnect_frees_rows(tiny_repo: Path) -> None:
-    manifest = load_manifest(tiny_repo)
-    backend = SlowBackend(OnnxRuntimeBackend(tiny_repo, manifest, threads=1), step_delay_s=0.05)
-    app = create_app(Settings(repo=tiny_repo), backend=backend)
-    runtime = app.state.runtime
-    body = json.dumps(
-        {"images": [base64.b64encode(png(1)).decode()], "model": "butd", "beam_size": 5}
-    ).encode()
-    scope: dict[str, Any] = {
+def _scope(body: bytes) -> dict[str, Any]:
+    """The ASGI scope of a JSON POST /v1/captions with ``body``."""
+    return {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
@@ -55,6 +51,17 @@ def test_disconnect_frees_rows(tiny_repo: Path) -> None:
         "client": ("127.0.0.1", 1234),
         "server": ("127.0.0.1", 80),
     }
+
+
+def test_disconnect_frees_rows(tiny_repo: Path) -> None:
+    manifest = load_manifest(tiny_repo)
+    backend = SlowBackend(OnnxRuntimeBackend(tiny_repo, manifest, threads=1), step_delay_s=0.05)
+    app = create_app(Settings(repo=tiny_repo), backend=backend)
+    runtime = app.state.runtime
+    body = json.dumps(
+        {"images": [base64.b64encode(png(1)).decode()], "model": "butd", "beam_size": 5}
+    ).encode()
+    scope = _scope(body)
 
     async def run() -> list[dict[str, Any]]:
         gone = asyncio.Event()
@@ -91,7 +98,45 @@ def test_disconnect_frees_rows(tiny_repo: Path) -> None:
     messages = asyncio.run(run())
     start = next(m for m in messages if m["type"] == "http.response.start")
     assert start["status"] == 499
-    assert b"client_disconnected" in runtime.metrics.exposition()
+    exposition = runtime.metrics.exposition().decode()
+    assert "client_disconnected" in exposition
+    assert (
+        'compcap_abandoned_requests_total{model="butd",reason="disconnect",stage="decoding"} 1.0'
+        in exposition
+    )
+
+
+def test_a_caller_gone_before_its_images_are_decoded_costs_no_model_call(tiny_repo: Path) -> None:
+    """Work not yet started is never started: the request never reaches the scheduler."""
+    manifest = load_manifest(tiny_repo)
+    backend = SlowBackend(OnnxRuntimeBackend(tiny_repo, manifest, threads=1), step_delay_s=0.0)
+    app = create_app(Settings(repo=tiny_repo), backend=backend)
+    runtime = app.state.runtime
+    images = [base64.b64encode(png(i)).decode() for i in range(4)]
+    body = json.dumps({"images": images, "model": "butd", "beam_size": 20}).encode()
+    messages: list[dict[str, Any]] = []
+    sent_body = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent_body
+        if not sent_body:
+            sent_body = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return {"type": "http.disconnect"}  # gone as soon as the body is in
+
+    async def send(message: dict[str, Any]) -> None:
+        messages.append(message)
+
+    async def run() -> None:
+        await app(_scope(body), receive, send)
+        await asyncio.sleep(0.2)
+        await runtime.engine.close()
+
+    asyncio.run(run())
+    start = next(m for m in messages if m["type"] == "http.response.start")
+    assert start["status"] == 499
+    assert backend.calls == [], "a gone caller's images were encoded"
+    assert runtime.engine.scheduler("butd").iterations == 0
 
 
 def test_full_queue_answers_503_with_retry_after(tiny_repo: Path) -> None:

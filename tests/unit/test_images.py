@@ -119,3 +119,22 @@ def test_batch_errors_name_the_index() -> None:
         decode_images([rgb_png(), b"junk"], H, W, **LIMITS)
     batch = decode_images([rgb_png(), rgb_png(10, 10)], H, W, **LIMITS)
     assert batch.shape == (2, H, W, 3)
+
+
+def test_check_upload_refuses_junk_and_passes_every_supported_header() -> None:
+    from service.images import FORMATS, check_upload, check_uploads
+
+    arr = np.zeros((8, 8, 3), dtype=np.uint8)
+    for fmt in FORMATS:
+        check_upload(encode(Image.fromarray(arr), fmt), max_bytes=1 << 20)  # no error
+    with pytest.raises(ImageError) as info:
+        check_uploads([rgb_png(), b"hello, this is not an image at all"], max_bytes=1 << 20)
+    assert info.value.code == "not_an_image" and info.value.message.startswith("image 1 ")
+    with pytest.raises(ImageError) as info:
+        check_upload(b"", max_bytes=1)
+    assert info.value.code == "empty_image"
+    with pytest.raises(ImageError) as info:
+        check_upload(rgb_png(), max_bytes=10)
+    assert info.value.code == "image_too_large" and info.value.status == 413
+    data = rgb_png(200, 200)
+    check_upload(data[: len(data) // 2], max_bytes=1 << 20)  # a good header: decoding finds the rest
