@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -100,10 +101,8 @@ def test_disconnect_frees_rows(tiny_repo: Path) -> None:
     assert start["status"] == 499
     exposition = runtime.metrics.exposition().decode()
     assert "client_disconnected" in exposition
-    assert (
-        'compcap_abandoned_requests_total{model="butd",reason="disconnect",stage="decoding"} 1.0'
-        in exposition
-    )
+    pattern = r'compcap_abandoned_requests_total\{model="butd",reason="disconnect",stage="(\w+)"\} 1.0'
+    assert re.findall(pattern, exposition) in (["encoding"], ["decoding"])  # once, in the stage it was in
 
 
 def test_a_caller_gone_before_its_images_are_decoded_costs_no_model_call(tiny_repo: Path) -> None:
