@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import re
 import statistics
 import time
@@ -194,15 +195,34 @@ async def _client(url: str, kind: Traffic, bodies: list[bytes], k: int, stop: fl
         await connection.close()
 
 
+def process_cpu_s(pid: int | None = None) -> float | None:
+    """CPU seconds (user + system, all threads) used so far by ``pid`` (None: this process); None
+    where /proc cannot be read."""
+    if pid is None:
+        return time.process_time()
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def run_scenario(
-    url: str, scenario: Scenario, pngs: list[bytes], duration: float, step_model: str
+    url: str,
+    scenario: Scenario,
+    pngs: list[bytes],
+    duration: float,
+    step_model: str,
+    server_pid: int | None = None,
 ) -> dict[str, Any]:
-    """Every client kind of ``scenario`` at once for ``duration`` s; per kind its tally, and the step
-    rows/s over the whole scenario from the gateway's /metrics."""
+    """Every client kind of ``scenario`` at once for ``duration`` s; per kind its tally, the step
+    rows/s over the whole scenario from the gateway's /metrics, and the CPU cores the gateway
+    (``server_pid``) and this load generator used (they share the machine's cores)."""
     async with httpx.AsyncClient(base_url=url, timeout=60.0) as client:
         text = (await client.get("/metrics")).text
         before, before_abandoned = step_rows(text, step_model), abandoned_by_stage(text)
     tallies = {kind.name: Tally() for kind in scenario.traffic}
+    cpu_before = (process_cpu_s(), process_cpu_s(server_pid) if server_pid else None)
     stop = time.perf_counter() + duration
     start = time.perf_counter()
     tasks = []
@@ -216,6 +236,11 @@ async def run_scenario(
         tasks += [_client(url, kind, bodies, k, stop, tallies[kind.name]) for k in range(kind.clients)]
     await asyncio.gather(*tasks)
     elapsed = time.perf_counter() - start
+    cpu_after = (process_cpu_s(), process_cpu_s(server_pid) if server_pid else None)
+    cores = [
+        round((b - a) / elapsed, 2) if a is not None and b is not None else None
+        for a, b in zip(cpu_before, cpu_after, strict=True)
+    ]
     await asyncio.sleep(0.5)  # let abandoned work drain out of the metrics window of the next scenario
     async with httpx.AsyncClient(base_url=url, timeout=60.0) as client:
         text = (await client.get("/metrics")).text
@@ -234,6 +259,8 @@ async def run_scenario(
         "errors_5xx": sum(n for t in tallies.values() for s, n in t.statuses.items() if s >= 500),
         "lost": sum(t.sent - t.received - t.hung_up for t in tallies.values()),
         "abandoned_by_stage": {k: int(v) for k, v in sorted(abandoned.items()) if v},
+        "generator_cores": cores[0],  # CPU seconds per second of this load generator
+        "gateway_cores": cores[1],
     }
 
 
@@ -266,8 +293,14 @@ def mix_ratios(rounds: list[dict[str, dict[str, Any]]], chosen: list[Scenario]) 
         out[s.name] = {
             "reference": s.reference,
             **{
-                key: _median_spread([p[key] for p in per if p[key] is not None])
-                for key in ("users_captions_per_s", "users_p50_ms", "step_rows_per_s")
+                key: _median_spread([p[key] for p in per if p.get(key) is not None])
+                for key in (
+                    "users_captions_per_s",
+                    "users_p50_ms",
+                    "step_rows_per_s",
+                    "gateway_cores",
+                    "generator_cores",
+                )
             },
             "users_ratio": _median_spread(ratio),
             "step_rows_ratio": _median_spread(rows_ratio),
@@ -308,7 +341,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             done: dict[str, dict[str, Any]] = {}
             for s in chosen:
                 console.print(f"[bold]round {n + 1}/{args.mix_repeat}[/]: {s.name} for {args.duration:.0f} s")
-                done[s.name] = asyncio.run(run_scenario(gateway.url, s, pngs, args.duration, cap.step))
+                done[s.name] = asyncio.run(
+                    run_scenario(gateway.url, s, pngs, args.duration, cap.step, gateway.process.pid)
+                )
             rounds.append(done)
     return {
         "backend": args.backend,
@@ -321,7 +356,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def mix_table(result: dict[str, Any]) -> Table:
-    table = Table(title=f"compcap bench --mix — {result['backend']}, {result['model']}", width=130)
+    table = Table(title=f"compcap bench --mix — {result['backend']}, {result['model']}", width=150)
     for col in (
         "scenario",
         "users cap/s",
@@ -329,17 +364,18 @@ def mix_table(result: dict[str, Any]) -> Table:
         "users p50 ms",
         "step rows/s",
         "rows × ref",
+        "cores: gateway / generator",
         "5xx",
         "lost",
     ):
         table.add_column(col, justify="right")
 
-    def fmt(v: dict[str, float | None], pct: bool = False) -> str:
+    def fmt(v: dict[str, float | None], pct: bool = False, digits: int = 1) -> str:
         if v["median"] is None:
             return "—"
         if pct:
             return f"{100 * v['median']:.0f}% ±{100 * (v['spread'] or 0) / 2:.0f}"
-        return f"{v['median']:.1f} ±{(v['spread'] or 0) / 2:.1f}"
+        return f"{v['median']:.{digits}f} ±{(v['spread'] or 0) / 2:.{digits}f}"
 
     for name, s in result["summary"].items():
         table.add_row(
@@ -349,6 +385,7 @@ def mix_table(result: dict[str, Any]) -> Table:
             fmt(s["users_p50_ms"]),
             fmt(s["step_rows_per_s"]),
             fmt(s["step_rows_ratio"], pct=True),
+            f"{fmt(s['gateway_cores'], digits=2)} / {fmt(s['generator_cores'], digits=2)}",
             str(s["errors_5xx"]),
             str(s["lost"]),
         )
