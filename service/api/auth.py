@@ -13,6 +13,11 @@ from service.api.deps import RuntimeDep
 from service.api.errors import ApiError
 
 CHALLENGE = {"WWW-Authenticate": "Bearer"}
+# the OpenAPI error entries of every route behind ``require_key``
+KEY_ERRORS: dict[int | str, dict[str, str]] = {
+    401: {"description": "API keys are configured and none was sent"},
+    403: {"description": "the API key is not valid"},
+}
 
 
 def _bearer(request: Request) -> str | None:

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.api.auth import require_key
+from service.api.auth import KEY_ERRORS, require_key
 from service.api.deps import EngineDep, RuntimeDep
 from service.api.errors import ApiError
 from service.api.parsing import b64_blob
@@ -50,8 +50,7 @@ CompareDep = Annotated[CompareService, Depends(get_compare)]
 router = APIRouter(tags=["comparison"], dependencies=[Depends(require_key)])
 _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"description": "bad image or base64"},
-    401: {"description": "API keys are configured and none was sent"},
-    403: {"description": "the API key is not valid"},
+    **KEY_ERRORS,
     404: {"description": "unknown model or ranker in a configuration; no shadow configured"},
     413: {"description": "image over the upload limit"},
     422: {"description": "fewer than two configurations, repeated names, invalid option, too many images"},

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from service.api.auth import require_key
+from service.api.auth import KEY_ERRORS, require_key
 from service.api.deps import EngineDep, RuntimeDep
 from service.api.errors import ApiError
 from service.api.requestlog import annotate
@@ -73,8 +73,7 @@ ExplainDep = Annotated[ExplainService, Depends(get_explain)]
 router = APIRouter(tags=["explanations"], dependencies=[Depends(require_key)])
 _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"description": "bad image or base64"},
-    401: {"description": "API keys are configured and none was sent"},
-    403: {"description": "the API key is not valid"},
+    **KEY_ERRORS,
     404: {"description": "unknown model, probe set or probe image"},
     413: {"description": "image over the upload limit"},
     422: {"description": "invalid field, caption words outside the vocabulary"},

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.api.auth import require_key
+from service.api.auth import KEY_ERRORS, require_key
 from service.api.deps import EngineDep
 from service.api.errors import ApiError
 from service.api.requestlog import annotate
@@ -94,8 +94,7 @@ async def get_probes(request: Request) -> ProbeService:
 ProbesDep = Annotated[ProbeService, Depends(get_probes)]
 router = APIRouter(tags=["probes"], dependencies=[Depends(require_key)])
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"description": "API keys are configured and none was sent"},
-    403: {"description": "the API key is not valid"},
+    **KEY_ERRORS,
     404: {"description": "unknown model, ranker, probe set or job"},
     409: {"description": "the job has not succeeded (accept)"},
     422: {"description": "invalid field, or a probe set that does not fit the kind"},
