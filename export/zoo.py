@@ -35,6 +35,7 @@ from export.build import (
 from export.data.coco import load_folder
 from export.data.splits import Split, build_split, split_dir_for, write_split
 from export.models.factory import ARCHITECTURES, captioner_factory
+from export.models.visual_encoder import VisualEncoder
 from export.package import TrainedCaptioner, TrainedRanker, export_repository
 from export.presets import Preset, get_preset
 from export.probesets.repo import preset_probe_sets, write_manifest
@@ -84,6 +85,22 @@ def ensure_eval_world(
     return eval_dir
 
 
+def resumable_encoder(
+    folder: Path, images: np.ndarray, graphs: list[dict[str, Any]], p: Preset, seed: int
+) -> tuple[VisualEncoder, TrainLog]:
+    """The zoo's visual encoder, loaded from ``folder`` when a checkpoint of the same preset, seed and
+    images exists, else trained and saved (a restarted run skips its ~8 min; the regions it extracts,
+    and so the captioners' checkpoint key, are bit for bit the same)."""
+    images_hash = hashlib.sha256(np.ascontiguousarray(images).tobytes()).hexdigest()[:16]
+    store = Checkpoints(folder, fingerprint(preset=p, seed=seed, images=images_hash, part="visual_encoder"))
+    encoder = VisualEncoder(p.encoder_channels, p.region_dim, p.grid, p.image_size)
+    log = store.load("visual_encoder", encoder)
+    if log is None:
+        encoder, log = train_visual_encoder(images, cell_label_arrays(graphs, p), label_sizes(), p, seed)
+        store.save("visual_encoder", encoder, log)
+    return encoder, log
+
+
 def build_zoo(
     out: Path,
     preset: str = "default",
@@ -108,7 +125,7 @@ def build_zoo(
     write_split(full, split_dir_for(work_dir / "data" / "train", "full", None))
     position = {image_id: i for i, image_id in enumerate(ids)}
     vocab = Vocabulary.build(c for caps in captions for c in caps)
-    encoder, enc_log = train_visual_encoder(images, cell_label_arrays(graphs, p), label_sizes(), p, seed)
+    encoder, enc_log = resumable_encoder(work_dir / "checkpoints", images, graphs, p, seed)
     regions = extract_regions(encoder, images)
     dataset = f"sceneworld(seed={seed}, images={len(images)})"
     regions_hash = hashlib.sha256(regions.numpy().tobytes()).hexdigest()[:16]
