@@ -16,7 +16,7 @@ from torch import nn
 from export.models.visual_encoder import VisualEncoder
 from export.onnx import GraphSpec, export_graph, parity
 from export.presets import Preset
-from export.programs import PROGRAM_TOLERANCE, export_program, program_path
+from export.programs import PROGRAM_TOLERANCE, export_program, padded_tokens, program_path
 from export.repo import write_repository
 from service.manifest import (
     CaptionerEntry,
@@ -83,9 +83,11 @@ class _Exporter:
         max_batch: int,
         program: dict[str, int] | None = None,
         cast: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] = dict,
+        program_fn: Callable[..., object] | None = None,
     ) -> None:
         """``program``: also write the graph's torch.export program, its axes bounded by these maxima
-        (inputs passed through ``cast`` first: the encoder's program takes float pixels)."""
+        (inputs passed through ``cast`` first: the encoder's program takes float pixels), tracing
+        ``program_fn`` instead of ``fn`` where given (same inputs and outputs)."""
         path = self.out / name / "1" / "model.onnx"
         export_graph(module, fn, spec, path)
         self.parity[name] = max(parity(module, fn, path, t) for t in trials)
@@ -98,7 +100,7 @@ class _Exporter:
             program_file = program_path(name)
             diff = export_program(
                 module,
-                fn,
+                program_fn or fn,
                 cast(spec.inputs),
                 spec.dynamic,
                 self.out / program_file,
@@ -142,7 +144,7 @@ def export_repository(
 ) -> tuple[Manifest, dict[str, float]]:
     """Write every graph, config, ``vocab.json`` and ``manifest.json`` into ``out``; return the manifest
     and the parity figure of each graph. ``real_images`` uint8 [B, H, W, 3] are held-out images.
-    ``programs``: also write the torch.export programs of the encoder and captioners (explanations)."""
+    ``programs``: also write the torch.export program of every graph (explanations, the torch baseline)."""
     rng = np.random.default_rng(0)
     size, v = preset.image_size, len(vocab)
     exporter = _Exporter(out, programs)
@@ -256,6 +258,7 @@ def export_repository(
         )
 
     ranker_entries: list[RankerEntry] = []
+    text_width = preset.max_length + 2  # BOS, the words, EOS: the longest caption a ranker scores
     for rk in rankers:
         model = rk.model.eval()
         with torch.no_grad():
@@ -270,6 +273,7 @@ def export_repository(
             [{"regions": regions}, {"regions": random_regions}],
             {"regions": [r, d], "embedding": [joint]},
             PER_IMAGE_MAX_BATCH,
+            bounds,
         )
         text_trials = []
         for n, t in ((3, 6), (5, 11)):
@@ -289,6 +293,8 @@ def export_repository(
             text_trials,
             {"tokens": [-1], "length": [1], "embedding": [joint]},
             PER_IMAGE_MAX_BATCH,
+            {**bounds, "tokens": text_width},
+            program_fn=padded_tokens(model.text_embedding, text_width, vocab.pad_id),  # type: ignore[arg-type]
         )
         ranker_entries.append(
             RankerEntry(

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.export import Dim, export, load, save
 
@@ -61,6 +62,18 @@ def export_program(
             pairs = zip(_as_tuple(expected), _as_tuple(got), strict=True)
             worst = max(worst, *(float((a - b).abs().max()) for a, b in pairs))
     return worst
+
+
+def padded_tokens(fn: Callable[..., torch.Tensor], width: int, pad_id: int) -> Callable[..., torch.Tensor]:
+    """``fn(tokens [B, T], *rest)`` with ``tokens`` right-padded with ``pad_id`` to ``width`` columns
+    first (T ≤ width). torch.export specialises an LSTM's sequence length to the one it traced, so a
+    text program pads inside to that one width and keeps the ONNX graph's dynamic ``tokens`` axis. The
+    text encoders read the hidden state at ``length - 1`` and are causal: padding changes nothing."""
+
+    def padded(tokens: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
+        return fn(F.pad(tokens, (0, width - tokens.size(1)), value=pad_id), *rest)
+
+    return padded
 
 
 def _as_tuple(value: object) -> tuple[torch.Tensor, ...]:

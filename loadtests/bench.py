@@ -265,13 +265,21 @@ def free_port() -> int:
 
 
 class Gateway(AbstractContextManager["Gateway"]):
-    """``compcap serve`` in a subprocess on a free port, terminated on exit."""
+    """``compcap serve`` (or ``module``, another server taking ``--repo`` and ``--port``) in a
+    subprocess on a free port, terminated on exit; ready when ``ready`` answers 200."""
 
-    def __init__(self, repo: Path, env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        repo: Path,
+        env: dict[str, str],
+        module: Sequence[str] = ("service.cli", "serve"),
+        ready: str = "/readyz",
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.ready, self.name = ready, " ".join(module)
         self.log = open(os.devnull, "w")  # noqa: SIM115 - closed in __exit__
-        cmd = [sys.executable, "-m", "service.cli", "serve", "--repo", str(repo), "--port", str(self.port)]
+        cmd = [sys.executable, "-m", *module, "--repo", str(repo), "--port", str(self.port)]
         self.process = subprocess.Popen(
             cmd, env={**os.environ, **env}, stdout=self.log, stderr=subprocess.STDOUT
         )
@@ -288,14 +296,14 @@ class Gateway(AbstractContextManager["Gateway"]):
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"compcap serve exited with {self.process.returncode}")
+                raise RuntimeError(f"{self.name} exited with {self.process.returncode}")
             try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                if httpx.get(f"{self.url}{self.ready}", timeout=1).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
-        raise RuntimeError("the gateway did not become ready in 120 s")
+        raise RuntimeError(f"{self.name} did not become ready in 120 s")
 
     def __exit__(self, *exc: object) -> None:
         self.process.terminate()
@@ -456,6 +464,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     query = {"model": model, "beam_size": str(BEAM_SIZE)}
     if args.rerank is not None:
         query["rerank"] = str(args.rerank).lower() if isinstance(args.rerank, bool) else args.rerank
+    if args.baseline == "torch":  # before the long runs: the baseline needs the torch programs
+        from loadtests.torch_baseline import missing_programs  # torch: only with --baseline torch
+
+        if isinstance(args.rerank, str):
+            raise SystemExit(
+                "--baseline torch re-ranks with the captioner's own ranker or none (--rerank false)"
+            )
+        if missing := missing_programs(repo, model, args.rerank is not False):
+            raise SystemExit(
+                f"--baseline torch: {repo} has no torch programs for {missing}; `compcap build --out {repo}` "
+                "writes them (a fresh clone's model_repo has the ONNX files only)"
+            )
     images = bench_images(args.images, manifest.image.height, manifest.image.width)
     pngs = [png_bytes(x) for x in images]
     with ExitStack() as stack:
@@ -485,6 +505,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 naive_http = asyncio.run(
                     closed_loop(naive_gateway.url, pngs, query, clients, args.duration, step_model)
                 )
+        baseline = None
+        if args.baseline == "torch":
+            baseline = torch_baseline_load(repo, model, args.rerank, pngs, query, args.clients, args.duration)
     out: dict[str, Any] = {
         "backend": args.backend,
         "model": model,
@@ -502,11 +525,33 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         },
         "compute_limit": local.compute_limit,
         "load": load,
+        "baseline": baseline,  # loadtests.torch_baseline over HTTP at the same client counts
         "cpu_count": os.cpu_count(),
     }
     for row in out["load"]:
         row["ceiling_of_limit"] = round(ceiling_of_limit(out, row["mean_rows_per_call"]), 3)
     return out
+
+
+def torch_baseline_load(
+    repo: Path,
+    model: str,
+    rerank: bool | None,
+    pngs: list[bytes],
+    query: dict[str, str],
+    clients: Sequence[int],
+    duration: float,
+) -> dict[str, Any]:
+    """The torch per-request baseline (``loadtests.torch_baseline``) over HTTP at each client count."""
+    module = ["loadtests.torch_baseline", "--model", model] + (["--no-rerank"] if rerank is False else [])
+    rows = []
+    with Gateway(repo, {}, module=module, ready="/health") as server:
+        for n in clients:
+            console.print(f"[bold]torch baseline[/]: {n} clients for {duration:.0f} s")
+            rows.append(asyncio.run(closed_loop(server.url, pngs, query, n, duration, "-")))
+    for row in rows:
+        del row["mean_rows_per_call"]  # the baseline keeps no step metrics
+    return {"name": "torch", "load": rows}
 
 
 def step_rows_per_s(step_curve: Sequence[dict[str, float]], rows: float) -> float:
@@ -556,9 +601,12 @@ def summary(result: dict[str, Any]) -> Table:
         "sent",
         "recv",
         "5xx",
+        *(["torch cap/s", "× torch", "torch p50"] if result.get("baseline") else []),
     ):
         table.add_column(col, justify="right")
+    peers = {r["clients"]: r for r in (result.get("baseline") or {}).get("load", [])}
     for row in result["load"]:
+        peer = [] if not peers else _peer_cells(row, peers.get(row["clients"]))
         table.add_row(
             str(row["clients"]),
             f"{row['captions_per_s']:.1f}",
@@ -572,6 +620,7 @@ def summary(result: dict[str, Any]) -> Table:
             str(row["sent"]),
             str(row["received"]),
             str(row["errors_5xx"]),
+            *peer,
         )
     table.caption = (
         f"single decode {result['single_decode_ms']:.1f} ms; "
@@ -589,6 +638,17 @@ def summary(result: dict[str, Any]) -> Table:
         )
     )
     return table
+
+
+def _peer_cells(row: dict[str, Any], peer: dict[str, Any] | None) -> list[str]:
+    """The torch baseline's captions/s, the gateway's multiple of it, and its p50 at ``row``'s clients."""
+    if peer is None or not peer["captions_per_s"]:
+        return ["-", "-", "-"]
+    return [
+        f"{peer['captions_per_s']:.1f}",
+        f"{row['captions_per_s'] / peer['captions_per_s']:.1f}",
+        str(peer["p50_ms"]),
+    ]
 
 
 def _rerank(value: str) -> str | bool | None:
@@ -622,6 +682,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-rows", type=int, default=640, help="largest step batch in the limit curve")
     parser.add_argument("--curve-seconds", type=float, default=0.5, help="timing per step batch size")
     parser.add_argument("--triton-url", default=None, help="use this Triton instead of starting one")
+    parser.add_argument(
+        "--baseline",
+        choices=["none", "torch"],
+        default="none",
+        help="also load the torch per-request baseline server (loadtests.torch_baseline; needs the "
+        "repository's torch programs, written by `compcap build`) at the same client counts",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

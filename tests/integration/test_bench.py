@@ -20,6 +20,7 @@ def test_bench_writes_its_json(tiny_repo: Path, tmp_path: Path) -> None:
         sys.executable, "-m", "service.cli", "bench", "--repo", str(tiny_repo), "--clients", "1,4",
         "--duration", "1", "--single-runs", "5", "--naive-clients", "4", "--naive-gateway-clients", "2",
         "--max-rows", "20", "--curve-seconds", "0.05", "--images", "4", "--json", str(out),
+        "--baseline", "torch",
     ]  # fmt: skip
     subprocess.run(cmd, check=True, timeout=300, capture_output=True)
     result = json.loads(out.read_text())
@@ -42,3 +43,8 @@ def test_bench_writes_its_json(tiny_repo: Path, tmp_path: Path) -> None:
         assert row["captions_per_s"] > 0 and row["p50_ms"] <= row["p99_ms"]
         assert row["mean_rows_per_call"] >= 1
         assert 0 < row["ceiling_of_limit"] <= compute["captions_per_s"] / limit["ideal_captions_per_s"] + 1e-3
+    baseline = result["baseline"]
+    assert baseline["name"] == "torch" and [row["clients"] for row in baseline["load"]] == [1, 4]
+    for row in baseline["load"]:  # the torch server really answered every request
+        assert row["sent"] == row["received"] > 0 and row["errors_5xx"] == row["errors_other"] == 0
+        assert row["captions_per_s"] > 0
