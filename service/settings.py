@@ -65,6 +65,11 @@ class Settings(BaseSettings):
     cross_request_batching: bool = Field(
         default=True, description="false: every request decodes alone (the benchmark's naive baseline)"
     )
+    beam_cohorts: bool = Field(
+        default=True,
+        description="requests of beam size <= 8, <= 32 and wider keep separate beam arrays fed to the same "
+        "step call (false: one array as wide as the widest request, as before)",
+    )
     max_rows_per_step: int = Field(
         default=512, ge=1, le=65536, description="most beam rows in one <cap>_step call"
     )

@@ -19,6 +19,7 @@ import numpy as np
 
 from service.backends.base import Backend
 from service.engine.beam import Hypothesis
+from service.engine.cohorts import COHORT_BOUNDS
 from service.engine.observer import StepObserver
 from service.engine.params import InvalidParameterError, OverloadedError, SearchParams, resolve_params
 from service.engine.request import Priority
@@ -77,6 +78,7 @@ class CaptionEngine:
             max_length=max(settings.max_length_cap, 1),
             max_background_rows=settings.max_background_rows,
             background_share=settings.background_share,
+            cohort_bounds=COHORT_BOUNDS if settings.beam_cohorts else (),
         )
         self._schedulers: dict[str, Scheduler] = {}
         self._owns_backend = False

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.engine.beam_batch import BatchRows, BeamBatch, Joining
+from service.engine.beam_batch import BatchRows, Joining
+from service.engine.cohorts import COHORT_BOUNDS, CohortBatch
 from service.engine.observer import StepObserver
 from service.engine.params import SearchParams
 from service.engine.request import DecodeResult, Priority, Request, RequestStatus
@@ -59,6 +60,7 @@ class SchedulerLimits:
     max_length: int
     max_background_rows: int | None = None  # None: background requests may take every row
     background_share: float = 1.0  # share of the time background requests hold rows while users decode
+    cohort_bounds: tuple[int, ...] = COHORT_BOUNDS  # beam-width classes with arrays of their own; (): one
 
     def __post_init__(self) -> None:
         if not 0.0 < self.background_share <= 1.0:
@@ -94,7 +96,9 @@ class Scheduler:
         self._users_anywhere = users_anywhere
         vocab = runner.manifest.vocabulary
         length = min(limits.max_length, captioner.max_length)
-        self._batch = BeamBatch(limits.max_beam_size, length, vocab.bos_id, vocab.eos_id, banned_ids)
+        self._batch = CohortBatch(
+            limits.max_beam_size, length, vocab.bos_id, vocab.eos_id, banned_ids, limits.cohort_bounds
+        )
         self._waiting: list[tuple[int, int, Request]] = []  # heap of (priority, key, request)
         self._encoding_requests: list[Request] = []
         self._encoded: list[Request] = []

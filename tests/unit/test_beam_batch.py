@@ -17,6 +17,7 @@ import pytest
 import service.engine.beam_batch as beam_batch_module
 from service.engine.beam import Hypothesis
 from service.engine.beam_batch import BeamBatch, Joining, StepUpdate
+from service.engine.cohorts import CohortBatch
 from service.engine.observer import StepEvent, StepObserver
 from service.engine.params import SearchParams
 from service.engine.processors import BanWords, NoRepeatNgram, SynonymSubstitution
@@ -85,12 +86,16 @@ def drive(
     length_capacity: int = 6,
     observers: dict[int, StepObserver] | None = None,
     on_update: Callable[[BeamBatch, StepUpdate], None] | None = None,
+    cohorts: Sequence[int] | None = None,
 ) -> Drive:
     """Run ``requests`` ((join at step, toy image ids, params), key = position) through one batch,
-    with an attention [N, M] per row that says which row it is: (toy image id, t, beam column)."""
-    batch = BeamBatch(
+    with an attention [N, M] per row that says which row it is: (toy image id, t, beam column).
+    ``cohorts``: a ``CohortBatch`` with these bounds instead (the beam column is then not known: 0)."""
+    batch: Any = BeamBatch(
         beam_capacity=capacity, length_capacity=length_capacity, bos=BOS, eos=EOS, banned_ids=BANNED
     )
+    if cohorts is not None:
+        batch = CohortBatch(capacity, length_capacity, BOS, EOS, BANNED, cohorts)
     out = Drive()
     pending = dict(enumerate(requests))
     step = 0
@@ -109,9 +114,8 @@ def drive(
         r = batch.rows()
         out.widths.append(int(r.rows.shape[0]))
         logprobs, state = toy_step(images[r.image_index], r.tokens, r.lengths, r.state)
-        attention = np.stack([images[r.image_index], r.lengths - 1, r.rows % batch.capacity], axis=1).astype(
-            np.float32
-        )
+        column = r.rows % batch.capacity if cohorts is None else np.zeros_like(r.rows)
+        attention = np.stack([images[r.image_index], r.lengths - 1, column], axis=1).astype(np.float32)
         update = batch.advance(r, logprobs, state, attention)
         if on_update is not None:
             on_update(batch, update)
@@ -195,6 +199,41 @@ def test_batch_equals_each_request_alone(requests: list[tuple[int, list[int], Se
                 set(h.tokens) <= set(WORDS) and p.min_length <= len(h.tokens) <= p.max_length for h in per
             )
     assert max(done.widths) > max(p.beam_size * len(ids) for _, ids, p in requests)  # requests shared steps
+
+
+@pytest.mark.parametrize("bounds", [(2, 4), (1, 3, 5), ()], ids=["2-4", "1-3-5", "one"])
+def test_cohorts_equal_one_batch(bounds: tuple[int, ...]) -> None:
+    """Requests split by beam width into cohorts fed by one step call decode exactly as in one batch (and
+    so as each alone), share every step call, and each cohort is only as wide as its own requests."""
+    requests = REQUESTS + DIVERSE
+    one = drive(requests)
+    widths: list[list[int]] = []
+
+    def record(batch: CohortBatch, update: StepUpdate) -> None:
+        widths.append([c.capacity for c in batch.cohorts if c.n_images])
+
+    split = drive(requests, cohorts=bounds, on_update=record)  # type: ignore[arg-type]
+    assert not split.failed and split.steps == one.steps and split.widths == one.widths
+    for key in one.results:
+        assert split.results[key] == one.results[key]
+    if bounds:
+        assert any(len(w) > 1 for w in widths)  # cohorts really ran side by side in one step call
+        assert any(min(w) < max(w) for w in widths)  # ... at different widths
+
+
+def test_a_cohort_is_as_wide_as_its_widest_request() -> None:
+    batch = CohortBatch(100, 4, BOS, EOS, BANNED)
+    batch.add_many([joining(1, [0], params(beam_size=5, n_best=1, max_length=4))])
+    batch.add_many([joining(2, [1], params(beam_size=100, n_best=1, max_length=4))])
+    assert [c.capacity for c in batch.cohorts] == [5, 1, 100] and batch.n_images == 2
+    r = batch.rows()
+    assert r.image_index.tolist() == [0, 1] and batch.memory is not None and batch.memory.shape[0] == 2
+    batch.discard(2)
+    assert [c.capacity for c in batch.cohorts] == [5, 1, 1] and batch.keys == [1]
+    with pytest.raises(ValueError, match="beam_size must be <= 100"):
+        batch.add_many([joining(3, [2], params(beam_size=101, n_best=1, max_length=4))])
+    with pytest.raises(ValueError, match="bounds"):
+        CohortBatch(10, 4, BOS, EOS, BANNED, (8, 4))
 
 
 def test_the_requests_exercise_what_they_claim() -> None:
