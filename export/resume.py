@@ -1,7 +1,9 @@
 """Resumable zoo training: every trained model's weights and training log are saved under
 ``<work>/checkpoints/<name>.pt`` as soon as it is trained, with a fingerprint of what it was trained
 from (preset, seed, data sizes, vocabulary). A rerun of ``compcap models`` with the same fingerprint
-loads them instead of training again, so a run cut off after hours loses one model, not all of them.
+loads them instead of training again, so a run cut off after hours loses one model, not all of them;
+and while a captioner trains, its state after every epoch is kept beside them
+(``export.train.EpochSnapshot``, ``<name>.epoch.pt``), so it loses at most one epoch.
 The weights load bit for bit, and every model is seeded by its position in the plan, so a resumed
 zoo equals an uninterrupted one. A checkpoint with another fingerprint is ignored and overwritten."""
 

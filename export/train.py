@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -233,6 +236,31 @@ def train_butr(
     return model, train_captioner(model, regions, captions, vocab, preset, seed, desc, rank=rank, val=val)
 
 
+@dataclass(frozen=True)
+class EpochSnapshot:
+    """Where a captioner's training saves its whole state after every epoch (weights, optimiser and
+    schedule, RNGs, GradNorm weights, best weights, log), and the key a saved state must carry to be
+    resumed: a run cut off mid-model resumes at its last finished epoch, bit for bit."""
+
+    path: Path
+    key: str
+
+    def load(self) -> dict[str, Any] | None:
+        if not self.path.is_file():
+            return None
+        saved: dict[str, Any] = torch.load(self.path, map_location="cpu", weights_only=False)  # our own file
+        return saved if saved.get("key") == self.key else None
+
+    def save(self, state: dict[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        torch.save({**state, "key": self.key}, tmp)
+        os.replace(tmp, self.path)
+
+    def clear(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
 def train_captioner(
     model: nn.Module,
     regions: torch.Tensor,
@@ -244,6 +272,7 @@ def train_captioner(
     rank: bool = False,
     learning_rate: float | None = None,
     val: Validation | None = None,
+    snapshot: EpochSnapshot | None = None,
 ) -> TrainLog:
     """Teacher-forced cross-entropy for any captioner with ``forward(regions, tokens) -> logprobs``; with
     ``rank`` (BUTR) also the ranking loss of its ``image_embedding``/``text_embedding``, weighted by GradNorm
@@ -252,7 +281,8 @@ def train_captioner(
     At most ``preset.caption_epochs`` epochs (the one-cycle learning-rate schedule spans them). With ``val``,
     each epoch ends with the val set's greedy BLEU-4 (``validation_bleu4``); the model returns with the
     weights of the best epoch (the first of equals), and training stops once ``preset.patience`` epochs in
-    a row did not improve on it. Without ``val`` the last epoch's weights are kept."""
+    a row did not improve on it. Without ``val`` the last epoch's weights are kept. With ``snapshot``,
+    the state after every epoch is saved there, and a saved state is resumed from."""
     rng = np.random.default_rng(seed)
     lr = learning_rate or preset.learning_rate
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-5)
@@ -265,9 +295,21 @@ def train_captioner(
     shared = model.get_parameter("language.weight_hh_l0") if rank else None  # the last layer both tasks share
     log, start = TrainLog(max_epochs=preset.caption_epochs), time.perf_counter()
     best: dict[str, torch.Tensor] | None = None
+    first_epoch, done_steps, stopped, earlier_seconds = 1, 0, False, 0.0
+    if snapshot is not None and (saved := snapshot.load()) is not None:
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        schedule.load_state_dict(saved["schedule"])
+        rng.bit_generator.state = saved["rng"]
+        torch.set_rng_state(saved["torch_rng"])
+        weights, initial, best, log = saved["weights"], saved["initial"], saved["best"], saved["log"]
+        first_epoch, done_steps, stopped = saved["epoch"] + 1, saved["steps"], saved["stopped"]
+        earlier_seconds = log.seconds
     model.train()
-    with tqdm(total=steps, desc=desc, unit="batch") as bar:
-        for epoch in range(1, preset.caption_epochs + 1):
+    with tqdm(total=steps, initial=done_steps, desc=desc, unit="batch") as bar:
+        for epoch in range(first_epoch, preset.caption_epochs + 1):
+            if stopped:
+                break
             for idx in _batches(len(tokens), preset.batch_size, rng):
                 width = int(lengths[idx].max())
                 tok = tokens[idx, :width]
@@ -300,19 +342,37 @@ def train_captioner(
                 )
                 bar.update()
             log.epochs = epoch
-            if val is None:
-                continue
-            t0 = time.perf_counter()
-            bleu = validation_bleu4(model, val, vocab, preset.max_length)
-            log.val_seconds += time.perf_counter() - t0
-            log.val_bleu4.append(bleu)
-            if log.selected_epoch is None or bleu > log.val_bleu4[log.selected_epoch - 1]:
-                log.selected_epoch, best = epoch, copy.deepcopy(model.state_dict())
-            bar.write(
-                f"{desc} epoch {epoch}/{preset.caption_epochs}: val BLEU-4 {100 * bleu:.2f} "
-                f"(best {100 * log.val_bleu4[log.selected_epoch - 1]:.2f} at epoch {log.selected_epoch})"
-            )
-            if epoch - log.selected_epoch >= preset.patience and epoch < preset.caption_epochs:
+            if val is not None:
+                t0 = time.perf_counter()
+                bleu = validation_bleu4(model, val, vocab, preset.max_length)
+                log.val_seconds += time.perf_counter() - t0
+                log.val_bleu4.append(bleu)
+                if log.selected_epoch is None or bleu > log.val_bleu4[log.selected_epoch - 1]:
+                    log.selected_epoch, best = epoch, copy.deepcopy(model.state_dict())
+                bar.write(
+                    f"{desc} epoch {epoch}/{preset.caption_epochs}: val BLEU-4 {100 * bleu:.2f} "
+                    f"(best {100 * log.val_bleu4[log.selected_epoch - 1]:.2f} at epoch {log.selected_epoch})"
+                )
+                stopped = epoch - log.selected_epoch >= preset.patience and epoch < preset.caption_epochs
+            if snapshot is not None:
+                log.seconds = earlier_seconds + time.perf_counter() - start
+                snapshot.save(
+                    {
+                        "model": model.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "schedule": schedule.state_dict(),
+                        "rng": rng.bit_generator.state,
+                        "torch_rng": torch.get_rng_state(),
+                        "weights": weights,
+                        "initial": initial,
+                        "best": best,
+                        "log": log,
+                        "epoch": epoch,
+                        "steps": bar.n,
+                        "stopped": stopped,
+                    }
+                )
+            if stopped:
                 bar.write(f"{desc}: no val improvement for {preset.patience} epochs, stopping")
                 bar.total = bar.n
                 bar.refresh()
@@ -322,7 +382,7 @@ def train_captioner(
     if val is not None:
         log.val_images = len(val.regions)
     model.eval()
-    log.seconds = time.perf_counter() - start
+    log.seconds = earlier_seconds + time.perf_counter() - start
     return log
 
 

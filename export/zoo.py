@@ -40,7 +40,14 @@ from export.package import TrainedCaptioner, TrainedRanker, export_repository
 from export.presets import Preset, get_preset
 from export.probesets.repo import preset_probe_sets, write_manifest
 from export.resume import Checkpoints, fingerprint
-from export.train import TrainLog, extract_regions, train_captioner, train_visual_encoder, train_vsepp
+from export.train import (
+    EpochSnapshot,
+    TrainLog,
+    extract_regions,
+    train_captioner,
+    train_visual_encoder,
+    train_vsepp,
+)
 from export.world.dataset import load_dataset, write_dataset
 from service.manifest import Manifest
 from service.text.attachment import AttachmentChecker
@@ -144,6 +151,7 @@ def build_zoo(
         torch.manual_seed(seed + len(trained))
         model = captioner_factory(arch, vocab, regions.size(-1), regions.size(1), p)()
         lr = p.transformer_learning_rate if arch in ("transformer", "m2") else None
+        snapshot = EpochSnapshot(checkpoints.folder / f"{name}.epoch.pt", checkpoints.key)
         train = partial(
             train_captioner,
             regions=regions[rows],
@@ -155,8 +163,10 @@ def build_zoo(
             rank=arch == "butr",
             learning_rate=lr,
             val=val,
+            snapshot=snapshot,
         )
         log = checkpoints.trained(name, model, train)
+        snapshot.clear()  # the finished model's checkpoint supersedes its last epoch's
         logs[name] = log
         training = training_record(split, len(rows), log, dataset)
         reads: Literal["last_token", "prefix"] = "prefix" if arch in ("transformer", "m2") else "last_token"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 
@@ -69,3 +70,53 @@ def test_the_zoo_encoder_trains_once_then_loads_bit_for_bit(tmp_path: Path, monk
         assert torch.equal(a, b)
     zoo.resumable_encoder(tmp_path, images[::-1].copy(), [], p, 0)  # other images: trains again
     assert calls == [0, 0]
+
+
+class _CutOff(Exception):
+    pass
+
+
+@pytest.mark.parametrize("arch", ["butd", "butr"])  # butr: the ranking loss and its GradNorm weights too
+def test_a_captioner_cut_off_mid_training_resumes_at_its_last_epoch_bit_for_bit(
+    arch: str, tmp_path: Path
+) -> None:
+    """Three epochs in one go equal one epoch, a crash right after its snapshot, and a resumed run: the
+    weights, the log and the selected epoch (the resumed run trains epochs 2-3 only)."""
+    from dataclasses import replace
+
+    from export.models.factory import captioner_factory
+    from export.presets import get_preset
+    from export.train import EpochSnapshot, Validation, train_captioner
+    from service.text.vocabulary import Vocabulary
+
+    p = replace(get_preset("tiny"), caption_epochs=3, patience=5, batch_size=8)
+    words = ["a red cube", "a blue ball near a cube", "two green balls", "a cube on a ball"]
+    captions = [[words[i % 4], words[(i + 1) % 4]] for i in range(24)]
+    vocab = Vocabulary.build(c for caps in captions for c in caps)
+    regions = torch.randn(24, 4, 16, generator=torch.Generator().manual_seed(0))
+    val = Validation(regions[:4], [c for c in captions[:4]])
+
+    def run(snapshot: EpochSnapshot | None) -> tuple[nn.Module, TrainLog]:
+        torch.manual_seed(5)
+        model = captioner_factory(arch, vocab, 16, 4, p)()
+        log = train_captioner(
+            model, regions, captions, vocab, p, 0, "t", rank=arch == "butr", val=val, snapshot=snapshot
+        )
+        return model, log
+
+    whole, whole_log = run(None)
+
+    class CrashAfterFirst(EpochSnapshot):
+        def save(self, state: dict) -> None:  # type: ignore[type-arg]
+            super().save(state)
+            raise _CutOff  # the process dies right after the first epoch's snapshot
+
+    path = tmp_path / "m.epoch.pt"
+    with pytest.raises(_CutOff):
+        run(CrashAfterFirst(path, "k"))
+    resumed, resumed_log = run(EpochSnapshot(path, "k"))
+    for a, b in zip(whole.state_dict().values(), resumed.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    assert resumed_log.losses == whole_log.losses and resumed_log.val_bleu4 == whole_log.val_bleu4
+    assert resumed_log.selected_epoch == whole_log.selected_epoch and resumed_log.epochs == 3
+    assert EpochSnapshot(path, "other key").load() is None  # another fingerprint starts afresh
