@@ -68,7 +68,8 @@ def test_the_manifest_names_the_torch_programs_the_build_writes() -> None:
     the ONNX files; git does not carry them (16 MB), so on a fresh clone the gradient methods answer 501
     ``programs_missing`` until ``make build``."""
     manifest = load_manifest(REPO)
-    for name in ["visual_encoder", *(m for c in manifest.captioners for m in (c.init, c.step))]:
+    rankers = (m for r in manifest.rankers for m in (r.image, r.text))  # the torch baseline's ranker
+    for name in ["visual_encoder", *(m for c in manifest.captioners for m in (c.init, c.step)), *rankers]:
         assert manifest.model(name).program == f"torch/{name}.pt2", name
 
 
