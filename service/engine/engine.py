@@ -20,12 +20,13 @@ import numpy as np
 from service.backends.base import Backend
 from service.engine.beam import Hypothesis
 from service.engine.cohorts import COHORT_BOUNDS
+from service.engine.limits import QueueFullError, SchedulerLimits
 from service.engine.observer import StepObserver
 from service.engine.params import InvalidParameterError, OverloadedError, SearchParams, resolve_params
 from service.engine.request import Priority
 from service.engine.rerank import rerank_order
 from service.engine.runner import ModelRunner
-from service.engine.scheduler import QueueFullError, Scheduler, SchedulerLimits
+from service.engine.scheduler import Scheduler
 from service.manifest import Manifest, load_manifest
 from service.metrics import Metrics
 from service.settings import Settings

@@ -23,14 +23,15 @@ import heapq
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from service.engine.beam_batch import BatchRows, Joining
-from service.engine.cohorts import COHORT_BOUNDS, CohortBatch
+from service.engine.cohorts import CohortBatch
+from service.engine.limits import QueueFullError, SchedulerLimits
 from service.engine.observer import StepObserver
 from service.engine.params import SearchParams
+from service.engine.ranking import rank_finished
 from service.engine.request import DecodeResult, Priority, Request, RequestStatus
 from service.engine.runner import Encoded, ModelRunner, StepOutput
 from service.manifest import CaptionerEntry
@@ -39,43 +40,6 @@ from service.metrics import Metrics
 log = logging.getLogger(__name__)
 S = RequestStatus
 RECHECK_S = 0.05  # a background request held back by other captioners' users looks again after this
-
-
-class QueueFullError(Exception):
-    """The admission queue is full; the caller should retry after ``retry_after_s``."""
-
-    def __init__(self, retry_after_s: float) -> None:
-        super().__init__(f"the decoding queue is full; retry after {retry_after_s:.0f} s")
-        self.retry_after_s = retry_after_s
-
-
-@dataclass(frozen=True)
-class SchedulerLimits:
-    """Bounds of one captioner's scheduler (from ``Settings``)."""
-
-    max_rows: int
-    max_queue: int
-    max_active: int
-    max_beam_size: int
-    max_length: int
-    max_background_rows: int | None = None  # None: background requests may take every row
-    background_share: float = 1.0  # share of the time background requests hold rows while users decode
-    cohort_bounds: tuple[int, ...] = COHORT_BOUNDS  # beam-width classes with arrays of their own; (): one
-
-    def __post_init__(self) -> None:
-        if not 0.0 < self.background_share <= 1.0:
-            raise ValueError(f"background_share must be in (0, 1], got {self.background_share}")
-        for name in ("max_rows", "max_queue", "max_active", "max_beam_size", "max_length"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_background_rows is not None and self.max_background_rows < 1:
-            raise ValueError(f"max_background_rows must be >= 1, got {self.max_background_rows}")
-
-    def rows_for(self, priority: Priority) -> int:
-        """The most rows one request of ``priority`` can be given while users are decoding."""
-        if priority is Priority.BACKGROUND and self.max_background_rows is not None:
-            return min(self.max_rows, self.max_background_rows)
-        return self.max_rows
 
 
 class Scheduler:
@@ -369,26 +333,9 @@ class Scheduler:
 
     async def _rank(self, requests: list[Request]) -> None:
         """Re-rank finished requests in batched ranker calls (one pair of calls per ranker), then answer."""
-        scores: dict[int, list[list[float]]] = {}
-        rerank_ms: dict[int, float] = {}
-        by_ranker: dict[str, list[Request]] = {}
-        for request in requests:
-            if request.params.ranker is not None and not request.future.done():
-                by_ranker.setdefault(request.params.ranker, []).append(request)
-        for name, group in by_ranker.items():
-            start = time.perf_counter()
-            regions = np.concatenate([r.encoded.regions for r in group if r.encoded is not None])
-            captions = [[h.tokens for h in per] for r in group for per in r.hypotheses or []]
-            try:
-                flat = await self.runner.rank(name, regions, captions)
-            except Exception as exc:
-                self._release(group, S.FAILED, exc)
-                continue
-            at = 0
-            for request in group:
-                scores[request.key] = flat[at : at + request.n_images]
-                at += request.n_images
-                rerank_ms[request.key] = (time.perf_counter() - start) * 1e3
+        scores, rerank_ms, failed = await rank_finished(self.runner, requests)
+        for group, exc in failed:
+            self._release(group, S.FAILED, exc)
         for request in requests:
             if request.status.terminal:
                 continue
