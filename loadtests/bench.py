@@ -16,13 +16,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import io
 import json
 import os
-import re
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -30,14 +26,14 @@ from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
-import httpx
 import numpy as np
 from PIL import Image
 from rich.console import Console
 from rich.table import Table
 
+from loadtests.cpu import bounds_of_limit
+from loadtests.http_load import Gateway, closed_loop
 from service.backends.factory import make_backend
 from service.engine.engine import CaptionEngine
 from service.engine.params import SearchParams
@@ -114,19 +110,29 @@ async def in_process(
     try:
         single, rows, steps = await _single_decodes(engine, metrics, params, images, args.single_runs)
         curve = await _step_curve(engine.runner, manifest, params, images, args.max_rows, args.curve_seconds)
-        if settings.backend == "onnxruntime":  # the limit: the best of both thread-pool modes
+        if settings.backend == "onnxruntime":
+            # the limit: the best of both thread-pool modes; the least CPU per row (cpu.py's bounds):
+            # the least of those and of one intra-op thread
             for point in curve:
                 point["ort_spinning"] = float(settings.ort_spinning)
-            other = settings.model_copy(update={"ort_spinning": not settings.ort_spinning})
-            spare = await make_backend(other, manifest, Metrics())
-            try:
-                for point in await _step_curve(
-                    ModelRunner(spare, manifest), manifest, params, images, args.max_rows, args.curve_seconds
-                ):
-                    point["ort_spinning"] = float(other.ort_spinning)
-                    curve.append(point)
-            finally:
-                await spare.close()
+                point["intra_op_threads"] = float(settings.intra_op_threads)
+            for update in ({"ort_spinning": not settings.ort_spinning}, {"intra_op_threads": 1}):
+                other = settings.model_copy(update=update)
+                spare = await make_backend(other, manifest, Metrics())
+                try:
+                    for point in await _step_curve(
+                        ModelRunner(spare, manifest),
+                        manifest,
+                        params,
+                        images,
+                        args.max_rows,
+                        args.curve_seconds,
+                    ):
+                        point["ort_spinning"] = float(other.ort_spinning)
+                        point["intra_op_threads"] = float(other.intra_op_threads)
+                        curve.append(point)
+                finally:
+                    await spare.close()
         best = max(curve, key=lambda p: p["rows_per_s"])
         limit = {
             "best_batch_rows": int(best["rows"]),
@@ -140,15 +146,16 @@ async def in_process(
     return InProcess(single, rows, steps, limit, curve, naive, compute)
 
 
-async def _timed(call: Callable[[], Awaitable[object]], seconds: float = 0.5) -> float:
-    """Seconds per ``call()`` (after warm-up)."""
+async def _timed(call: Callable[[], Awaitable[object]], seconds: float = 0.5) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this whole process: every onnxruntime thread) per ``call()``,
+    after warm-up."""
     for _ in range(2):
         await call()
-    calls, start = 0, time.perf_counter()
+    calls, start, cpu = 0, time.perf_counter(), time.process_time()
     while calls < 5 or time.perf_counter() - start < seconds:
         await call()
         calls += 1
-    return (time.perf_counter() - start) / calls
+    return (time.perf_counter() - start) / calls, (time.process_time() - cpu) / calls
 
 
 async def _compute_limit(
@@ -164,20 +171,27 @@ async def _compute_limit(
     batch = images[np.arange(64) % len(images)]
     n = len(batch)
     ms: dict[str, float] = {}
-    ms["visual_encoder"] = await _timed(lambda: runner.encode_images(batch)) / n * 1e3
+    cpu: dict[str, float] = {}  # CPU ms per caption of the calls other than the step (all threads)
+
+    async def per_caption(name: str, call: Callable[[], Awaitable[object]]) -> None:
+        wall_s, cpu_s = await _timed(call)
+        ms[name], cpu[name] = wall_s / n * 1e3, cpu_s / n * 1e3
+
+    await per_caption("visual_encoder", lambda: runner.encode_images(batch))
     regions = await runner.encode_images(batch)
-    ms[cap.init] = await _timed(lambda: runner.init(cap.name, regions)) / n * 1e3
+    await per_caption(cap.init, lambda: runner.init(cap.name, regions))
     ms[cap.step] = 1e3 / step_captions_per_s
     if params.ranker is not None:
         ranker = manifest.ranker(params.ranker)
-        ms[ranker.image] = await _timed(lambda: runner.embed_images(ranker, regions)) / n * 1e3
+        await per_caption(ranker.image, lambda: runner.embed_images(ranker, regions))
         rng = np.random.default_rng(1)
         captions = [list(rng.integers(4, manifest.vocabulary.size, 9)) for _ in range(n * params.n_best)]
-        ms[ranker.text] = await _timed(lambda: runner.embed_captions(ranker, captions)) / n * 1e3
+        await per_caption(ranker.text, lambda: runner.embed_captions(ranker, captions))
     total = sum(ms.values())
     return {
         "captions_per_s": round(1e3 / total, 2),
         "ms_per_caption": {k: round(v, 4) for k, v in ms.items()},
+        "cpu_ms_per_caption_other": {k: round(v, 4) for k, v in cpu.items()},
         "step_share": round(ms[cap.step] / total, 3),
     }
 
@@ -230,8 +244,15 @@ async def _step_curve(
         async def call() -> object:
             return await runner.step(cap.name, memory, image_index, tokens, lengths, state)  # noqa: B023
 
-        seconds = await _timed(call, seconds_per_size)
-        out.append({"rows": rows, "ms_per_call": round(seconds * 1e3, 3), "rows_per_s": rows / seconds})
+        seconds, cpu_s = await _timed(call, seconds_per_size)
+        out.append(
+            {
+                "rows": rows,
+                "ms_per_call": round(seconds * 1e3, 3),
+                "cpu_ms_per_call": round(cpu_s * 1e3, 3),
+                "rows_per_s": rows / seconds,
+            }
+        )
     return out
 
 
@@ -255,129 +276,6 @@ async def _naive(
     return done / (time.perf_counter() - start)
 
 
-# -- (load): the gateway over HTTP ------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Gateway(AbstractContextManager["Gateway"]):
-    """``compcap serve`` (or ``module``, another server taking ``--repo`` and ``--port``) in a
-    subprocess on a free port, terminated on exit; ready when ``ready`` answers 200."""
-
-    def __init__(
-        self,
-        repo: Path,
-        env: dict[str, str],
-        module: Sequence[str] = ("service.cli", "serve"),
-        ready: str = "/readyz",
-    ) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.ready, self.name = ready, " ".join(module)
-        self.log = open(os.devnull, "w")  # noqa: SIM115 - closed in __exit__
-        cmd = [sys.executable, "-m", *module, "--repo", str(repo), "--port", str(self.port)]
-        self.process = subprocess.Popen(
-            cmd, env={**os.environ, **env}, stdout=self.log, stderr=subprocess.STDOUT
-        )
-
-    def __enter__(self) -> Gateway:
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.process.returncode}")
-            try:
-                if httpx.get(f"{self.url}{self.ready}", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"{self.name} did not become ready in 120 s")
-
-    def __exit__(self, *exc: object) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-        self.log.close()
-
-
-def step_rows(metrics_text: str, step_model: str) -> tuple[float, float]:
-    """(sum, count) of the gateway's rows-per-decoder-call histogram for ``step_model``."""
-    values = {}
-    for kind in ("sum", "count"):
-        pattern = rf'^compcap_beam_rows_per_decoder_call_{kind}\{{model="{re.escape(step_model)}"\}} (\S+)$'
-        match = re.search(pattern, metrics_text, re.MULTILINE)
-        values[kind] = float(match.group(1)) if match else 0.0
-    return values["sum"], values["count"]
-
-
-BOUNDARY = "compcapbench7f3a"
-
-
-def multipart_body(png: bytes) -> bytes:
-    head = (
-        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="image"; filename="x.png"\r\n'
-        "Content-Type: image/png\r\n\r\n"
-    ).encode()
-    return head + png + f"\r\n--{BOUNDARY}--\r\n".encode()
-
-
-class RawConnection:
-    """A minimal HTTP/1.1 keep-alive client on asyncio streams: the load generator shares the 2
-    cores with the gateway, so it must cost as little CPU per request as possible (httpx costs ~1 ms)."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.host, self.port = host, port
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-
-    async def post(self, target: str, body: bytes) -> tuple[int, bytes]:
-        if self.writer is None or self.writer.is_closing():
-            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        assert self.reader is not None and self.writer is not None
-        head = (
-            f"POST {target} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
-            f"Content-Type: multipart/form-data; boundary={BOUNDARY}\r\nContent-Length: {len(body)}\r\n\r\n"
-        ).encode()
-        self.writer.write(head + body)
-        await self.writer.drain()
-        header = await self.reader.readuntil(b"\r\n\r\n")
-        lines = header.decode("latin-1").split("\r\n")
-        status = int(lines[0].split()[1])
-        length = 0
-        close = False
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            if name.strip().lower() == "content-length":
-                length = int(value)
-            elif name.strip().lower() == "connection" and value.strip().lower() == "close":
-                close = True
-        payload = await self.reader.readexactly(length) if length else b""
-        if close:
-            await self.close()
-        return status, payload
-
-    async def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            with contextlib.suppress(OSError):
-                await self.writer.wait_closed()
-            self.writer = None
-
-
 def print_and_save(result: dict[str, Any], table: Table, json_path: str | None) -> int:
     """Print a load test's summary table; write its result as JSON when asked. Exit code 0."""
     Console(width=None if sys.stdout.isatty() else 150).print(table)
@@ -385,65 +283,6 @@ def print_and_save(result: dict[str, Any], table: Table, json_path: str | None) 
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(json_path).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     return 0
-
-
-async def closed_loop(
-    url: str, pngs: list[bytes], query: dict[str, str], clients: int, duration: float, step_model: str
-) -> dict[str, Any]:
-    """``clients`` closed-loop clients, each sending its next request when the last one is answered,
-    for ``duration`` s; every request sent is waited for (sent must equal received)."""
-    host, port = httpx.URL(url).host, int(httpx.URL(url).port or 80)
-    target = "/v1/captions?" + urlencode(query)
-    bodies = [multipart_body(p) for p in pngs]
-    async with httpx.AsyncClient(base_url=url, timeout=60.0) as client:
-        before = step_rows((await client.get("/metrics")).text, step_model)
-    latencies: list[float] = []
-    sent = received = errors_5xx = other = 0
-    stop = time.perf_counter() + duration
-
-    async def worker(k: int) -> None:
-        nonlocal sent, received, errors_5xx, other
-        connection = RawConnection(host, port)
-        i = k
-        try:
-            while time.perf_counter() < stop:
-                body = bodies[i % len(bodies)]
-                i += clients
-                sent += 1
-                start = time.perf_counter()
-                try:
-                    status, _ = await connection.post(target, body)
-                except (OSError, asyncio.IncompleteReadError, ValueError):
-                    other += 1
-                    await connection.close()
-                    continue
-                received += 1
-                if status >= 500:
-                    errors_5xx += 1
-                elif status == 200:
-                    latencies.append((time.perf_counter() - start) * 1e3)
-                else:
-                    other += 1
-        finally:
-            await connection.close()
-
-    start = time.perf_counter()
-    await asyncio.gather(*(worker(k) for k in range(clients)))
-    elapsed = time.perf_counter() - start
-    async with httpx.AsyncClient(base_url=url, timeout=60.0) as client:
-        after = step_rows((await client.get("/metrics")).text, step_model)
-    calls = after[1] - before[1]
-    return {
-        "clients": clients,
-        "captions_per_s": round(len(latencies) / elapsed, 2),
-        "p50_ms": round(float(np.percentile(latencies, 50)), 2) if latencies else None,
-        "p99_ms": round(float(np.percentile(latencies, 99)), 2) if latencies else None,
-        "mean_rows_per_call": round((after[0] - before[0]) / calls, 2) if calls else 0.0,
-        "sent": sent,
-        "received": received,
-        "errors_5xx": errors_5xx,
-        "errors_other": other,
-    }
 
 
 # -- driver -----------------------------------------------------------------------------------------
@@ -495,7 +334,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for clients in args.clients:
                 console.print(f"[bold]gateway[/]: {clients} clients for {args.duration:.0f} s")
                 load.append(
-                    asyncio.run(closed_loop(gateway.url, pngs, query, clients, args.duration, step_model))
+                    asyncio.run(
+                        closed_loop(
+                            gateway.url, pngs, query, clients, args.duration, step_model, gateway.process.pid
+                        )
+                    )
                 )
         naive_http = None
         if args.naive_gateway_clients:
@@ -503,8 +346,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             console.print(f"[bold]gateway without cross-request batching[/]: {clients} clients")
             with Gateway(repo, {**env, "COMPCAP_CROSS_REQUEST_BATCHING": "false"}) as naive_gateway:
                 naive_http = asyncio.run(
-                    closed_loop(naive_gateway.url, pngs, query, clients, args.duration, step_model)
+                    closed_loop(
+                        naive_gateway.url,
+                        pngs,
+                        query,
+                        clients,
+                        args.duration,
+                        step_model,
+                        naive_gateway.process.pid,
+                    )
                 )
+        floor = None
+        if args.floor_clients:
+            console.print(f"[bold]HTTP floor[/] (loadtests.http_floor): {args.floor_clients} clients")
+            with Gateway(repo, {}, module=["loadtests.http_floor"], ready="/health") as server:
+                floor = asyncio.run(
+                    closed_loop(
+                        server.url, pngs, query, args.floor_clients, args.duration, "-", server.process.pid
+                    )
+                )
+            del floor["mean_rows_per_call"]
         baseline = None
         if args.baseline == "torch":
             baseline = torch_baseline_load(repo, model, args.rerank, pngs, query, args.clients, args.duration)
@@ -526,10 +387,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "compute_limit": local.compute_limit,
         "load": load,
         "baseline": baseline,  # loadtests.torch_baseline over HTTP at the same client counts
+        "floor": floor,  # loadtests.http_floor: HTTP + PNG decoding and nothing else, its CPU per request
         "cpu_count": os.cpu_count(),
     }
     for row in out["load"]:
         row["ceiling_of_limit"] = round(ceiling_of_limit(out, row["mean_rows_per_call"]), 3)
+        if "cpu_ms_per_caption" in row:
+            row["cpu_bounds_of_limit"] = bounds_of_limit(out, row)
     return out
 
 
@@ -586,7 +450,7 @@ def summary(result: dict[str, Any]) -> Table:
     naive = result["naive"]["captions_per_s"]
     table = Table(
         title=f"compcap bench — {result['backend']}, {result['model']}, beam {result['beam_size']}",
-        width=120,
+        width=150,
     )
     for col in (
         "clients",
@@ -601,6 +465,8 @@ def summary(result: dict[str, Any]) -> Table:
         "sent",
         "recv",
         "5xx",
+        "bound any/floor",
+        "CPU ms srv/cli",
         *(["torch cap/s", "× torch", "torch p50"] if result.get("baseline") else []),
     ):
         table.add_column(col, justify="right")
@@ -620,6 +486,7 @@ def summary(result: dict[str, Any]) -> Table:
             str(row["sent"]),
             str(row["received"]),
             str(row["errors_5xx"]),
+            *_cpu_cells(row),
             *peer,
         )
     table.caption = (
@@ -629,7 +496,9 @@ def summary(result: dict[str, Any]) -> Table:
         f"({result['rows_per_caption']:.0f} rows per caption); naive {naive:.1f} captions/s; all model "
         f"calls of a caption at large batches: {result['compute_limit']['captions_per_s']:.0f} captions/s "
         f"(step share {100 * result['compute_limit']['step_share']:.0f}%); ceiling = the % of the limit a "
-        "gateway with zero overhead could reach at that level's rows per call"
+        "gateway with zero overhead could reach at that level's rows per call; bound any/floor = the % "
+        f"of the limit {result['cpu_count']} busy cores allow at the models' CPU per caption plus the load "
+        "generator's (any server) or plus the HTTP floor's server and client CPU"
         + (
             f"; gateway without cross-request batching at {naive_http['clients']} clients: "
             f"{naive_http['captions_per_s']:.1f} captions/s"
@@ -638,6 +507,15 @@ def summary(result: dict[str, Any]) -> Table:
         )
     )
     return table
+
+
+def _cpu_cells(row: dict[str, Any]) -> list[str]:
+    """'any server / HTTP floor' CPU bounds as % of the limit, and the server's / client's CPU ms per
+    caption ('-' where not measured)."""
+    bounds, cpu = row.get("cpu_bounds_of_limit") or {}, row.get("cpu_ms_per_caption") or {}
+    shares = "/".join(f"{100 * bounds[k]:.0f}" if k in bounds else "-" for k in ("any_server", "http_floor"))
+    ms = "/".join(f"{cpu[k]:.1f}" if k in cpu else "-" for k in ("server", "client"))
+    return [f"{shares}%", ms]
 
 
 def _peer_cells(row: dict[str, Any], peer: dict[str, Any] | None) -> list[str]:
@@ -682,6 +560,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-rows", type=int, default=640, help="largest step batch in the limit curve")
     parser.add_argument("--curve-seconds", type=float, default=0.5, help="timing per step batch size")
     parser.add_argument("--triton-url", default=None, help="use this Triton instead of starting one")
+    parser.add_argument(
+        "--floor-clients",
+        type=int,
+        default=32,
+        help="also load the HTTP floor server (loadtests.http_floor) at this many clients, for the "
+        "CPU bounds (0: skip)",
+    )
     parser.add_argument(
         "--baseline",
         choices=["none", "torch"],

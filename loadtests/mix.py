@@ -6,7 +6,8 @@ a set of closed-loop client kinds running at once:
 - ``alone``: ``--mix-users`` beam-5 clients (24), the reference;
 - ``wide``: the same plus 2 clients asking ``beam_size=100&n_best=5``;
 - ``hang-up``: the same plus 4 clients sending 4-image beam-20 requests and closing the connection
-  50 ms after sending (an abandoned request must stop costing work at once);
+  50 ms after sending (an abandoned request must stop costing work at once), from their own
+  loopback address (``--hang-up-source``, 127.0.0.2: another client, as in production);
 - ``junk``: the same plus 2 clients sending uploads that are not images (fast 4xx);
 - ``rows``/``rows+100``: ``--rows-users`` beam-5 clients (32) alone, then with one beam-100 client; the
   total step rows/s of the two are compared (a wide request must not slow everyone's steps).
@@ -36,15 +37,9 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from loadtests.bench import (
-    BOUNDARY,
-    Gateway,
-    RawConnection,
-    bench_images,
-    png_bytes,
-    print_and_save,
-    step_rows,
-)
+from loadtests.bench import bench_images, png_bytes, print_and_save
+from loadtests.cpu import CpuMeter
+from loadtests.http_load import BOUNDARY, Gateway, RawConnection, request_head, step_rows
 from service.manifest import load_manifest
 
 console = Console(stderr=True)
@@ -62,6 +57,7 @@ class Traffic:
     images: int = 1  # images per request
     hang_up_s: float | None = None
     junk: bool = False
+    source: str | None = None  # local address to connect from (None: the system's choice)
 
     def __post_init__(self) -> None:
         if self.clients < 1:
@@ -79,8 +75,9 @@ class Scenario:
     reference: str  # the scenario this one's users are compared with
 
 
-def scenarios(model: str, users: int, rows_users: int) -> list[Scenario]:
-    """The mix scenarios (module docstring); ``traffic[0]`` is always the beam-5 users."""
+def scenarios(model: str, users: int, rows_users: int, hang_up_source: str | None = None) -> list[Scenario]:
+    """The mix scenarios (module docstring); ``traffic[0]`` is always the beam-5 users. The hang-up
+    clients connect from ``hang_up_source`` (None: the users' address)."""
     beam5 = {"model": model, "beam_size": "5"}
 
     def u(n: int) -> Traffic:
@@ -93,7 +90,17 @@ def scenarios(model: str, users: int, rows_users: int) -> list[Scenario]:
         ),
         Scenario(
             "hang-up",
-            (u(users), Traffic("hang-up", 4, {**beam5, "beam_size": "20"}, images=4, hang_up_s=0.05)),
+            (
+                u(users),
+                Traffic(
+                    "hang-up",
+                    4,
+                    {**beam5, "beam_size": "20"},
+                    images=4,
+                    hang_up_s=0.05,
+                    source=hang_up_source,
+                ),
+            ),
             "alone",
         ),
         Scenario("junk", (u(users), Traffic("junk", 2, beam5, junk=True)), "alone"),
@@ -140,9 +147,12 @@ class Tally:
         }
 
 
-async def _hang_up_once(host: str, port: int, head: bytes, body: bytes, after_s: float, tally: Tally) -> None:
-    """Send one request on a new connection and close it ``after_s`` after sending (unless answered)."""
-    reader, writer = await asyncio.open_connection(host, port)
+async def _hang_up_once(
+    host: str, port: int, head: bytes, body: bytes, after_s: float, tally: Tally, source: str | None
+) -> None:
+    """Send one request on a new connection (from ``source``) and close it ``after_s`` after sending
+    (unless answered)."""
+    reader, writer = await asyncio.open_connection(host, port, local_addr=(source, 0) if source else None)
     try:
         writer.write(head + body)
         await writer.drain()
@@ -171,12 +181,9 @@ async def _client(url: str, kind: Traffic, bodies: list[bytes], k: int, stop: fl
             i += kind.clients
             tally.sent += 1
             if kind.hang_up_s is not None:
-                head = (
-                    f"POST {target} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: multipart/form-data; "
-                    f"boundary={BOUNDARY}\r\nContent-Length: {len(body)}\r\n\r\n"
-                ).encode()
+                head = request_head(host, port, target, len(body))
                 try:
-                    await _hang_up_once(host, port, head, body, kind.hang_up_s, tally)
+                    await _hang_up_once(host, port, head, body, kind.hang_up_s, tally, kind.source)
                 except (OSError, asyncio.IncompleteReadError):
                     tally.statuses[-1] += 1
                 continue
@@ -195,18 +202,6 @@ async def _client(url: str, kind: Traffic, bodies: list[bytes], k: int, stop: fl
         await connection.close()
 
 
-def process_cpu_s(pid: int | None = None) -> float | None:
-    """CPU seconds (user + system, all threads) used so far by ``pid`` (None: this process); None
-    where /proc cannot be read."""
-    if pid is None:
-        return time.process_time()
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def run_scenario(
     url: str,
     scenario: Scenario,
@@ -222,7 +217,8 @@ async def run_scenario(
         text = (await client.get("/metrics")).text
         before, before_abandoned = step_rows(text, step_model), abandoned_by_stage(text)
     tallies = {kind.name: Tally() for kind in scenario.traffic}
-    cpu_before = (process_cpu_s(), process_cpu_s(server_pid) if server_pid else None)
+    meter = CpuMeter({"generator": os.getpid(), **({"gateway": server_pid} if server_pid else {})})
+    meter.start()
     stop = time.perf_counter() + duration
     start = time.perf_counter()
     tasks = []
@@ -236,11 +232,8 @@ async def run_scenario(
         tasks += [_client(url, kind, bodies, k, stop, tallies[kind.name]) for k in range(kind.clients)]
     await asyncio.gather(*tasks)
     elapsed = time.perf_counter() - start
-    cpu_after = (process_cpu_s(), process_cpu_s(server_pid) if server_pid else None)
-    cores = [
-        round((b - a) / elapsed, 2) if a is not None and b is not None else None
-        for a, b in zip(cpu_before, cpu_after, strict=True)
-    ]
+    meter.stop()
+    cores = {name: round(cpu / meter.wall_s, 2) for name, cpu in meter.cpu_s.items()}
     await asyncio.sleep(0.5)  # let abandoned work drain out of the metrics window of the next scenario
     async with httpx.AsyncClient(base_url=url, timeout=60.0) as client:
         text = (await client.get("/metrics")).text
@@ -259,21 +252,26 @@ async def run_scenario(
         "errors_5xx": sum(n for t in tallies.values() for s, n in t.statuses.items() if s >= 500),
         "lost": sum(t.sent - t.received - t.hung_up for t in tallies.values()),
         "abandoned_by_stage": {k: int(v) for k, v in sorted(abandoned.items()) if v},
-        "generator_cores": cores[0],  # CPU seconds per second of this load generator
-        "gateway_cores": cores[1],
+        "generator_cores": cores["generator"],  # CPU seconds per second of this load generator
+        "gateway_cores": cores.get("gateway"),
     }
 
 
 _ABANDONED = re.compile(r"^compcap_abandoned_requests_total\{([^}]*)\} (\S+)$", re.M)
+_PACED = re.compile(r"^compcap_paced_abandoner_requests_total (\S+)$", re.M)
 
 
 def abandoned_by_stage(metrics_text: str) -> dict[str, float]:
-    """``compcap_abandoned_requests_total`` summed by stage (waiting, encoding, decoding, ranking)."""
+    """``compcap_abandoned_requests_total`` summed by stage (waiting, encoding, decoding, ranking),
+    and as ``paced`` the requests held back before any work by abandon pacing
+    (``compcap_paced_abandoner_requests_total``)."""
     out: dict[str, float] = {}
     for labels, value in _ABANDONED.findall(metrics_text):
         stage = re.search(r'stage="(\w+)"', labels)
         if stage:
             out[stage.group(1)] = out.get(stage.group(1), 0.0) + float(value)
+    if paced := _PACED.search(metrics_text):
+        out["paced"] = float(paced.group(1))
     return out
 
 
@@ -320,7 +318,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     repo = Path(args.repo)
     manifest = load_manifest(repo)
     cap = manifest.captioner(args.model or manifest.default_captioner)
-    every = scenarios(cap.name, args.mix_users, args.rows_users)
+    every = scenarios(cap.name, args.mix_users, args.rows_users, args.hang_up_source or None)
     wanted = [s.strip() for s in args.mix_scenarios.split(",") if s.strip()] if args.mix_scenarios else []
     unknown = set(wanted) - {s.name for s in every}
     if unknown:
@@ -399,6 +397,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rows-users", type=int, default=32, help="beam-5 clients in rows / rows+100")
     parser.add_argument("--mix-repeat", type=int, default=1, help="rounds of every scenario, interleaved")
     parser.add_argument("--mix-scenarios", default="", help="comma-separated subset (default: all)")
+    parser.add_argument(
+        "--hang-up-source",
+        default="127.0.0.2",
+        help="local address the hang-up clients connect from: another client than the users, as it "
+        "would be in production ('' = the users' own address)",
+    )
 
 
 def mix(args: argparse.Namespace) -> int:

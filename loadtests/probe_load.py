@@ -20,7 +20,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from loadtests.bench import Gateway, bench_images, closed_loop, png_bytes, print_and_save
+from loadtests.bench import bench_images, png_bytes, print_and_save
+from loadtests.http_load import Gateway, closed_loop
 from service.client import CompCapClient
 from service.manifest import load_manifest
 

@@ -85,6 +85,12 @@ class Metrics:
             "4xx answers delayed because their connection kept sending bad requests (error_pace_*)",
             registry=r,
         )
+        self.paced_abandoners = Counter(
+            "compcap_paced_abandoner_requests",
+            "requests held back because their client kept closing the connection before its answer "
+            "(abandon_pace_*)",
+            registry=r,
+        )
         self.ready = Gauge("compcap_ready", "1 once the models are loaded", registry=r)
         # settings, exported so that alerts compare with the limits this process runs under
         self.queue_capacity = Gauge(

@@ -62,6 +62,20 @@ class Settings(BaseSettings):
         description="4xx answers per second a connection gets once its burst is spent; each further one "
         "waits 1/this s (0: no pacing). Two junk senders cut 24 users to 56% of their captions/s unpaced",
     )
+    abandon_pace_burst: int = Field(
+        default=10,
+        ge=1,
+        le=100_000,
+        description="requests a client (bearer credential, else address) may abandon (499) at once "
+        "before its next requests are held back",
+    )
+    abandon_pace_per_s: float = Field(
+        default=2.0,
+        ge=0.0,
+        le=100_000.0,
+        description="abandoned requests per second a client's bucket refills; while it is in debt a new "
+        "request of that client waits up to 1/this s before any work starts (0: no pacing)",
+    )
     cross_request_batching: bool = Field(
         default=True, description="false: every request decodes alone (the benchmark's naive baseline)"
     )
@@ -69,6 +83,21 @@ class Settings(BaseSettings):
         default=True,
         description="requests of beam size <= 8, <= 32 and wider keep separate beam arrays fed to the same "
         "step call (false: one array as wide as the widest request, as before)",
+    )
+    scheduler_lanes: int = Field(
+        default=1,
+        ge=1,
+        le=16,
+        description="decoding loops per captioner, each with its own beam batch: one lane's bookkeeping "
+        "overlaps another's step call (requests go to the lane holding the fewest rows)",
+    )
+    encode_chunk_images: int = Field(
+        default=0,
+        ge=0,
+        le=4096,
+        description="images per encoder call when several admitted requests encode together, smallest "
+        "requests first; a request whose caller left before its chunk started is never encoded "
+        "(0: one call for the whole group)",
     )
     max_rows_per_step: int = Field(
         default=512, ge=1, le=65536, description="most beam rows in one <cap>_step call"

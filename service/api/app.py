@@ -16,7 +16,7 @@ from service.api.docs import install_docs
 from service.api.handlers import install_error_handlers
 from service.api.limits import QueryLimitMiddleware
 from service.api.openapi import TAGS, install_openapi
-from service.api.pacing import ErrorPacingMiddleware
+from service.api.pacing import AbandonPacingMiddleware, ErrorPacingMiddleware
 from service.api.requestlog import RequestLogMiddleware
 from service.api.routes import router
 from service.backends.base import Backend
@@ -111,6 +111,13 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
             ErrorPacingMiddleware,
             burst=settings.error_pace_burst,
             per_s=settings.error_pace_per_s,
+            metrics=runtime.metrics,
+        )
+    if settings.abandon_pace_per_s > 0:
+        app.add_middleware(
+            AbandonPacingMiddleware,
+            burst=settings.abandon_pace_burst,
+            per_s=settings.abandon_pace_per_s,
             metrics=runtime.metrics,
         )
     # outermost: 4xx from the limits above get ids, log lines and latency observations too

@@ -9,6 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from service.api.errors import ApiError, error_response, validation_response
 from service.api.requestlog import annotate
@@ -77,6 +78,11 @@ def install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
         code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
         count(code)
         return error_response(exc.status_code, code, str(exc.detail))
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(_: Request, exc: ClientDisconnect) -> JSONResponse:  # left while its body was read
+        count("client_disconnected")
+        return error_response(499, "client_disconnected", "the client closed the connection")
 
     @app.exception_handler(Exception)
     async def _internal(_: Request, exc: Exception) -> JSONResponse:

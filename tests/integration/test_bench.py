@@ -20,7 +20,7 @@ def test_bench_writes_its_json(tiny_repo: Path, tmp_path: Path) -> None:
         sys.executable, "-m", "service.cli", "bench", "--repo", str(tiny_repo), "--clients", "1,4",
         "--duration", "1", "--single-runs", "5", "--naive-clients", "4", "--naive-gateway-clients", "2",
         "--max-rows", "20", "--curve-seconds", "0.05", "--images", "4", "--json", str(out),
-        "--baseline", "torch",
+        "--baseline", "torch", "--floor-clients", "2",
     ]  # fmt: skip
     subprocess.run(cmd, check=True, timeout=300, capture_output=True)
     result = json.loads(out.read_text())
@@ -43,6 +43,15 @@ def test_bench_writes_its_json(tiny_repo: Path, tmp_path: Path) -> None:
         assert row["captions_per_s"] > 0 and row["p50_ms"] <= row["p99_ms"]
         assert row["mean_rows_per_call"] >= 1
         assert 0 < row["ceiling_of_limit"] <= compute["captions_per_s"] / limit["ideal_captions_per_s"] + 1e-3
+        # the CPU the gateway and this load generator spent per caption, and the bounds it implies
+        assert row["cpu_ms_per_caption"]["server"] > 0 and row["cpu_ms_per_caption"]["client"] > 0
+        bounds = row["cpu_bounds_of_limit"]
+        assert bounds["model_cpu_ms_per_caption"] > 0 and 0 < bounds["http_floor"] < bounds["any_server"]
+    # the HTTP floor answered every request, and cost CPU on both sides
+    floor = result["floor"]
+    assert floor["clients"] == 2 and floor["sent"] == floor["received"] > 0 and floor["errors_5xx"] == 0
+    assert floor["errors_other"] == 0 and min(floor["cpu_ms_per_caption"].values()) > 0
+    assert {"intra_op_threads", "cpu_ms_per_call"} <= set(result["step_curve"][0])
     baseline = result["baseline"]
     assert baseline["name"] == "torch" and [row["clients"] for row in baseline["load"]] == [1, 4]
     for row in baseline["load"]:  # the torch server really answered every request

@@ -105,19 +105,6 @@ def ort_backend(tiny_repo: Path, manifest: Manifest) -> OnnxRuntimeBackend:
     return OnnxRuntimeBackend(tiny_repo, manifest, threads=1)
 
 
-@pytest.fixture
-def made(monkeypatch: pytest.MonkeyPatch) -> list[Request]:
-    """Every ``Request`` the scheduler creates, in submission order."""
-    requests: list[Request] = []
-
-    def record(**fields: Any) -> Request:
-        requests.append(Request(**fields))
-        return requests[-1]
-
-    monkeypatch.setattr(scheduler_module, "Request", record)
-    return requests
-
-
 def images(manifest: Manifest, n: int, seed: int) -> np.ndarray:
     h, w = manifest.image.height, manifest.image.width
     return np.random.default_rng(seed).integers(0, 256, size=(n, h, w, 3), dtype=np.uint8)

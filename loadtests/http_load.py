@@ -1,0 +1,236 @@
+"""Closed-loop HTTP load on a caption server: a server in a subprocess on a free port (``Gateway``),
+a cheap keep-alive HTTP client (``RawConnection``) and ``closed_loop``, which every load bench uses
+(``compcap bench``, ``--mix``, ``--profile``, the probe and shadow loads)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+import numpy as np
+
+from loadtests.cpu import CpuMeter
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Gateway(AbstractContextManager["Gateway"]):
+    """``compcap serve`` (or ``module``, another server taking ``--repo`` and ``--port``) in a
+    subprocess on a free port, terminated on exit; ready when ``ready`` answers 200."""
+
+    def __init__(
+        self,
+        repo: Path,
+        env: dict[str, str],
+        module: Sequence[str] = ("service.cli", "serve"),
+        ready: str = "/readyz",
+    ) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.ready, self.name = ready, " ".join(module)
+        self.log = open(os.devnull, "w")  # noqa: SIM115 - closed in __exit__
+        cmd = [sys.executable, "-m", *module, "--repo", str(repo), "--port", str(self.port)]
+        self.process = subprocess.Popen(
+            cmd, env={**os.environ, **env}, stdout=self.log, stderr=subprocess.STDOUT
+        )
+
+    def __enter__(self) -> Gateway:
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.process.returncode}")
+            try:
+                if httpx.get(f"{self.url}{self.ready}", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"{self.name} did not become ready in 120 s")
+
+    def __exit__(self, *exc: object) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self.log.close()
+
+
+def step_rows(metrics_text: str, step_model: str) -> tuple[float, float]:
+    """(sum, count) of the gateway's rows-per-decoder-call histogram for ``step_model``."""
+    values = {}
+    for kind in ("sum", "count"):
+        pattern = rf'^compcap_beam_rows_per_decoder_call_{kind}\{{model="{re.escape(step_model)}"\}} (\S+)$'
+        match = re.search(pattern, metrics_text, re.MULTILINE)
+        values[kind] = float(match.group(1)) if match else 0.0
+    return values["sum"], values["count"]
+
+
+BOUNDARY = "compcapbench7f3a"
+
+
+def multipart_body(png: bytes) -> bytes:
+    head = (
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="image"; filename="x.png"\r\n'
+        "Content-Type: image/png\r\n\r\n"
+    ).encode()
+    return head + png + f"\r\n--{BOUNDARY}--\r\n".encode()
+
+
+def request_head(host: str, port: int, target: str, length: int) -> bytes:
+    """The head of a multipart POST of ``length`` body bytes (``multipart_body``'s boundary)."""
+    return (
+        f"POST {target} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        f"Content-Type: multipart/form-data; boundary={BOUNDARY}\r\nContent-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+class RawConnection:
+    """A minimal HTTP/1.1 keep-alive client on asyncio streams: the load generator shares the 2
+    cores with the gateway, so it must cost as little CPU per request as possible (httpx costs ~1 ms)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, target: str, body: bytes) -> tuple[int, bytes]:
+        if self.writer is None or self.writer.is_closing():
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None and self.writer is not None
+        self.writer.write(request_head(self.host, self.port, target, len(body)) + body)
+        await self.writer.drain()
+        header = await self.reader.readuntil(b"\r\n\r\n")
+        lines = header.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        length = 0
+        close = False
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            if name.strip().lower() == "content-length":
+                length = int(value)
+            elif name.strip().lower() == "connection" and value.strip().lower() == "close":
+                close = True
+        payload = await self.reader.readexactly(length) if length else b""
+        if close:
+            await self.close()
+        return status, payload
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            with contextlib.suppress(OSError):
+                await self.writer.wait_closed()
+            self.writer = None
+
+
+async def closed_loop(
+    url: str,
+    pngs: list[bytes],
+    query: dict[str, str],
+    clients: int,
+    duration: float,
+    step_model: str,
+    pid: int | None = None,
+) -> dict[str, Any]:
+    """``clients`` closed-loop clients, each sending its next request when the last one is answered,
+    for ``duration`` s; every request sent is waited for (sent must equal received). With the
+    server's ``pid``, also the CPU ms per caption of the server and of this load generator."""
+    host, port = httpx.URL(url).host, int(httpx.URL(url).port or 80)
+    target = "/v1/captions?" + urlencode(query)
+    bodies = [multipart_body(p) for p in pngs]
+    async with httpx.AsyncClient(base_url=url, timeout=60.0) as client:
+        before = step_rows((await client.get("/metrics")).text, step_model)
+    latencies: list[float] = []
+    sent = received = errors_5xx = other = 0
+    stop = time.perf_counter() + duration
+
+    async def worker(k: int) -> None:
+        nonlocal sent, received, errors_5xx, other
+        connection = RawConnection(host, port)
+        i = k
+        try:
+            while time.perf_counter() < stop:
+                body = bodies[i % len(bodies)]
+                i += clients
+                sent += 1
+                start = time.perf_counter()
+                try:
+                    status, _ = await connection.post(target, body)
+                except (OSError, asyncio.IncompleteReadError, ValueError):
+                    other += 1
+                    await connection.close()
+                    continue
+                received += 1
+                if status >= 500:
+                    errors_5xx += 1
+                elif status == 200:
+                    latencies.append((time.perf_counter() - start) * 1e3)
+                else:
+                    other += 1
+        finally:
+            await connection.close()
+
+    meter = CpuMeter({"server": pid, "client": os.getpid()}) if pid is not None else None
+    if meter is not None:
+        meter.start()
+    start = time.perf_counter()
+    await asyncio.gather(*(worker(k) for k in range(clients)))
+    elapsed = time.perf_counter() - start
+    if meter is not None:
+        meter.stop()
+    async with httpx.AsyncClient(base_url=url, timeout=60.0) as client:
+        after = step_rows((await client.get("/metrics")).text, step_model)
+    calls = after[1] - before[1]
+    return {
+        "clients": clients,
+        "captions_per_s": round(len(latencies) / elapsed, 2),
+        "p50_ms": round(float(np.percentile(latencies, 50)), 2) if latencies else None,
+        "p99_ms": round(float(np.percentile(latencies, 99)), 2) if latencies else None,
+        "mean_rows_per_call": round((after[0] - before[0]) / calls, 2) if calls else 0.0,
+        "sent": sent,
+        "received": received,
+        "errors_5xx": errors_5xx,
+        "errors_other": other,
+        **(
+            {"cpu_ms_per_caption": meter.per_item_ms(len(latencies)), "cpu_busy": meter.busy_share()}
+            if meter is not None
+            else {}
+        ),
+    }
+
+
+__all__ = [
+    "BOUNDARY",
+    "Gateway",
+    "RawConnection",
+    "closed_loop",
+    "free_port",
+    "multipart_body",
+    "request_head",
+    "step_rows",
+]
