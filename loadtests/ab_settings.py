@@ -1,0 +1,82 @@
+"""A/B of gateway settings under the same closed-loop load: each variant gets its own gateway
+(``compcap serve`` with the variant's ``COMPCAP_*`` environment), variants interleaved round by round
+so a shared machine's drift hits them alike. Prints, per round and variant, captions/s, p50, rows per
+step call and the gateway's CPU ms per caption; writes the runs and each variant's median as JSON.
+
+    python -m loadtests.ab_settings '{"base": {}, "t1": {"COMPCAP_INTRA_OP_THREADS": "1"}}' \
+        --clients 32 --duration 20 --rounds 3 --json reports/perf/ab.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from loadtests.bench import bench_images, png_bytes
+from loadtests.http_load import Gateway, closed_loop
+from service.manifest import load_manifest
+
+
+def parse_variants(text: str) -> dict[str, dict[str, str]]:
+    """``{"name": {"ENV": "value"}}`` from JSON; every value a string (they become environment)."""
+    variants = json.loads(text)
+    if not isinstance(variants, dict) or not variants:
+        raise ValueError("variants: a non-empty JSON object {name: {ENV: value}}")
+    for name, env in variants.items():
+        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+            raise ValueError(f"variants[{name!r}]: an object of string environment values")
+    return variants
+
+
+def run(
+    repo: Path, variants: dict[str, dict[str, str]], clients: int, duration: float, rounds: int
+) -> dict[str, Any]:
+    manifest = load_manifest(repo)
+    cap = manifest.captioner(manifest.default_captioner)
+    pngs = [png_bytes(x) for x in bench_images(64, manifest.image.height, manifest.image.width)]
+    query = {"model": cap.name, "beam_size": "5"}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
+    for r in range(rounds):
+        for name, env in variants.items():
+            with Gateway(repo, {"COMPCAP_MAX_QUEUE": "512", **env}) as gateway:
+                asyncio.run(closed_loop(gateway.url, pngs, query, clients, 3.0, cap.step))  # warm-up
+                row = asyncio.run(
+                    closed_loop(gateway.url, pngs, query, clients, duration, cap.step, gateway.process.pid)
+                )
+            runs[name].append(row)
+            print(
+                f"round {r} {name}: {row['captions_per_s']:.1f} captions/s, p50 {row['p50_ms']:.0f} ms,"
+                f" {row['mean_rows_per_call']:.0f} rows/call, CPU {row.get('cpu_ms_per_caption')}",
+                flush=True,
+            )
+    summary = {
+        name: {"median_captions_per_s": statistics.median(r["captions_per_s"] for r in rows), "runs": rows}
+        for name, rows in runs.items()
+    }
+    return {"clients": clients, "duration": duration, "variants": variants, "summary": summary}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtests.ab_settings", description=__doc__)
+    parser.add_argument("variants", help='JSON {"name": {"COMPCAP_X": "value"}}')
+    parser.add_argument("--repo", default="model_repo")
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--duration", type=float, default=20.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    result = run(Path(args.repo), parse_variants(args.variants), args.clients, args.duration, args.rounds)
+    for name, v in result["summary"].items():
+        print(f"{name}: median {v['median_captions_per_s']:.1f} captions/s")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
