@@ -392,7 +392,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     for row in out["load"]:
         row["ceiling_of_limit"] = round(ceiling_of_limit(out, row["mean_rows_per_call"]), 3)
-        if "cpu_ms_per_caption" in row:
+        # the models' CPU is timed in this process: on Triton it runs in tritonserver, uncounted
+        if "cpu_ms_per_caption" in row and out["backend"] == "onnxruntime":
             row["cpu_bounds_of_limit"] = bounds_of_limit(out, row)
     return out
 
@@ -498,7 +499,8 @@ def summary(result: dict[str, Any]) -> Table:
         f"(step share {100 * result['compute_limit']['step_share']:.0f}%); ceiling = the % of the limit a "
         "gateway with zero overhead could reach at that level's rows per call; bound any/floor = the % "
         f"of the limit {result['cpu_count']} busy cores allow at the models' CPU per caption plus the load "
-        "generator's (any server) or plus the HTTP floor's server and client CPU"
+        "generator's (any server) or plus the HTTP floor's server and client CPU (onnxruntime only: on "
+        "Triton the models' CPU is spent in tritonserver)"
         + (
             f"; gateway without cross-request batching at {naive_http['clients']} clients: "
             f"{naive_http['captions_per_s']:.1f} captions/s"
