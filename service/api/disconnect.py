@@ -24,7 +24,13 @@ async def _disconnected(request: Request) -> None:
 
 async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     """Await ``work``; if the client disconnects first, cancel it (the scheduler then frees the
-    request's rows before its next step call) and raise ``ClientDisconnected``."""
+    request's rows before its next step call) and raise ``ClientDisconnected``. A client already gone
+    (e.g. one that left while abandon pacing held it back) starts nothing, not even image decoding.
+    Call it once the request's body has been read."""
+    if await request.is_disconnected():
+        if asyncio.iscoroutine(work):
+            work.close()
+        raise ClientDisconnected("the client closed the connection")
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(_disconnected(request))
     try:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from service.api.app import create_app
 from service.backends.onnxruntime import OnnxRuntimeBackend
@@ -105,8 +106,21 @@ def test_disconnect_frees_rows(tiny_repo: Path) -> None:
     assert re.findall(pattern, exposition) in (["encoding"], ["decoding"])  # once, in the stage it was in
 
 
-def test_a_caller_gone_before_its_images_are_decoded_costs_no_model_call(tiny_repo: Path) -> None:
-    """Work not yet started is never started: the request never reaches the scheduler."""
+def test_a_caller_gone_before_its_images_are_decoded_costs_no_model_call(
+    tiny_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Work not yet started is never started: its images are not decoded, the request never
+    reaches the scheduler."""
+    import service.api.routes as routes
+
+    decoded: list[int] = []
+    real_decode = routes.decode_uploads
+
+    async def counting_decode(blobs: Any, *args: Any) -> Any:
+        decoded.append(len(blobs))
+        return await real_decode(blobs, *args)
+
+    monkeypatch.setattr(routes, "decode_uploads", counting_decode)
     manifest = load_manifest(tiny_repo)
     backend = SlowBackend(OnnxRuntimeBackend(tiny_repo, manifest, threads=1), step_delay_s=0.0)
     app = create_app(Settings(repo=tiny_repo), backend=backend)
@@ -134,6 +148,7 @@ def test_a_caller_gone_before_its_images_are_decoded_costs_no_model_call(tiny_re
     asyncio.run(run())
     start = next(m for m in messages if m["type"] == "http.response.start")
     assert start["status"] == 499
+    assert decoded == [], "a gone caller's images were decoded"
     assert backend.calls == [], "a gone caller's images were encoded"
     assert runtime.engine.scheduler("butd").iterations == 0
 
