@@ -15,7 +15,7 @@ import pytest
 from service.engine.encoding import encode_chunks
 from service.engine.limits import SchedulerLimits
 from service.engine.request import Request, RequestStatus
-from service.manifest import Manifest, load_manifest
+from service.manifest import Manifest
 from service.text.vocabulary import Vocabulary
 from tests.unit.test_scheduler import CountingBackend, engine, images
 
@@ -55,16 +55,6 @@ class GatedBackend(CountingBackend):
             self.held.set()
             await self.gate.wait()
         return await super().infer(model, inputs)
-
-
-@pytest.fixture(scope="module")
-def manifest(tiny_repo: Path) -> Manifest:
-    return load_manifest(tiny_repo)
-
-
-@pytest.fixture(scope="module")
-def vocab(tiny_repo: Path, manifest: Manifest) -> Vocabulary:
-    return Vocabulary.load(tiny_repo / manifest.vocabulary.file)
 
 
 @pytest.mark.parametrize("chunk", [2, 0])

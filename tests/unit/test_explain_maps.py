@@ -17,19 +17,9 @@ from service.engine.engine import CaptionEngine
 from service.explain.attention import ForceWords
 from service.explain.gradients import ProgramCache, attribute, relu_calls
 from service.explain.service import ExplainBusyError, ExplainInput, ExplainRequestError, ExplainService
-from service.manifest import Manifest, load_manifest
+from service.manifest import Manifest
 from service.settings import Settings
 from service.text.vocabulary import Vocabulary
-
-
-@pytest.fixture(scope="module")
-def manifest(tiny_repo: Path) -> Manifest:
-    return load_manifest(tiny_repo)
-
-
-@pytest.fixture(scope="module")
-def vocab(tiny_repo: Path, manifest: Manifest) -> Vocabulary:
-    return Vocabulary.load(tiny_repo / manifest.vocabulary.file)
 
 
 def image(manifest: Manifest, seed: int) -> np.ndarray:

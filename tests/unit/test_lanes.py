@@ -11,21 +11,11 @@ import pytest
 
 from service.backends.onnxruntime import OnnxRuntimeBackend
 from service.engine.request import Request, RequestStatus
-from service.manifest import Manifest, load_manifest
+from service.manifest import Manifest
 from service.metrics import Metrics
 from service.settings import Settings
 from service.text.vocabulary import Vocabulary
 from tests.unit.test_scheduler import SlowBackend, engine, images
-
-
-@pytest.fixture(scope="module")
-def manifest(tiny_repo: Path) -> Manifest:
-    return load_manifest(tiny_repo)
-
-
-@pytest.fixture(scope="module")
-def vocab(tiny_repo: Path, manifest: Manifest) -> Vocabulary:
-    return Vocabulary.load(tiny_repo / manifest.vocabulary.file)
 
 
 def test_lanes_share_the_requests_and_each_decodes_as_alone(

@@ -26,11 +26,6 @@ from service.text.vocabulary import tokenize
 
 
 @pytest.fixture(scope="module")
-def manifest(tiny_repo: Path) -> Manifest:
-    return load_manifest(tiny_repo)
-
-
-@pytest.fixture(scope="module")
 def sets(tiny_repo: Path, manifest: Manifest) -> dict[str, ProbeSet]:
     return repo_probe_sets(tiny_repo, manifest)
 

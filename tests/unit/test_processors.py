@@ -33,7 +33,7 @@ from service.engine.processors import (
     hook_catalog,
     resolve_hooks,
 )
-from service.manifest import Manifest, load_manifest
+from service.manifest import Manifest
 from service.probes.substitution import PARAMS as SUBSTITUTION_PARAMS
 from service.probes.substitution import hook_catalog_entry, plan_substitution
 from service.settings import Settings
@@ -507,11 +507,6 @@ def test_substitution_error_when_no_default_pair_is_in_the_vocabulary() -> None:
 
 
 # -------------------------------------------------------------------------------------------- resolve_params
-@pytest.fixture(scope="module")
-def manifest(tiny_repo: Path) -> Manifest:
-    return load_manifest(tiny_repo)
-
-
 @pytest.fixture(scope="module")
 def tiny_vocab(tiny_repo: Path, manifest: Manifest) -> Vocabulary:
     return Vocabulary.load(tiny_repo / manifest.vocabulary.file)

@@ -28,7 +28,7 @@ from service.engine.observer import StepEvent
 from service.engine.params import InvalidParameterError, OverloadedError, SearchParams
 from service.engine.request import Priority, Request, RequestStatus
 from service.engine.scheduler import QueueFullError
-from service.manifest import Manifest, load_manifest
+from service.manifest import Manifest
 from service.settings import Settings
 from service.text.vocabulary import Vocabulary
 from tests.unit.test_beam_batch import backtrack
@@ -88,16 +88,6 @@ class FailingBackend(CountingBackend):
             self.armed = False
             raise BackendError(model, "runtime", "injected failure")
         return await super().infer(model, inputs)
-
-
-@pytest.fixture(scope="module")
-def manifest(tiny_repo: Path) -> Manifest:
-    return load_manifest(tiny_repo)
-
-
-@pytest.fixture(scope="module")
-def vocab(tiny_repo: Path, manifest: Manifest) -> Vocabulary:
-    return Vocabulary.load(tiny_repo / manifest.vocabulary.file)
 
 
 @pytest.fixture(scope="module")
