@@ -84,23 +84,6 @@ class Settings(BaseSettings):
         description="requests of beam size <= 8, <= 32 and wider keep separate beam arrays fed to the same "
         "step call (false: one array as wide as the widest request, as before)",
     )
-    scheduler_lanes: int = Field(
-        default=1,
-        ge=1,
-        le=16,
-        description="decoding loops per captioner, each with its own beam batch: one lane's bookkeeping "
-        "overlaps another's step call (requests go to the lane holding the fewest rows). Measured on 2 "
-        "cores at 32 clients: 135-167 vs 151-156 captions/s with 1 (rows per call halve), so 1 stays",
-    )
-    encode_chunk_images: int = Field(
-        default=0,
-        ge=0,
-        le=4096,
-        description="images per encoder call when several admitted requests encode together, smallest "
-        "requests first; a request whose caller left before its chunk started is never encoded "
-        "(0: one call for the whole group). Measured: 8 cut users next to hang-up clients to 37% of their "
-        "captions/s, against 55% unchunked (smaller encoder calls cost more than they save), so 0 stays",
-    )
     max_rows_per_step: int = Field(
         default=512, ge=1, le=65536, description="most beam rows in one <cap>_step call"
     )

@@ -80,9 +80,8 @@ class CaptionEngine:
             max_background_rows=settings.max_background_rows,
             background_share=settings.background_share,
             cohort_bounds=COHORT_BOUNDS if settings.beam_cohorts else (),
-            encode_chunk_images=settings.encode_chunk_images,
         )
-        self._schedulers: dict[str, list[Scheduler]] = {}  # per captioner, its lanes
+        self._schedulers: dict[str, Scheduler] = {}
         self._owns_backend = False
 
     @classmethod
@@ -112,28 +111,19 @@ class CaptionEngine:
         await self.close()
 
     async def close(self) -> None:
-        for lanes in self._schedulers.values():
-            for sched in lanes:
-                await sched.close()
+        for sched in self._schedulers.values():
+            await sched.close()
         self._schedulers.clear()
         if self._owns_backend:
             await self.backend.close()
 
     def scheduler(self, captioner: str) -> Scheduler:
-        """The cross-request scheduler of ``captioner`` (created on first use). With
-        ``scheduler_lanes`` > 1 each captioner has that many, each with its own batch and loop, so one
-        lane's Python bookkeeping runs while another's step call runs; a request goes to the lane
-        holding the fewest rows."""
+        """The cross-request scheduler of ``captioner`` (created on first use)."""
         if captioner not in self._schedulers:
-            self._schedulers[captioner] = [
-                self._new_scheduler(captioner, lanes=lambda: self._schedulers.get(captioner, []))
-                for _ in range(self.settings.scheduler_lanes)
-            ]
-        return min(self._schedulers[captioner], key=lambda lane: lane.load)
+            self._schedulers[captioner] = self._new_scheduler(captioner)
+        return self._schedulers[captioner]
 
-    def _new_scheduler(
-        self, captioner: str, lanes: Callable[[], Sequence[Scheduler]] | None = None
-    ) -> Scheduler:
+    def _new_scheduler(self, captioner: str) -> Scheduler:
         return Scheduler(
             self.runner,
             self.manifest.captioner(captioner),
@@ -141,13 +131,12 @@ class CaptionEngine:
             self.banned,
             self.metrics,
             users_anywhere=self.user_requests,
-            lanes=lanes,
         )
 
     def user_requests(self) -> int:
         """User requests in all the cross-request schedulers: background work of any captioner (probes,
         shadow, studies) yields to them, since every captioner shares the same cores."""
-        return sum(s.user_requests for lanes in self._schedulers.values() for s in lanes)
+        return sum(s.user_requests for s in self._schedulers.values())
 
     def resolve(self, **options: Any) -> SearchParams:
         """Validate request options (``model``, ``beam_size``, ``max_length``, ``n_best``, ``rerank``,

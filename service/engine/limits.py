@@ -28,7 +28,6 @@ class SchedulerLimits:
     max_background_rows: int | None = None  # None: background requests may take every row
     background_share: float = 1.0  # share of the time background requests hold rows while users decode
     cohort_bounds: tuple[int, ...] = COHORT_BOUNDS  # beam-width classes with arrays of their own; (): one
-    encode_chunk_images: int = 0  # images per encoder call of an admitted group (0: one call for all)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.background_share <= 1.0:
@@ -36,8 +35,6 @@ class SchedulerLimits:
         for name in ("max_rows", "max_queue", "max_active", "max_beam_size", "max_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.encode_chunk_images < 0:
-            raise ValueError(f"encode_chunk_images must be >= 0, got {self.encode_chunk_images}")
         if self.max_background_rows is not None and self.max_background_rows < 1:
             raise ValueError(f"max_background_rows must be >= 1, got {self.max_background_rows}")
 

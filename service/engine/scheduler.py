@@ -8,8 +8,7 @@ loop per captioner: **plan** the iteration → **runner** call → **update** th
   request is in the scheduler, and paced to ``background_share`` of the time (after a background
   request held rows for t seconds, the next waits t × (1/share − 1)), so that they fill the capacity
   users leave — and start encoding them
-  (``visual_encoder`` + ``<cap>_init``, one batched call for all of them, or chunks of
-  ``encode_chunk_images`` smallest first) while the others keep decoding;
+  (``visual_encoder`` + ``<cap>_init``, one batched call for all of them) while the others keep decoding;
 - runner: ONE ``<cap>_step`` call with every live row of every decoding request;
 - update: advance the batch; requests whose search is done leave at once and are re-ranked off the
   loop, one ``<ranker>_image`` + ``<ranker>_text`` call per ranker for all of them.
@@ -29,7 +28,6 @@ import numpy as np
 
 from service.engine.beam_batch import BatchRows, Joining
 from service.engine.cohorts import CohortBatch
-from service.engine.encoding import encode_chunks
 from service.engine.limits import QueueFullError, SchedulerLimits
 from service.engine.observer import StepObserver
 from service.engine.params import SearchParams
@@ -55,14 +53,11 @@ class Scheduler:
         banned_ids: Sequence[int],
         metrics: Metrics | None = None,
         users_anywhere: Callable[[], int] | None = None,
-        lanes: Callable[[], Sequence[Scheduler]] | None = None,
     ) -> None:
         """``users_anywhere``: user requests in every scheduler sharing these cores (the engine's); a
-        background request yields to users of another captioner as to its own. None: this one only.
-        ``lanes``: every scheduler of this captioner (this one included), whose counts the gauges add."""
+        background request yields to users of another captioner as to its own. None: this one only."""
         self.runner, self.cap, self.limits, self.metrics = runner, captioner, limits, metrics
         self._users_anywhere = users_anywhere
-        self._lanes = lanes
         vocab = runner.manifest.vocabulary
         length = min(limits.max_length, captioner.max_length)
         self._batch = CohortBatch(
@@ -104,11 +99,6 @@ class Scheduler:
     def users_anywhere(self) -> int:
         """User requests here or, with ``users_anywhere`` given, in any scheduler of the engine."""
         return self.user_requests if self._users_anywhere is None else self._users_anywhere()
-
-    @property
-    def load(self) -> int:
-        """Rows held and rows waiting for admission."""
-        return self._reserved_rows + sum(r.rows for *_, r in self._waiting if r.status is S.WAITING)
 
     @property
     def queue_length(self) -> int:
@@ -318,27 +308,17 @@ class Scheduler:
             self._encoding = asyncio.create_task(self._encode(admitted))
 
     async def _encode(self, requests: list[Request]) -> None:
-        """Encode an admitted group in ``encode_chunks`` (one call, or chunks smallest first); each
-        chunk joins the batch at the next step; a request abandoned before its chunk is never encoded."""
         start = time.perf_counter()
         for request in requests:
             request.encode_start = start
             if self.metrics is not None:
                 self.metrics.queue_wait.labels(model=self.cap.name).observe(start - request.submitted)
-        for k, chunk in enumerate(encode_chunks(requests, self.limits.encode_chunk_images)):
-            if k:
-                self._expire()  # callers that left while the chunks before ran: never encoded
-            chunk = [r for r in chunk if r.status is S.ENCODING]
-            if chunk:
-                await self._encode_chunk(chunk)
-        self._encoding_requests = []
-        self._wake.set()
-
-    async def _encode_chunk(self, requests: list[Request]) -> None:
         try:
             enc = await self.runner.encode(self.cap.name, np.concatenate([r.images for r in requests]))
         except Exception as exc:
             self._release(requests, S.FAILED, exc)
+            self._encoding_requests = []
+            self._wake.set()
             return
         end = time.perf_counter()
         at = 0
@@ -348,6 +328,7 @@ class Scheduler:
             request.encoded = Encoded(enc.regions[part], enc.memory[part], enc.state[part])
             request.decode_start = end
         self._encoded.extend(r for r in requests if r.status is S.ENCODING)
+        self._encoding_requests = []
         self._wake.set()
 
     async def _rank(self, requests: list[Request]) -> None:
@@ -418,7 +399,5 @@ class Scheduler:
 
     def _gauge(self) -> None:
         if self.metrics is not None:
-            lanes = (self._lanes() if self._lanes is not None else None) or (self,)
-            active, queued = sum(s.active_requests for s in lanes), sum(s.queue_length for s in lanes)
-            self.metrics.active_requests.labels(model=self.cap.name).set(active)
-            self.metrics.queue_length.labels(model=self.cap.name).set(queued)
+            self.metrics.active_requests.labels(model=self.cap.name).set(self.active_requests)
+            self.metrics.queue_length.labels(model=self.cap.name).set(self.queue_length)
