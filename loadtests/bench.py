@@ -32,6 +32,8 @@ from PIL import Image
 from rich.console import Console
 from rich.table import Table
 
+from loadtests.bench_table import summary
+from loadtests.ceiling import ceiling_of_limit, step_ms_alone
 from loadtests.cpu import bounds_of_limit
 from loadtests.http_load import Gateway, closed_loop
 from service.backends.factory import make_backend
@@ -365,7 +367,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         server.url, pngs, query, args.floor_clients, args.duration, "-", server.process.pid
                     )
                 )
-            del floor["mean_rows_per_call"]
+            for key in ("mean_rows_per_call", "step_ms_under_load", "main_thread_busy"):
+                del floor[key]  # no step calls; uvicorn's loop thread does everything there
         baseline = None
         if args.baseline == "torch":
             baseline = torch_baseline_load(repo, model, args.rerank, pngs, query, args.clients, args.duration)
@@ -392,6 +395,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     for row in out["load"]:
         row["ceiling_of_limit"] = round(ceiling_of_limit(out, row["mean_rows_per_call"]), 3)
+        if row.get("step_ms_under_load") and row["mean_rows_per_call"]:
+            # the ceiling assumes each step call as fast as alone; on shared cores it is not
+            alone = step_ms_alone(out["step_curve"], row["mean_rows_per_call"])
+            row["step_ms_alone"] = round(alone, 3)
+            row["step_slowdown"] = round(row["step_ms_under_load"] / alone, 2)
         # the models' CPU is timed in this process: on Triton it runs in tritonserver, uncounted
         if "cpu_ms_per_caption" in row and out["backend"] == "onnxruntime":
             row["cpu_bounds_of_limit"] = bounds_of_limit(out, row)
@@ -415,120 +423,9 @@ def torch_baseline_load(
             console.print(f"[bold]torch baseline[/]: {n} clients for {duration:.0f} s")
             rows.append(asyncio.run(closed_loop(server.url, pngs, query, n, duration, "-")))
     for row in rows:
-        del row["mean_rows_per_call"]  # the baseline keeps no step metrics
+        for key in ("mean_rows_per_call", "step_ms_under_load"):
+            del row[key]  # the baseline keeps no step metrics
     return {"name": "torch", "load": rows}
-
-
-def step_rows_per_s(step_curve: Sequence[dict[str, float]], rows: float) -> float:
-    """rows/s of the step at ``rows`` rows per call: the best measured time per call at each batch size
-    (over ORT spin modes), linear in rows between measured sizes, clamped to the measured range."""
-    best: dict[int, float] = {}
-    for point in step_curve:
-        r = int(point["rows"])
-        best[r] = min(best.get(r, float("inf")), float(point["ms_per_call"]))
-    if not best:
-        raise ValueError("step_curve is empty")
-    sizes = sorted(best)
-    at = min(max(rows, sizes[0]), sizes[-1])
-    ms = float(np.interp(at, sizes, [best[r] for r in sizes]))
-    return at / ms * 1e3
-
-
-def ceiling_of_limit(result: dict[str, Any], mean_rows: float) -> float:
-    """The share of the step-only limit (``limit.ideal_captions_per_s``) that a gateway with no overhead
-    at all could reach when its step calls carry ``mean_rows`` rows: each caption still needs its
-    ``rows_per_caption`` step rows at that batch size's speed plus the other model calls of
-    ``compute_limit`` (encoder, init, ranker) at large batches."""
-    ms = result["compute_limit"]["ms_per_caption"]
-    step_model = max(ms, key=lambda k: ms[k] if k.endswith("_step") else -1.0)
-    other_ms = sum(v for k, v in ms.items() if k != step_model)
-    step_ms = result["rows_per_caption"] / step_rows_per_s(result["step_curve"], mean_rows) * 1e3
-    return (1e3 / (step_ms + other_ms)) / result["limit"]["ideal_captions_per_s"]
-
-
-def summary(result: dict[str, Any]) -> Table:
-    limit = result["limit"]["ideal_captions_per_s"]
-    naive = result["naive"]["captions_per_s"]
-    table = Table(
-        title=f"compcap bench — {result['backend']}, {result['model']}, beam {result['beam_size']}",
-        width=150,
-    )
-    for col in (
-        "clients",
-        "captions/s",
-        "% of limit",
-        "ceiling",
-        "% of compute",
-        "× naive",
-        "p50 ms",
-        "p99 ms",
-        "rows/call",
-        "sent",
-        "recv",
-        "5xx",
-        "bound any/floor",
-        "CPU ms srv/cli",
-        *(["torch cap/s", "× torch", "torch p50"] if result.get("baseline") else []),
-    ):
-        table.add_column(col, justify="right")
-    peers = {r["clients"]: r for r in (result.get("baseline") or {}).get("load", [])}
-    for row in result["load"]:
-        peer = [] if not peers else _peer_cells(row, peers.get(row["clients"]))
-        table.add_row(
-            str(row["clients"]),
-            f"{row['captions_per_s']:.1f}",
-            f"{100 * row['captions_per_s'] / limit:.0f}%",
-            f"{100 * ceiling_of_limit(result, row['mean_rows_per_call']):.0f}%",
-            f"{100 * row['captions_per_s'] / result['compute_limit']['captions_per_s']:.0f}%",
-            f"{row['captions_per_s'] / naive:.2f}",
-            str(row["p50_ms"]),
-            str(row["p99_ms"]),
-            f"{row['mean_rows_per_call']:.1f}",
-            str(row["sent"]),
-            str(row["received"]),
-            str(row["errors_5xx"]),
-            *_cpu_cells(row),
-            *peer,
-        )
-    table.caption = (
-        f"single decode {result['single_decode_ms']:.1f} ms; "
-        f"limit {result['limit']['rows_per_s']:.0f} rows/s at {result['limit']['best_batch_rows']} rows "
-        f"= {limit:.1f} captions/s "
-        f"({result['rows_per_caption']:.0f} rows per caption); naive {naive:.1f} captions/s; all model "
-        f"calls of a caption at large batches: {result['compute_limit']['captions_per_s']:.0f} captions/s "
-        f"(step share {100 * result['compute_limit']['step_share']:.0f}%); ceiling = the % of the limit a "
-        "gateway with zero overhead could reach at that level's rows per call; bound any/floor = the % "
-        f"of the limit {result['cpu_count']} busy cores allow at the models' CPU per caption plus the load "
-        "generator's (any server) or plus the HTTP floor's server and client CPU (onnxruntime only: on "
-        "Triton the models' CPU is spent in tritonserver)"
-        + (
-            f"; gateway without cross-request batching at {naive_http['clients']} clients: "
-            f"{naive_http['captions_per_s']:.1f} captions/s"
-            if (naive_http := result["naive"].get("gateway"))
-            else ""
-        )
-    )
-    return table
-
-
-def _cpu_cells(row: dict[str, Any]) -> list[str]:
-    """'any server / HTTP floor' CPU bounds as % of the limit, and the server's / client's CPU ms per
-    caption ('-' where not measured)."""
-    bounds, cpu = row.get("cpu_bounds_of_limit") or {}, row.get("cpu_ms_per_caption") or {}
-    shares = "/".join(f"{100 * bounds[k]:.0f}" if k in bounds else "-" for k in ("any_server", "http_floor"))
-    ms = "/".join(f"{cpu[k]:.1f}" if k in cpu else "-" for k in ("server", "client"))
-    return [f"{shares}%", ms]
-
-
-def _peer_cells(row: dict[str, Any], peer: dict[str, Any] | None) -> list[str]:
-    """The torch baseline's captions/s, the gateway's multiple of it, and its p50 at ``row``'s clients."""
-    if peer is None or not peer["captions_per_s"]:
-        return ["-", "-", "-"]
-    return [
-        f"{peer['captions_per_s']:.1f}",
-        f"{row['captions_per_s'] / peer['captions_per_s']:.1f}",
-        str(peer["p50_ms"]),
-    ]
 
 
 def _rerank(value: str) -> str | bool | None:

@@ -29,7 +29,17 @@ def process_cpu_s(pid: int) -> float:
     if pid == os.getpid():
         usage = resource.getrusage(resource.RUSAGE_SELF)
         return usage.ru_utime + usage.ru_stime
-    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+    return _stat_cpu_s(f"/proc/{pid}/stat")
+
+
+def main_thread_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid``'s main thread alone (the gateway's event loop:
+    its other threads run model calls and image decoding)."""
+    return _stat_cpu_s(f"/proc/{pid}/task/{pid}/stat")
+
+
+def _stat_cpu_s(path: str) -> float:
+    with open(path, encoding="ascii") as f:
         stat = f.read()
     # the command name (field 2) may hold spaces: the fields after it start past the last ')'
     fields = stat[stat.rindex(")") + 2 :].split()
@@ -41,36 +51,55 @@ class CpuMeter:
     """CPU seconds each named process used between ``start()`` and ``stop()``, and the wall time.
 
     ``pids`` maps a name ("gateway", "client") to a pid; the bench process itself is
-    ``os.getpid()``."""
+    ``os.getpid()``. The processes named in ``main_threads`` also have their main thread measured
+    alone, reported as ``<name>_main_thread`` (part of the process's own figure, not added to it)."""
 
     pids: dict[str, int]
+    main_threads: tuple[str, ...] = ()
     cpu_s: dict[str, float] = field(default_factory=dict)
+    main_thread_cpu_s: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
     _t0: float = 0.0
     _c0: dict[str, float] = field(default_factory=dict)
+    _m0: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.pids:
             raise ValueError("pids must name at least one process")
+        unknown = [name for name in self.main_threads if name not in self.pids]
+        if unknown:
+            raise ValueError(f"main_threads names processes not in pids: {unknown}")
 
     def start(self) -> None:
         self._c0 = {name: process_cpu_s(pid) for name, pid in self.pids.items()}
+        self._m0 = {name: main_thread_cpu_s(self.pids[name]) for name in self.main_threads}
         self._t0 = time.perf_counter()
 
     def stop(self) -> None:
         self.wall_s = time.perf_counter() - self._t0
         self.cpu_s = {name: process_cpu_s(pid) - self._c0[name] for name, pid in self.pids.items()}
+        self.main_thread_cpu_s = {
+            name: main_thread_cpu_s(self.pids[name]) - self._m0[name] for name in self.main_threads
+        }
 
     def per_item_ms(self, items: int) -> dict[str, float]:
-        """CPU ms per item (e.g. per caption) of each process; {} when nothing was done."""
+        """CPU ms per item (e.g. per caption) of each process, and of each measured main thread as
+        ``<name>_main_thread``; {} when nothing was done."""
         if items <= 0:
             return {}
-        return {name: round(s / items * 1e3, 3) for name, s in self.cpu_s.items()}
+        spent = {**self.cpu_s, **{f"{n}_main_thread": s for n, s in self.main_thread_cpu_s.items()}}
+        return {name: round(s / items * 1e3, 3) for name, s in spent.items()}
 
     def busy_share(self, cores: int | None = None) -> float:
         """The share of all cores' time the measured processes used (1.0 = every core busy)."""
         cores = cores or os.cpu_count() or 1
         return round(sum(self.cpu_s.values()) / (cores * self.wall_s), 3) if self.wall_s > 0 else 0.0
+
+    def main_thread_busy(self) -> dict[str, float]:
+        """Per process in ``main_threads``: the share of one core its main thread used."""
+        if self.wall_s <= 0:
+            return {}
+        return {name: round(s / self.wall_s, 3) for name, s in self.main_thread_cpu_s.items()}
 
 
 def cpu_bound(cores: int, cpu_ms_per_caption: Sequence[float]) -> float:
@@ -132,6 +161,7 @@ __all__ = [
     "CpuMeter",
     "bounds_of_limit",
     "cpu_bound",
+    "main_thread_cpu_s",
     "model_cpu_ms_per_caption",
     "process_cpu_s",
     "step_cpu_ms_per_row",

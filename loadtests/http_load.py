@@ -80,14 +80,25 @@ class Gateway(AbstractContextManager["Gateway"]):
         self.log.close()
 
 
-def step_rows(metrics_text: str, step_model: str) -> tuple[float, float]:
-    """(sum, count) of the gateway's rows-per-decoder-call histogram for ``step_model``."""
+def histogram_totals(metrics_text: str, histogram: str, model: str) -> tuple[float, float]:
+    """(sum, count) of the gateway's ``histogram`` (a Prometheus name) for ``model``; (0, 0) if absent."""
     values = {}
     for kind in ("sum", "count"):
-        pattern = rf'^compcap_beam_rows_per_decoder_call_{kind}\{{model="{re.escape(step_model)}"\}} (\S+)$'
+        pattern = rf'^{re.escape(histogram)}_{kind}\{{model="{re.escape(model)}"\}} (\S+)$'
         match = re.search(pattern, metrics_text, re.MULTILINE)
         values[kind] = float(match.group(1)) if match else 0.0
     return values["sum"], values["count"]
+
+
+def step_rows(metrics_text: str, step_model: str) -> tuple[float, float]:
+    """(sum, count) of the gateway's rows-per-decoder-call histogram for ``step_model``."""
+    return histogram_totals(metrics_text, "compcap_beam_rows_per_decoder_call", step_model)
+
+
+def step_call_seconds(metrics_text: str, step_model: str) -> tuple[float, float]:
+    """(sum, count) of the gateway's model-call time histogram for ``step_model`` (wall time of each
+    step call, as the server saw it under load)."""
+    return histogram_totals(metrics_text, "compcap_model_call_seconds", step_model)
 
 
 BOUNDARY = "compcapbench7f3a"
@@ -164,7 +175,8 @@ async def closed_loop(
     target = "/v1/captions?" + urlencode(query)
     bodies = [multipart_body(p) for p in pngs]
     async with httpx.AsyncClient(base_url=url, timeout=60.0) as client:
-        before = step_rows((await client.get("/metrics")).text, step_model)
+        text = (await client.get("/metrics")).text
+        before, before_s = step_rows(text, step_model), step_call_seconds(text, step_model)
     latencies: list[float] = []
     sent = received = errors_5xx = other = 0
     stop = time.perf_counter() + duration
@@ -195,7 +207,11 @@ async def closed_loop(
         finally:
             await connection.close()
 
-    meter = CpuMeter({"server": pid, "client": os.getpid()}) if pid is not None else None
+    meter = (
+        CpuMeter({"server": pid, "client": os.getpid()}, main_threads=("server",))
+        if pid is not None
+        else None
+    )
     if meter is not None:
         meter.start()
     start = time.perf_counter()
@@ -204,20 +220,28 @@ async def closed_loop(
     if meter is not None:
         meter.stop()
     async with httpx.AsyncClient(base_url=url, timeout=60.0) as client:
-        after = step_rows((await client.get("/metrics")).text, step_model)
+        text = (await client.get("/metrics")).text
+        after, after_s = step_rows(text, step_model), step_call_seconds(text, step_model)
     calls = after[1] - before[1]
+    timed = after_s[1] - before_s[1]
     return {
         "clients": clients,
         "captions_per_s": round(len(latencies) / elapsed, 2),
         "p50_ms": round(float(np.percentile(latencies, 50)), 2) if latencies else None,
         "p99_ms": round(float(np.percentile(latencies, 99)), 2) if latencies else None,
         "mean_rows_per_call": round((after[0] - before[0]) / calls, 2) if calls else 0.0,
+        # the step call's wall time inside the server under this load (None: no such metric)
+        "step_ms_under_load": round((after_s[0] - before_s[0]) / timed * 1e3, 3) if timed else None,
         "sent": sent,
         "received": received,
         "errors_5xx": errors_5xx,
         "errors_other": other,
         **(
-            {"cpu_ms_per_caption": meter.per_item_ms(len(latencies)), "cpu_busy": meter.busy_share()}
+            {
+                "cpu_ms_per_caption": meter.per_item_ms(len(latencies)),
+                "cpu_busy": meter.busy_share(),
+                "main_thread_busy": meter.main_thread_busy().get("server"),
+            }
             if meter is not None
             else {}
         ),
@@ -230,7 +254,9 @@ __all__ = [
     "RawConnection",
     "closed_loop",
     "free_port",
+    "histogram_totals",
     "multipart_body",
     "request_head",
+    "step_call_seconds",
     "step_rows",
 ]

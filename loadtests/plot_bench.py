@@ -14,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from loadtests.bench import ceiling_of_limit
+from loadtests.ceiling import ceiling_of_limit
 
 
 def plot(results: list[dict], out: Path) -> None:

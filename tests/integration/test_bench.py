@@ -44,7 +44,13 @@ def test_bench_writes_its_json(tiny_repo: Path, tmp_path: Path) -> None:
         assert row["mean_rows_per_call"] >= 1
         assert 0 < row["ceiling_of_limit"] <= compute["captions_per_s"] / limit["ideal_captions_per_s"] + 1e-3
         # the CPU the gateway and this load generator spent per caption, and the bounds it implies
-        assert row["cpu_ms_per_caption"]["server"] > 0 and row["cpu_ms_per_caption"]["client"] > 0
+        cpu = row["cpu_ms_per_caption"]
+        assert cpu["server"] > 0 and cpu["client"] > 0
+        assert 0 < cpu["server_main_thread"] < cpu["server"] and 0 < row["main_thread_busy"] <= 1.0
+        # the step call's wall time in the gateway, and alone at the same rows (from the curve)
+        assert row["step_ms_under_load"] > 0 and row["step_ms_alone"] > 0
+        slowdown = row["step_ms_under_load"] / row["step_ms_alone"]
+        assert row["step_slowdown"] == pytest.approx(slowdown, rel=0.01)
         bounds = row["cpu_bounds_of_limit"]
         assert bounds["model_cpu_ms_per_caption"] > 0 and 0 < bounds["http_floor"] < bounds["any_server"]
     # the HTTP floor answered every request, and cost CPU on both sides

@@ -2,7 +2,8 @@
 
 import pytest
 
-from loadtests.bench import ceiling_of_limit, step_rows_per_s
+from loadtests.ceiling import ceiling_of_limit, step_ms_alone, step_rows_per_s
+from loadtests.http_load import step_call_seconds, step_rows
 
 CURVE = [
     {"rows": 10, "ms_per_call": 1.0, "rows_per_s": 10_000.0},
@@ -34,3 +35,25 @@ def test_ceiling_counts_the_other_models_and_the_batch_size() -> None:
     assert ceiling_of_limit(result, 200) == pytest.approx(0.5)
     # at 100 rows the step is slower (25 000 rows/s: 1.6 ms per caption) -> 1 / 2.6 ms
     assert ceiling_of_limit(result, 100) == pytest.approx((1e3 / 2.6) / 1000.0)
+
+
+def test_step_ms_alone_is_the_curve_time_per_call_at_those_rows() -> None:
+    assert step_ms_alone(CURVE, 100) == pytest.approx(4.0)
+    assert step_ms_alone(CURVE, 150) == pytest.approx(4.5)
+
+
+METRICS = """# HELP compcap_model_call_seconds Backend model call time
+compcap_model_call_seconds_count{model="cap_step"} 40.0
+compcap_model_call_seconds_sum{model="cap_step"} 0.36
+compcap_model_call_seconds_count{model="cap_step2"} 7.0
+compcap_model_call_seconds_sum{model="cap_step2"} 9.0
+compcap_beam_rows_per_decoder_call_count{model="cap_step"} 40.0
+compcap_beam_rows_per_decoder_call_sum{model="cap_step"} 4000.0
+"""
+
+
+def test_the_step_histograms_are_read_for_that_model_only() -> None:
+    assert step_call_seconds(METRICS, "cap_step") == (0.36, 40.0)
+    assert step_rows(METRICS, "cap_step") == (4000.0, 40.0)
+    assert step_call_seconds(METRICS, "cap_step2") == (9.0, 7.0)
+    assert step_call_seconds(METRICS, "other") == (0.0, 0.0)

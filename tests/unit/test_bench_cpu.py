@@ -12,6 +12,7 @@ from loadtests.cpu import (
     CpuMeter,
     bounds_of_limit,
     cpu_bound,
+    main_thread_cpu_s,
     model_cpu_ms_per_caption,
     process_cpu_s,
     step_cpu_ms_per_row,
@@ -86,6 +87,55 @@ def test_the_meter_reads_the_cpu_another_process_burns() -> None:
     assert 0.0 < meter.busy_share() <= 1.0
     with pytest.raises(ValueError, match="pids"):
         CpuMeter({})
+
+
+def test_the_meter_splits_a_process_main_thread_from_its_other_threads() -> None:
+    # a process whose second thread burns 0.6 s of CPU while its main thread sleeps
+    code = (
+        "import threading, time\n"
+        "def burn():\n"
+        "    t = time.thread_time()\n"
+        "    while time.thread_time() - t < 0.6: pass\n"
+        "th = threading.Thread(target=burn); th.start(); th.join()\n"
+        "t = time.thread_time()\n"
+        "while time.thread_time() - t < 0.2: pass\n"  # then the main thread burns 0.2 s
+        "time.sleep(30)\n"
+    )
+    burner = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        meter = CpuMeter({"server": burner.pid}, main_threads=("server",))
+        meter.start()
+        deadline = time.monotonic() + 20
+        while process_cpu_s(burner.pid) < 0.8 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.1)
+        meter.stop()
+    finally:
+        burner.kill()
+        burner.wait(timeout=30)
+    assert 0.15 < meter.main_thread_cpu_s["server"] < 0.5
+    assert meter.cpu_s["server"] > meter.main_thread_cpu_s["server"] + 0.4
+    per = meter.per_item_ms(1)
+    assert per["server_main_thread"] == pytest.approx(meter.main_thread_cpu_s["server"] * 1e3, abs=1e-3)
+    assert 0.0 < meter.main_thread_busy()["server"] < 1.0
+    with pytest.raises(ValueError, match="main_threads"):
+        CpuMeter({"client": os.getpid()}, main_threads=("server",))
+
+
+def test_main_thread_cpu_of_this_process_counts_only_this_thread() -> None:
+    import threading
+
+    before = main_thread_cpu_s(os.getpid())
+
+    def burn() -> None:
+        t = time.thread_time()
+        while time.thread_time() - t < 0.3:
+            pass
+
+    worker = threading.Thread(target=burn)
+    worker.start()
+    worker.join()
+    assert main_thread_cpu_s(os.getpid()) - before < 0.15  # the main thread only waited
 
 
 def test_process_cpu_of_this_process_grows_with_work() -> None:

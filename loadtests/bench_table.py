@@ -1,0 +1,110 @@
+"""The summary table ``compcap bench`` prints for its result (one row per load level)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from loadtests.ceiling import ceiling_of_limit
+
+
+def summary(result: dict[str, Any]) -> Table:
+    limit = result["limit"]["ideal_captions_per_s"]
+    naive = result["naive"]["captions_per_s"]
+    table = Table(
+        title=f"compcap bench — {result['backend']}, {result['model']}, beam {result['beam_size']}",
+        width=170,
+    )
+    for col in (
+        "clients",
+        "captions/s",
+        "% of limit",
+        "ceiling",
+        "% of compute",
+        "× naive",
+        "p50 ms",
+        "p99 ms",
+        "rows/call",
+        "step ms load/alone",
+        "sent",
+        "recv",
+        "5xx",
+        "bound any/floor",
+        "CPU ms srv(loop)/cli",
+        *(["torch cap/s", "× torch", "torch p50"] if result.get("baseline") else []),
+    ):
+        table.add_column(col, justify="right")
+    peers = {r["clients"]: r for r in (result.get("baseline") or {}).get("load", [])}
+    for row in result["load"]:
+        peer = [] if not peers else _peer_cells(row, peers.get(row["clients"]))
+        table.add_row(
+            str(row["clients"]),
+            f"{row['captions_per_s']:.1f}",
+            f"{100 * row['captions_per_s'] / limit:.0f}%",
+            f"{100 * ceiling_of_limit(result, row['mean_rows_per_call']):.0f}%",
+            f"{100 * row['captions_per_s'] / result['compute_limit']['captions_per_s']:.0f}%",
+            f"{row['captions_per_s'] / naive:.2f}",
+            str(row["p50_ms"]),
+            str(row["p99_ms"]),
+            f"{row['mean_rows_per_call']:.1f}",
+            _step_cell(row),
+            str(row["sent"]),
+            str(row["received"]),
+            str(row["errors_5xx"]),
+            *_cpu_cells(row),
+            *peer,
+        )
+    table.caption = (
+        f"single decode {result['single_decode_ms']:.1f} ms; "
+        f"limit {result['limit']['rows_per_s']:.0f} rows/s at {result['limit']['best_batch_rows']} rows "
+        f"= {limit:.1f} captions/s "
+        f"({result['rows_per_caption']:.0f} rows per caption); naive {naive:.1f} captions/s; all model "
+        f"calls of a caption at large batches: {result['compute_limit']['captions_per_s']:.0f} captions/s "
+        f"(step share {100 * result['compute_limit']['step_share']:.0f}%); ceiling = the % of the limit a "
+        "gateway with zero overhead could reach at that level's rows per call; bound any/floor = the % "
+        f"of the limit {result['cpu_count']} busy cores allow at the models' CPU per caption plus the load "
+        "generator's (any server) or plus the HTTP floor's server and client CPU (onnxruntime only: on "
+        "Triton the models' CPU is spent in tritonserver); step ms load/alone = a step call's wall time "
+        "in the gateway under that load vs alone at the same rows (the ceiling assumes alone); CPU ms "
+        "srv(loop) = the gateway's CPU per caption (of it, its event-loop thread's)"
+        + (
+            f"; gateway without cross-request batching at {naive_http['clients']} clients: "
+            f"{naive_http['captions_per_s']:.1f} captions/s"
+            if (naive_http := result["naive"].get("gateway"))
+            else ""
+        )
+    )
+    return table
+
+
+def _cpu_cells(row: dict[str, Any]) -> list[str]:
+    """'any server / HTTP floor' CPU bounds as % of the limit, and the server's / client's CPU ms per
+    caption ('-' where not measured)."""
+    bounds, cpu = row.get("cpu_bounds_of_limit") or {}, row.get("cpu_ms_per_caption") or {}
+    shares = "/".join(f"{100 * bounds[k]:.0f}" if k in bounds else "-" for k in ("any_server", "http_floor"))
+    ms = "/".join(f"{cpu[k]:.1f}" if k in cpu else "-" for k in ("server", "client"))
+    if "server_main_thread" in cpu:
+        ms = ms.replace("/", f"({cpu['server_main_thread']:.1f})/", 1)
+    return [f"{shares}%", ms]
+
+
+def _step_cell(row: dict[str, Any]) -> str:
+    """'load/alone' wall ms of the step call at this level's rows per call ('-' where not measured)."""
+    if not row.get("step_slowdown"):
+        return "-"
+    return f"{row['step_ms_under_load']:.1f}/{row['step_ms_alone']:.1f}"
+
+
+def _peer_cells(row: dict[str, Any], peer: dict[str, Any] | None) -> list[str]:
+    """The torch baseline's captions/s, the gateway's multiple of it, and its p50 at ``row``'s clients."""
+    if peer is None or not peer["captions_per_s"]:
+        return ["-", "-", "-"]
+    return [
+        f"{peer['captions_per_s']:.1f}",
+        f"{row['captions_per_s'] / peer['captions_per_s']:.1f}",
+        str(peer["p50_ms"]),
+    ]
+
+
+__all__ = ["summary"]
