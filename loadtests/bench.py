@@ -364,11 +364,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             with Gateway(repo, {}, module=["loadtests.http_floor"], ready="/health") as server:
                 floor = asyncio.run(
                     closed_loop(
-                        server.url, pngs, query, args.floor_clients, args.duration, "-", server.process.pid
+                        server.url, pngs, query, args.floor_clients, args.duration, None, server.process.pid
                     )
                 )
-            for key in ("mean_rows_per_call", "step_ms_under_load", "main_thread_busy"):
-                del floor[key]  # no step calls; uvicorn's loop thread does everything there
         baseline = None
         if args.baseline == "torch":
             baseline = torch_baseline_load(repo, model, args.rerank, pngs, query, args.clients, args.duration)
@@ -421,10 +419,7 @@ def torch_baseline_load(
     with Gateway(repo, {}, module=module, ready="/health") as server:
         for n in clients:
             console.print(f"[bold]torch baseline[/]: {n} clients for {duration:.0f} s")
-            rows.append(asyncio.run(closed_loop(server.url, pngs, query, n, duration, "-")))
-    for row in rows:
-        for key in ("mean_rows_per_call", "step_ms_under_load"):
-            del row[key]  # the baseline keeps no step metrics
+            rows.append(asyncio.run(closed_loop(server.url, pngs, query, n, duration, None)))
     return {"name": "torch", "load": rows}
 
 

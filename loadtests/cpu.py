@@ -152,8 +152,9 @@ def bounds_of_limit(result: dict[str, Any], row: dict[str, Any]) -> dict[str, fl
     if "client" in measured:
         out["any_server"] = round(cpu_bound(cores, [model, measured["client"]]) / limit, 3)
     floor = (result.get("floor") or {}).get("cpu_ms_per_caption") or {}
-    if floor:
-        out["http_floor"] = round(cpu_bound(cores, [model, *floor.values()]) / limit, 3)
+    if floor:  # its processes only: a ``*_main_thread`` figure is part of its process's, not added
+        spent = [ms for name, ms in floor.items() if not name.endswith("_main_thread")]
+        out["http_floor"] = round(cpu_bound(cores, [model, *spent]) / limit, 3)
     return out
 
 

@@ -165,18 +165,18 @@ async def closed_loop(
     query: dict[str, str],
     clients: int,
     duration: float,
-    step_model: str,
+    step_model: str | None,
     pid: int | None = None,
 ) -> dict[str, Any]:
     """``clients`` closed-loop clients, each sending its next request when the last one is answered,
     for ``duration`` s; every request sent is waited for (sent must equal received). With the
-    server's ``pid``, also the CPU ms per caption of the server and of this load generator."""
+    server's ``pid``, also the CPU ms per caption of the server and of this load generator. With a
+    ``step_model``, also its rows per call and wall ms per call in the server (from its ``/metrics``);
+    None for a server without step calls (the HTTP floor, the torch baseline)."""
     host, port = httpx.URL(url).host, int(httpx.URL(url).port or 80)
     target = "/v1/captions?" + urlencode(query)
     bodies = [multipart_body(p) for p in pngs]
-    async with httpx.AsyncClient(base_url=url, timeout=60.0) as client:
-        text = (await client.get("/metrics")).text
-        before, before_s = step_rows(text, step_model), step_call_seconds(text, step_model)
+    before = await _step_totals(url, step_model)
     latencies: list[float] = []
     sent = received = errors_5xx = other = 0
     stop = time.perf_counter() + duration
@@ -219,19 +219,13 @@ async def closed_loop(
     elapsed = time.perf_counter() - start
     if meter is not None:
         meter.stop()
-    async with httpx.AsyncClient(base_url=url, timeout=60.0) as client:
-        text = (await client.get("/metrics")).text
-        after, after_s = step_rows(text, step_model), step_call_seconds(text, step_model)
-    calls = after[1] - before[1]
-    timed = after_s[1] - before_s[1]
+    after = await _step_totals(url, step_model)
     return {
         "clients": clients,
         "captions_per_s": round(len(latencies) / elapsed, 2),
         "p50_ms": round(float(np.percentile(latencies, 50)), 2) if latencies else None,
         "p99_ms": round(float(np.percentile(latencies, 99)), 2) if latencies else None,
-        "mean_rows_per_call": round((after[0] - before[0]) / calls, 2) if calls else 0.0,
-        # the step call's wall time inside the server under this load (None: no such metric)
-        "step_ms_under_load": round((after_s[0] - before_s[0]) / timed * 1e3, 3) if timed else None,
+        **(_step_figures(before, after) if before is not None and after is not None else {}),
         "sent": sent,
         "received": received,
         "errors_5xx": errors_5xx,
@@ -245,6 +239,29 @@ async def closed_loop(
             if meter is not None
             else {}
         ),
+    }
+
+
+async def _step_totals(url: str, step_model: str | None) -> tuple[tuple[float, float], ...] | None:
+    """(rows sum, calls) and (seconds sum, calls) of ``step_model`` in the server's ``/metrics``."""
+    if step_model is None:
+        return None
+    async with httpx.AsyncClient(base_url=url, timeout=60.0) as client:
+        text = (await client.get("/metrics")).text
+    return step_rows(text, step_model), step_call_seconds(text, step_model)
+
+
+def _step_figures(
+    before: tuple[tuple[float, float], ...], after: tuple[tuple[float, float], ...]
+) -> dict[str, float | None]:
+    """Mean rows per step call and the step call's wall ms in the server between two ``_step_totals``."""
+    (rows0, calls0), (secs0, timed0) = before
+    (rows1, calls1), (secs1, timed1) = after
+    calls, timed = calls1 - calls0, timed1 - timed0
+    return {
+        "mean_rows_per_call": round((rows1 - rows0) / calls, 2) if calls else 0.0,
+        # the step call's wall time inside the server under this load (None: no such metric)
+        "step_ms_under_load": round((secs1 - secs0) / timed * 1e3, 3) if timed else None,
     }
 
 

@@ -63,6 +63,9 @@ def test_bounds_add_the_load_generator_and_the_floor_to_the_models() -> None:
     assert bounds["model_cpu_ms_per_caption"] == pytest.approx(3.2)
     assert bounds["any_server"] == pytest.approx(2e3 / 4.0 / 1000.0, abs=1e-3)  # 3.2 + 0.8 ms on 2 cores
     assert bounds["http_floor"] == pytest.approx(2e3 / 5.5 / 1000.0, abs=1e-3)  # 3.2 + 1.5 + 0.8 ms
+    # the floor's main-thread figure is part of its server's 1.5 ms, not more CPU on top
+    result["floor"]["cpu_ms_per_caption"]["server_main_thread"] = 1.4
+    assert bounds_of_limit(result, row)["http_floor"] == pytest.approx(bounds["http_floor"])
     del result["floor"]
     assert "http_floor" not in bounds_of_limit(result, row)
 
