@@ -1,6 +1,11 @@
-"""Attached concept pairs of every caption of a dataset, parsed once and cached on disk.
+"""Concept pairs of every caption of a dataset: the recorded truth where the dataset has it, else
+attached pairs parsed once and cached on disk.
 
-The cache is a JSON file ``{"key": ..., "pairs": {sha1(caption)[:20]: [[kind, modifier, noun], ...]}}``;
+``caption_pairs_truth`` reads the pairs SceneWorld records for each caption it generates (scene graph
+``captions: [{"text", "pairs"}]``, canonical inventory names), matched to the dataset's captions by text;
+no parse, no spaCy. ``image_caption_pairs`` parses (``AttachmentChecker``) for datasets without them (COCO).
+
+The parse cache is a JSON file ``{"key": ..., "pairs": {sha1(caption)[:20]: [[kind, modifier, noun], ...]}}``;
 ``key`` names the spaCy model, the checker's rules version and a hash of the concept inventory, so a
 changed inventory or rule set starts a fresh cache. Only missing captions are parsed.
 """
@@ -105,11 +110,49 @@ def parse_captions(
     return out, stats
 
 
+def caption_pairs_truth(
+    ds: CaptionDataset, concepts: ConceptInventory | None = None
+) -> dict[int, list[frozenset[ConceptPair]]] | None:
+    """Per image, the recorded pairs of each of its captions (caption order), from the scene graphs'
+    ``captions`` matched by text; None unless every caption of every image has a recorded entry.
+
+    Raises ``ValueError`` when a recorded pair is not named as the concept inventory names it (a
+    mismatch would silently let held-out pairs into training)."""
+    if ds.scenes is None:
+        return None
+    out: dict[int, list[frozenset[ConceptPair]]] = {}
+    for i in ds.image_ids:
+        recorded = (ds.scenes.get(i) or {}).get("captions")
+        if not recorded or any("pairs" not in c or "text" not in c for c in recorded):
+            return None
+        by_text: dict[str, list[frozenset[ConceptPair]]] = {}
+        for entry in recorded:
+            pairs = frozenset(ConceptPair(*p) for p in entry["pairs"])
+            by_text.setdefault(str(entry["text"]).strip(), []).append(pairs)
+        found: list[frozenset[ConceptPair]] = []
+        for text in ds.captions[i]:
+            candidates = by_text.get(text)
+            if not candidates:
+                return None
+            found.append(candidates.pop(0) if len(candidates) > 1 else candidates[0])  # duplicates in order
+        out[i] = found
+    _check_names({p for found in out.values() for pairs in found for p in pairs}, concepts or load_concepts())
+    return out
+
+
+def _check_names(pairs: set[ConceptPair], concepts: ConceptInventory) -> None:
+    nouns = set(concepts.nouns)
+    modifiers = {"adjective": set(concepts.colours) | set(concepts.sizes), "verb": set(concepts.verbs)}
+    bad = sorted(p.label for p in pairs if p.noun not in nouns or p.modifier not in modifiers.get(p.kind, ()))
+    if bad:
+        raise ValueError(f"scene graph pairs {bad[:5]} are not concept inventory names")
+
+
 def image_caption_pairs(
     ds: CaptionDataset,
     checker: AttachmentChecker | None = None,
     cache: Path | None = None,
 ) -> tuple[dict[int, list[frozenset[ConceptPair]]], dict[str, int | float]]:
-    """Per image, the attached pairs of each of its captions (caption order)."""
+    """Per image, the attached pairs of each of its captions (caption order), parsed (through the cache)."""
     by_text, stats = parse_captions(ds.all_captions(), checker=checker, cache=cache)
     return {i: [by_text[c] for c in ds.captions[i]] for i in ds.image_ids}, stats

@@ -1,13 +1,18 @@
 """Compositional train/val/test splits of a ``CaptionDataset`` (SceneWorld or COCO).
 
 * ``systematicity`` (seed 000 §3 and the seeds' code; seed 001 §4.1): for held-out group N, an image is
-  held out when at least one of its reference captions contains one of the group's six pairs *attached*
-  (``AttachmentChecker``). Training images are those none of whose captions contains a group pair;
-  the held-out images are split into ``val`` and ``test`` (half/half by default, seeded). ``test_no_comb``
-  (seed 001's Test no Comb) has as many images as ``test``, drawn from the non-held-out images in
-  which no pair of the group has both constituents present, and is removed from ``train``. Presence is
-  exact from the scene graph for SceneWorld (some object has the colour / size / action, some object
-  is the noun), and "both words mentioned in some caption" for COCO.
+  held out when at least one of its reference captions mentions one of the group's six pairs. What a
+  caption mentions is the truth where the dataset records it — SceneWorld scene graphs list each
+  caption's pairs (``caption_pairs_truth``, matched by text; no parse, spaCy never loaded) — and
+  otherwise (COCO) the pairs the dependency parse finds *attached* (``AttachmentChecker``, cached).
+  ``info["pairs_source"]`` says which ("scene_graph" | "parser"); the parse misses some mentions ("a red
+  pony eating grass"), which the truth keeps out of training (issue 26). Training images are those none
+  of whose captions mentions a group pair; the same per-caption pairs give ``info["mentions"]`` (the
+  Recall@K buckets). The held-out images are split into ``val`` and ``test`` (half/half by default,
+  seeded). ``test_no_comb`` (seed 001's Test no Comb) has as many images as ``test``, drawn from the
+  non-held-out images in which no pair of the group has both constituents present, and is removed from
+  ``train``. Presence is exact from the scene graph for SceneWorld (some object has the colour / size /
+  action, some object is the noun), and "both words mentioned in some caption" for COCO.
 * ``productivity`` (seed 001 §4.2): ``by="length"`` — the images with the longest mean caption length
   (tokens) form ``test_rich``; ``by="density"`` — the images with most objects (scene graph objects or
   COCO instance boxes) form ``test_dense``. From the rest, a random ``test_base`` and ``val`` of the
@@ -34,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from export.data.coco import CaptionDataset, load_captions, load_folder
-from export.data.pairs import default_cache_path, image_caption_pairs
+from export.data.pairs import caption_pairs_truth, default_cache_path, image_caption_pairs
 from service.text.concepts import ConceptInventory, ConceptPair, load_concepts
 from service.text.synonyms import candidate_table, plural
 from service.text.vocabulary import tokenize
@@ -43,6 +48,7 @@ if TYPE_CHECKING:
     from service.text.attachment import AttachmentChecker
 
 KINDS = ("systematicity", "productivity", "substitutivity", "full")
+PAIRS_SOURCES = ("auto", "scene_graph", "parser")  # systematicity: where caption pairs come from
 SPLIT_FILE = "split.json"
 
 IRREGULAR_VERB_FORMS = {
@@ -188,6 +194,31 @@ def constituents_present(
     return out, "caption_words"
 
 
+def caption_pairs(
+    ds: CaptionDataset,
+    checker: AttachmentChecker | None,
+    concepts: ConceptInventory,
+    options: dict[str, Any],
+) -> tuple[dict[int, list[frozenset[ConceptPair]]], dict[str, Any]]:
+    """Per image, the pairs each caption mentions, and ``{"pairs_source", "parse", "cache"}`` for the
+    split's info. ``options["pairs_source"]``: "auto" (default: the scene graphs' recorded pairs when
+    every caption has them, else the parser), "scene_graph" (required) or "parser" (always parse)."""
+    wanted = options.get("pairs_source", "auto")
+    if wanted not in PAIRS_SOURCES:
+        raise ValueError(f"pairs_source must be one of {PAIRS_SOURCES}, got {wanted!r}")
+    if wanted != "parser":
+        truth = caption_pairs_truth(ds, concepts)
+        if truth is not None:
+            return truth, {"pairs_source": "scene_graph", "parse": None, "cache": None}
+        if wanted == "scene_graph":
+            raise ValueError("pairs_source 'scene_graph' needs recorded pairs for every caption (SceneWorld)")
+    cache = options.get("cache", "default")
+    cache_path = default_cache_path(ds) if cache == "default" else (Path(cache) if cache else None)
+    per_image, stats = image_caption_pairs(ds, checker=checker, cache=cache_path)
+    cache_name = str(cache_path) if cache_path is not None else None
+    return per_image, {"pairs_source": "parser", "parse": stats, "cache": cache_name}
+
+
 # -------------------------------------------------------------------------------------------- kinds
 def _systematicity(
     ds: CaptionDataset,
@@ -201,9 +232,7 @@ def _systematicity(
         raise ValueError("systematicity needs a held-out group (1..4)")
     pairs = concepts.group(group)
     group_set = set(pairs)
-    cache = options.get("cache", "default")
-    cache_path = default_cache_path(ds) if cache == "default" else (Path(cache) if cache else None)
-    per_image, parse_stats = image_caption_pairs(ds, checker=checker, cache=cache_path)
+    per_image, source_info = caption_pairs(ds, checker, concepts, options)
     mentions: dict[int, Counter[ConceptPair]] = {}
     for i in ds.image_ids:
         counter: Counter[ConceptPair] = Counter()
@@ -244,8 +273,7 @@ def _systematicity(
             "shortfall": len(test) - n_nc,
         },
         "val_fraction": float(options.get("val_fraction", 0.5)),
-        "parse": parse_stats,
-        "cache": str(cache_path) if cache_path is not None else None,
+        **source_info,
     }
     return Split("systematicity", group, list(pairs), sets, info)
 
@@ -333,8 +361,10 @@ def build_split(
     seed: int = 0,
     **options: Any,
 ) -> Split:
-    """Build a split of ``ds``. Options: systematicity — ``val_fraction`` (0.5), ``cache`` (path of the
-    caption-pairs cache; default next to the dataset when writable; None/False: no cache);
+    """Build a split of ``ds``. Options: systematicity — ``val_fraction`` (0.5), ``pairs_source``
+    ("auto": recorded scene-graph pairs when the dataset has them, else the parser; "scene_graph";
+    "parser"), ``cache`` (path of the parser's caption-pairs cache; default next to the dataset when
+    writable; None/False: no cache);
     productivity — ``by`` ("length" | "density"), ``fraction`` (0.1) or ``count``; substitutivity and
     full — ``val_size``/``test_size`` or ``fraction`` (0.1) for random splits, ``use_karpathy`` (True),
     substitutivity ``min_count`` (200) and ``table``."""
@@ -420,7 +450,16 @@ def summary(split: Split, path: Path | None = None) -> dict[str, Any]:
         "pairs": [p.label for p in split.pairs],
         "sets": {name: len(ids) for name, ids in split.sets.items()},
     }
-    for key in ("pair_images", "test_no_comb", "parse", "by", "threshold", "mean_score", "source"):
+    for key in (
+        "pair_images",
+        "test_no_comb",
+        "pairs_source",
+        "parse",
+        "by",
+        "threshold",
+        "mean_score",
+        "source",
+    ):
         if key in split.info:
             out[key] = split.info[key]
     if split.kind == "substitutivity":

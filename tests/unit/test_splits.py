@@ -45,9 +45,21 @@ def sw(sw_folder: Path) -> CaptionDataset:
 
 
 @pytest.fixture(scope="module")
-def sw_sys(sw: CaptionDataset, checker: AttachmentChecker, tmp_path_factory: pytest.TempPathFactory) -> Split:
+def sw_sys(sw: CaptionDataset, tmp_path_factory: pytest.TempPathFactory) -> Split:
+    """Held out by the pairs the scene graphs record per caption (no parse)."""
     cache = tmp_path_factory.mktemp("cache") / "pairs.json"
-    return build_split(sw, "systematicity", group=1, checker=checker, seed=0, cache=cache)
+    return build_split(sw, "systematicity", group=1, seed=0, cache=cache)
+
+
+@pytest.fixture(scope="module")
+def sw_parsed(
+    sw: CaptionDataset, checker: AttachmentChecker, tmp_path_factory: pytest.TempPathFactory
+) -> Split:
+    """The same split through the attachment checker (the path datasets without recorded pairs take)."""
+    cache = tmp_path_factory.mktemp("cache") / "pairs.json"
+    return build_split(
+        sw, "systematicity", group=1, checker=checker, seed=0, cache=cache, pairs_source="parser"
+    )
 
 
 # image id -> captions; group 1 = black cat, big bird, red bus, small plane, eat man, lie woman
@@ -131,7 +143,12 @@ def test_load_captions_coco(coco_files: dict[str, Path]) -> None:
 
 
 # -------------------------------------------------------------------------------------------- systematicity
-def test_systematicity_sceneworld(sw: CaptionDataset, sw_sys: Split, checker: AttachmentChecker) -> None:
+def recorded_pairs(sw: CaptionDataset, i: int) -> list[set[ConceptPair]]:
+    assert sw.scenes is not None
+    return [{ConceptPair(*p) for p in c["pairs"]} for c in sw.scenes[i]["captions"]]
+
+
+def test_systematicity_sceneworld(sw: CaptionDataset, sw_sys: Split) -> None:
     split = sw_sys
     group = group_pairs(1)
     assert split.kind == "systematicity" and split.group == 1 and set(split.pairs) == group
@@ -139,14 +156,14 @@ def test_systematicity_sceneworld(sw: CaptionDataset, sw_sys: Split, checker: At
     assert_disjoint(split, sw.image_ids)
     covered = set().union(*map(set, split.sets.values()))
     assert covered == set(sw.image_ids)
-    # independent re-check through the checker (no cache)
+    # independent re-check against the pairs the scene graphs record per caption
+    assert split.info["pairs_source"] == "scene_graph" and split.info["parse"] is None
     for name in ("train", "test_no_comb"):
-        texts = sw.subset_captions(split.sets[name])
-        assert not any(found & group for found in checker.pairs_batch(texts)), name
+        assert not any(found & group for i in split.sets[name] for found in recorded_pairs(sw, i)), name
     for name in ("val", "test"):
         assert split.sets[name]
         for i in split.sets[name]:
-            assert any(found & group for found in checker.pairs_batch(sw.captions[i])), (name, i)
+            assert any(found & group for found in recorded_pairs(sw, i)), (name, i)
     assert len(split.sets["test_no_comb"]) == len(split.sets["test"])
     assert abs(len(split.sets["val"]) - len(split.sets["test"])) <= 1
     assert sw.scenes is not None
@@ -159,32 +176,37 @@ def test_systematicity_sceneworld(sw: CaptionDataset, sw_sys: Split, checker: At
     assert info["test_no_comb"]["presence"] == "scene_graph" and info["test_no_comb"]["shortfall"] == 0
 
 
-def test_systematicity_agrees_with_scene_graph_mentions(sw: CaptionDataset, sw_sys: Split) -> None:
-    """The held-out images are (nearly) exactly those whose captions' recorded pairs include a group pair."""
-    assert sw.scenes is not None
+def test_systematicity_agrees_with_scene_graph_mentions(
+    sw: CaptionDataset, sw_sys: Split, sw_parsed: Split
+) -> None:
+    """The held-out images are exactly those whose captions' recorded pairs include a group pair; the
+    parser's held-out images nearly so."""
     group = group_pairs(1)
-    gold = {
-        i
-        for i in sw.image_ids
-        if any({ConceptPair(*p) for p in c["pairs"]} & group for c in sw.scenes[i]["captions"])
-    }
-    held = set(sw_sys.sets["val"]) | set(sw_sys.sets["test"])
-    assert len(held ^ gold) <= max(1, len(gold) // 50)
+    gold = {i for i in sw.image_ids if any(found & group for found in recorded_pairs(sw, i))}
+    assert set(sw_sys.sets["val"]) | set(sw_sys.sets["test"]) == gold
+    parsed = set(sw_parsed.sets["val"]) | set(sw_parsed.sets["test"])
+    assert len(parsed ^ gold) <= max(1, len(gold) // 50)
 
 
 def test_systematicity_deterministic_and_cached(
-    sw: CaptionDataset, sw_sys: Split, checker: AttachmentChecker, tmp_path: Path
+    sw: CaptionDataset, sw_sys: Split, sw_parsed: Split, checker: AttachmentChecker, tmp_path: Path
 ) -> None:
-    cache = Path(sw_sys.info["cache"])
-    assert cache.is_file() and sw_sys.info["parse"]["parsed"] > 0
-    again = build_split(sw, "systematicity", group=1, checker=checker, seed=0, cache=cache)
-    assert again.sets == sw_sys.sets
-    assert again.info["parse"]["parsed"] == 0  # everything came from the cache
-    other = build_split(sw, "systematicity", group=1, seed=1, cache=cache)  # no checker needed
-    assert set(other.sets["val"]) | set(other.sets["test"]) == set(sw_sys.sets["val"]) | set(
-        sw_sys.sets["test"]
+    assert build_split(sw, "systematicity", group=1, seed=0).sets == sw_sys.sets
+    assert sw_parsed.info["pairs_source"] == "parser"
+    cache = Path(sw_parsed.info["cache"])
+    assert cache.is_file() and sw_parsed.info["parse"]["parsed"] > 0
+    again = build_split(
+        sw, "systematicity", group=1, checker=checker, seed=0, cache=cache, pairs_source="parser"
     )
-    assert other.sets["val"] != sw_sys.sets["val"]
+    assert again.sets == sw_parsed.sets
+    assert again.info["parse"]["parsed"] == 0  # everything came from the cache
+    other = build_split(
+        sw, "systematicity", group=1, seed=1, cache=cache, pairs_source="parser"
+    )  # no checker
+    assert set(other.sets["val"]) | set(other.sets["test"]) == set(sw_parsed.sets["val"]) | set(
+        sw_parsed.sets["test"]
+    )
+    assert other.sets["val"] != sw_parsed.sets["val"]
     path = write_split(sw_sys, tmp_path / "g1")
     assert path == tmp_path / "g1" / "split.json"
     loaded = load_split(path)
@@ -209,6 +231,7 @@ def test_systematicity_coco(coco_files: dict[str, Path], checker: AttachmentChec
     assert_disjoint(split, ds.image_ids)
     assert len(split.sets["test_no_comb"]) == len(split.sets["test"])
     assert split.info["test_no_comb"]["presence"] == "caption_words"
+    assert split.info["pairs_source"] == "parser"  # no scene graphs: the attachment checker decides
     # image 4 mentions black and cat (unattached): not held out, but not a no-comb image either;
     # image 12 mentions "big" and ... no bird; image 14 "small" without plane -> eligible
     assert 4 in split.sets["train"]
@@ -298,12 +321,19 @@ def test_errors(sw: CaptionDataset) -> None:
 
 
 def test_run_splits_cli(
-    sw_folder: Path, sw_sys: Split, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    sw_folder: Path, sw_sys: Split, sw_parsed: Split, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "split"
-    result = run_splits_cli(sw_folder, "systematicity", 1, out, cache=Path(sw_sys.info["cache"]))
+    result = run_splits_cli(sw_folder, "systematicity", 1, out)
     assert result["sets"] == {name: len(ids) for name, ids in sw_sys.sets.items()}
+    assert result["pairs_source"] == "scene_graph"
     assert (out / "split.json").is_file() and load_split(out).sets == sw_sys.sets
     assert json.loads(capsys.readouterr().out)["group"] == 1
+    cache = Path(sw_parsed.info["cache"])
+    parsed = run_splits_cli(
+        sw_folder, "systematicity", 1, tmp_path / "parsed", cache=cache, pairs_source="parser"
+    )
+    assert parsed["pairs_source"] == "parser" and parsed["parse"]["parsed"] == 0
+    assert load_split(tmp_path / "parsed").sets == sw_parsed.sets
     prod = run_splits_cli(sw_folder, "productivity", None, tmp_path / "p", by="density")
     assert "test_dense" in prod["sets"]
