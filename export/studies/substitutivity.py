@@ -9,8 +9,8 @@ Those images are decoded again with the ``synonym_substitution`` hook (S: whenev
 likely next word is in S1, its category word from S2 gets probability 1); O is the plain decode (the
 same search without the hook, an ordinary request). Scores (seed 001 Table 6): O vs GT, S vs GT,
 O vs S (O as the reference), and Ot vs St, the sub-captions after the first S1 word of O and after
-its substitute in S. High O-vs-S and Ot-vs-St overlap means the model goes on describing the image
-the same way after the substitution.
+the word that replaced it in S (``service.probes.substitutivity.substituted_tails``). High O-vs-S and
+Ot-vs-St overlap means the model goes on describing the image the same way after the substitution.
 
 ``compcap substitutivity --zoo model_zoo --data <eval world> --train <training world> --out reports``
 """
@@ -30,14 +30,14 @@ from export.data.splits import load_split, split_path_for, synonym_counts
 from export.decoding import decode, open_engine
 from export.studies.evaluate import load_images
 from service.evaluation.cider import CiderD
-from service.evaluation.metrics import caption_metrics
 from service.manifest import load_manifest
-from service.probes.substitutivity import after_first
+from service.probes.substitutivity import substitutivity_result
 from service.text.concepts import load_concepts
 from service.text.synonyms import candidate_table, plural
 from service.text.vocabulary import Vocabulary, tokenize
 
 ROWS = ("O vs GT", "S vs GT", "O vs S", "Ot vs St")
+REPORT_METRICS = ("bleu1", "bleu4", "meteor", "rouge_l", "cider_d")
 
 
 def substitution_table(
@@ -121,31 +121,15 @@ def run_substitutivity(
     kept = set(kept_counts)
     mapping = {a: b for a, b in pairs if a in kept}
     ids = [eval_ids[n] for n in chosen]
-    gt = {i: eval_ds.captions[i] for i in ids}
     o_text, s_text = dict(zip(ids, orig, strict=True)), dict(zip(ids, sub, strict=True))
-    tails = {
-        i: (
-            after_first(tokenize(o_text[i]), set(mapping)),
-            after_first(tokenize(s_text[i]), set(mapping.values())),
-        )
-        for i in ids
-    }
-    tail_ids = [i for i, (ot, st) in tails.items() if ot and st]
-    cider = CiderD.from_references(train_refs)
-    rows: dict[str, Any] = {}
-    if ids:
-        rows["O vs GT"] = caption_metrics(gt, o_text, cider, meteor).to_dict()
-        rows["S vs GT"] = caption_metrics(gt, s_text, cider, meteor).to_dict()
-        rows["O vs S"] = caption_metrics({i: [o_text[i]] for i in ids}, s_text, cider, meteor).to_dict()
-    if tail_ids:
-        rows["Ot vs St"] = caption_metrics(
-            {i: [" ".join(tails[i][0] or [])] for i in tail_ids},
-            {i: " ".join(tails[i][1] or []) for i in tail_ids},
-            cider,
-            meteor,
-        ).to_dict()
-    mapped = sum(
-        " ".join(mapping.get(w, w) for w in tokenize(o_text[i])) == " ".join(tokenize(s_text[i])) for i in ids
+    scored = substitutivity_result(
+        o_text,
+        s_text,
+        mapping,
+        {i: eval_ds.captions[i] for i in ids},
+        CiderD.from_references(train_refs),
+        meteor,
+        metrics=REPORT_METRICS,
     )
     result = {
         "captioner": captioner,
@@ -158,9 +142,9 @@ def run_substitutivity(
         "pairs": [[a, b] for a, b in pairs],
         "substituted_words": {w: kept_counts[w] for w in sorted(kept)},
         "images": len(ids),
-        "images_with_tails": len(tail_ids),
-        "s_is_o_with_the_word_replaced": mapped,
-        "rows": rows,
+        "images_with_tails": scored["images_with_tails"],
+        "s_is_o_with_the_word_replaced": scored["exact_replacements"],
+        "rows": scored["rows"],
         "examples": [{"image_id": i, "O": o_text[i], "S": s_text[i]} for i in ids[:12]],
     }
     out.mkdir(parents=True, exist_ok=True)

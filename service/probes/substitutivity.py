@@ -1,7 +1,8 @@
 """Seed 001 §4.3 substitutivity, scored: the original caption O (a plain search) against the caption S
 decoded with ``synonym_substitution`` (S1 fine-grained words replaced by their S2 category words while
 the search runs), in the shape of seed 001 Table 6 — O vs GT, S vs GT, O vs S (O as the reference) and
-Ot vs St (the sub-captions after the first S1 word of O and after its substitute in S) — plus the share
+Ot vs St (the sub-captions after the first S1 word of O and after the word that replaced it in S,
+``substituted_tails``) — plus the share
 of images where S is exactly O with the word replaced. Shared by the live probe and
 ``compcap substitutivity``."""
 
@@ -19,12 +20,26 @@ ROWS = ("O vs GT", "S vs GT", "O vs S", "Ot vs St")
 METRICS = ("bleu4", "meteor", "cider_d")
 
 
-def after_first(words: list[str], targets: set[str]) -> list[str] | None:
-    """The words after the first one in ``targets`` (``None`` when none is)."""
-    for n, w in enumerate(words):
-        if w in targets:
-            return words[n + 1 :]
-    return None
+def substituted_tails(
+    o_words: Sequence[str], s_words: Sequence[str], mapping: Mapping[str, str]
+) -> tuple[list[str], list[str]] | None:
+    """(Ot, St): the words of O after its first S1 word ``w`` (a key of ``mapping``) and the words of S
+    after the word that replaced it, ``mapping[w]`` (``None`` when O has no S1 word or S no substitute).
+
+    The substitute is not S's first ``mapping[w]``: O may hold that word itself before ``w`` ("a dog and
+    a puppy ..."), and the search writes it there too. O and S are decoded alike up to the substitution,
+    so the substitute is the occurrence of ``mapping[w]`` in S that comes after as many of them as O
+    has before ``w``: O = "a dog and a puppy on the grass", S = "a dog and a dog on the grass" give
+    Ot = St = "on the grass"."""
+    first = next((n for n, w in enumerate(o_words) if w in mapping), None)
+    if first is None:
+        return None
+    target = mapping[o_words[first]]
+    before = sum(w == target for w in o_words[:first])
+    at = [n for n, w in enumerate(s_words) if w == target]
+    if len(at) <= before:
+        return None
+    return list(o_words[first + 1 :]), list(s_words[at[before] + 1 :])
 
 
 def substituted_words(
@@ -53,13 +68,16 @@ def substitutivity_result(
     references: Mapping[int, Sequence[str]],
     cider: CiderD | None,
     meteor: bool = True,
+    metrics: Sequence[str] = METRICS,
 ) -> dict[str, Any]:
     """Table 6 rows over the images of ``substituted`` (O and S top-1 captions per image id).
 
     mapping: the S1 -> S2 words substituted; references: ground truth per image; cider: CIDEr-D with
-    training document frequencies (``None``: from the references scored)."""
+    training document frequencies (``None``: from the references scored); metrics: the scores kept per
+    row (``caption_metrics`` names). ``images_with_tails``: the images scored in the Ot vs St row."""
     ids = sorted(substituted)
     rows: dict[str, dict[str, float | None]] = {}
+    tails: dict[int, tuple[list[str], list[str]]] = {}
     if ids:
         o_text = {i: original[i] for i in ids}
         s_text = {i: substituted[i] for i in ids}
@@ -70,28 +88,27 @@ def substitutivity_result(
             "O vs S": ({i: [o_text[i]] for i in ids}, s_text),
         }
         tails = {
-            i: (
-                after_first(tokenize(o_text[i]), set(mapping)),
-                after_first(tokenize(s_text[i]), set(mapping.values())),
-            )
+            i: t
             for i in ids
+            if (t := substituted_tails(tokenize(o_text[i]), tokenize(s_text[i]), mapping)) and t[0] and t[1]
         }
-        tail_ids = [i for i, (ot, st) in tails.items() if ot and st]
-        if tail_ids:
+        if tails:
             pairs["Ot vs St"] = (
-                {i: [" ".join(tails[i][0] or [])] for i in tail_ids},
-                {i: " ".join(tails[i][1] or []) for i in tail_ids},
+                {i: [" ".join(ot)] for i, (ot, _) in tails.items()},
+                {i: " ".join(st) for i, (_, st) in tails.items()},
             )
         for name, (refs, hyps) in pairs.items():
             scores = caption_metrics(refs, hyps, cider, meteor).to_dict()
-            rows[name] = {m: scores.get(m) for m in METRICS} | {"images": float(len(hyps))}
+            rows[name] = {m: scores.get(m) for m in metrics} | {"images": float(len(hyps))}
     same = sum(exact_replacement(original[i], substituted[i], mapping) for i in ids)
     return {
         "images": len(original),
         "substituted": len(ids),
         "words": dict(sorted(mapping.items())),
         "rows": rows,
+        "images_with_tails": len(tails),
         "exact_replacement": same / len(ids) if ids else None,
+        "exact_replacements": same,
         "examples": [{"image_id": i, "O": original[i], "S": substituted[i]} for i in ids[:8]],
     }
 
@@ -99,9 +116,9 @@ def substitutivity_result(
 __all__ = [
     "METRICS",
     "ROWS",
-    "after_first",
     "chosen_images",
     "exact_replacement",
+    "substituted_tails",
     "substituted_words",
     "substitutivity_result",
 ]

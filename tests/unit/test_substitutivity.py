@@ -3,7 +3,10 @@ after the substituted word."""
 
 from __future__ import annotations
 
-from export.studies.substitutivity import after_first, substitution_table
+import pytest
+
+from export.studies.substitutivity import substitution_table
+from service.probes.substitutivity import substituted_tails, substitutivity_result
 
 
 def test_pairs_need_both_words_often_enough_in_training_and_in_the_vocabulary() -> None:
@@ -20,7 +23,28 @@ def test_pairs_need_both_words_often_enough_in_training_and_in_the_vocabulary() 
     assert ("puppies", "dogs") not in pairs and ("puppy", "dog") in pairs
 
 
-def test_sub_caption_after_the_first_target_word() -> None:
-    assert after_first(["a", "ship", "on", "the", "lake"], {"ship"}) == ["on", "the", "lake"]
-    assert after_first(["a", "boat"], {"ship"}) is None
-    assert after_first(["a", "ship"], {"ship"}) == []
+def test_sub_captions_after_the_substituted_word() -> None:
+    o, s = ["a", "ship", "on", "the", "lake"], ["a", "boat", "on", "the", "lake"]
+    tails = substituted_tails(o, s, {"ship": "boat"})
+    assert tails == (["on", "the", "lake"], ["on", "the", "lake"])
+    assert substituted_tails(["a", "boat"], ["a", "boat"], {"ship": "boat"}) is None  # no S1 word in O
+    assert substituted_tails(["a", "ship"], ["a", "cat"], {"ship": "boat"}) is None  # no substitute in S
+    assert substituted_tails(["a", "ship"], ["a", "boat"], {"ship": "boat"}) == ([], [])
+
+
+def test_st_starts_after_the_substitute_not_after_a_category_word_the_model_wrote_itself() -> None:
+    """Issue 26 D1: O holds the category word before its S1 word; S's first "dog" is the model's own."""
+    o, s = "a dog and a puppy on the grass", "a dog and a dog on the grass"
+    assert substituted_tails(o.split(), s.split(), {"puppy": "dog"}) == (
+        ["on", "the", "grass"],
+        ["on", "the", "grass"],
+    )
+    # a perfect substitution scores Ot vs St at 1: one image of the reproduction, one with a longer tail
+    original = {1: o, 2: "a puppy lying on the green grass near a house"}
+    substituted = {1: s, 2: "a dog lying on the green grass near a house"}
+    result = substitutivity_result(
+        original, substituted, {"puppy": "dog"}, {1: [o], 2: [original[2]]}, None, meteor=False
+    )
+    assert result["images_with_tails"] == 2 and result["exact_replacements"] == 2
+    assert result["rows"]["Ot vs St"]["bleu4"] == pytest.approx(1.0)
+    assert result["rows"]["O vs S"]["bleu4"] < 1.0
