@@ -1,11 +1,12 @@
 """The cross-request scheduler, through ``CaptionEngine``, against real onnxruntime sessions of the tiny
 repository.
 
-``CountingBackend``, ``SlowBackend`` and ``FailingBackend`` wrap the real backend (every call still
-runs the real model); they only count calls, delay step calls or inject one failure, to observe
-batching, deadlines and error isolation. Request statuses are read from the ``Request`` objects the
-scheduler creates (recorded by wrapping the class the scheduler module instantiates): there is no
-public way to see them.
+``CountingBackend``, ``GatedBackend`` and ``FailingBackend`` wrap the real backend (every call still
+runs the real model); they only count calls, hold step calls at a gate the test opens, or inject one
+failure, to observe batching, deadlines and error isolation. Tests synchronise on the gate and on
+request states, never on how fast the machine decodes. Request statuses are read from the
+``Request`` objects the scheduler creates (recorded by wrapping the class the scheduler module
+instantiates): there is no public way to see them.
 """
 
 from __future__ import annotations
@@ -51,19 +52,6 @@ class CountingBackend:
         return None
 
 
-class SlowBackend(CountingBackend):
-    """Adds ``delay_s`` to every step call, so that a decode lasts long enough to time out."""
-
-    def __init__(self, inner: OnnxRuntimeBackend, delay_s: float) -> None:
-        super().__init__(inner)
-        self.delay_s = delay_s
-
-    async def infer(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if model.endswith("_step"):
-            await asyncio.sleep(self.delay_s)
-        return await super().infer(model, inputs)
-
-
 class RecordingBackend(CountingBackend):
     """Keeps the outputs of every step call."""
 
@@ -87,6 +75,64 @@ class FailingBackend(CountingBackend):
         if self.armed and model.endswith("_step"):
             self.armed = False
             raise BackendError(model, "runtime", "injected failure")
+        return await super().infer(model, inputs)
+
+
+class GatedBackend(CountingBackend):
+    """Step calls of ``models`` (every captioner's when None) wait at a gate while it is shut, so that a
+    test decides when a decode moves on instead of racing the machine's speed: ``parked(model)``
+    returns once a step call (of ``model``, or any) waits at the gate, ``release_one(model)`` lets the
+    oldest such call through, ``open()`` every call now and later."""
+
+    def __init__(self, inner: OnnxRuntimeBackend, models: tuple[str, ...] | None = None) -> None:
+        super().__init__(inner)
+        self.models = models
+        self.is_shut = False
+        self.waiting: list[tuple[str, asyncio.Future[None]]] = []
+        self.arrived = asyncio.Event()
+
+    def shut(self) -> None:
+        self.is_shut = True
+
+    def open(self) -> None:
+        self.is_shut = False
+        while self.waiting:
+            self.waiting.pop(0)[1].set_result(None)
+
+    def _find(self, model: str | None) -> int | None:
+        return next((n for n, (m, _) in enumerate(self.waiting) if model in (None, m)), None)
+
+    def release_one(self, model: str | None = None) -> None:
+        found = self._find(model)
+        assert found is not None, f"no {model or 'step'} call waits at the gate"
+        self.waiting.pop(found)[1].set_result(None)
+
+    async def parked(self, model: str | None = None) -> None:
+        while self._find(model) is None:
+            self.arrived.clear()
+            await self.arrived.wait()
+
+    async def infer(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        gated = model.endswith("_step") if self.models is None else model in self.models
+        if gated and self.is_shut:
+            waiter = asyncio.get_running_loop().create_future()
+            self.waiting.append((model, waiter))
+            self.arrived.set()
+            await waiter
+        return await super().infer(model, inputs)
+
+
+class GatedRankerBackend(CountingBackend):
+    """Ranker text calls wait until ``go`` is set; ``ranking`` is set when the first one arrives."""
+
+    def __init__(self, inner: OnnxRuntimeBackend) -> None:
+        super().__init__(inner)
+        self.ranking, self.go = asyncio.Event(), asyncio.Event()
+
+    async def infer(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if model.endswith("_text"):
+            self.ranking.set()
+            await self.go.wait()
         return await super().infer(model, inputs)
 
 
@@ -229,8 +275,8 @@ def test_queue_full_timeouts_and_cancellation_free_rows(
     vocab: Vocabulary,
     made: list[Request],
 ) -> None:
-    slow = SlowBackend(ort_backend, delay_s=0.03)
-    eng = engine(slow, tiny_repo, manifest, vocab, max_rows_per_step=10, max_queue=2, max_active_requests=1)
+    gate = GatedBackend(ort_backend)
+    eng = engine(gate, tiny_repo, manifest, vocab, max_rows_per_step=10, max_queue=2, max_active_requests=1)
     sched = eng.scheduler("butd")
     params = eng.resolve(model="butd", beam_size=5, max_length=8, n_best=1)
     long = eng.resolve(
@@ -239,9 +285,10 @@ def test_queue_full_timeouts_and_cancellation_free_rows(
     full = eng.resolve(model="butd", beam_size=5, max_length=4, n_best=2)  # x 2 images = every row
 
     async def run() -> None:
-        # max_active 1: one decodes, two wait, the fourth finds the queue full
+        # max_active 1: one decodes (held at its first step), two wait, the fourth finds the queue full
+        gate.shut()
         tasks = [asyncio.create_task(sched.submit(images(manifest, 1, 0), params, 30))]
-        await until(lambda: sched.active_requests == 1)
+        await gate.parked()
         tasks += [asyncio.create_task(sched.submit(images(manifest, 1, i), params, 30)) for i in (1, 2)]
         await until(lambda: sched.queue_length == 2)
         with pytest.raises(QueueFullError) as err:
@@ -250,6 +297,7 @@ def test_queue_full_timeouts_and_cancellation_free_rows(
         with pytest.raises(OverloadedError) as overloaded:
             await eng.caption(images(manifest, 1, 9), params, timeout_s=30)
         assert overloaded.value.retry_after_s > 0 and overloaded.value.code == "overloaded"
+        gate.open()
         results = await asyncio.gather(*tasks)
         assert all(len(r.hypotheses) == 1 and len(r.hypotheses[0]) == 1 for r in results)
         assert [r.status for r in made] == [S.FINISHED] * 3
@@ -258,21 +306,33 @@ def test_queue_full_timeouts_and_cancellation_free_rows(
             await sched.submit(images(manifest, 1, 5), params, timeout_s=1e-4)
         await until(lambda: made[-1].status.terminal)
         assert made[-1].status is S.CANCELLED
-        # a request whose deadline passes while it decodes (17 steps of >= 30 ms each) frees its rows
+        # a request whose deadline passes while it decodes (held at its second step) frees its rows;
+        # the deadline only has to outlast encoding one image
+        gate.shut()
         seen: list[int] = []
+        task = asyncio.create_task(
+            sched.submit(images(manifest, 1, 6), long, 2.0, observer=lambda e: seen.append(int(e.t[0])))
+        )
+        await gate.parked()
+        gate.release_one()
+        await gate.parked()
         with pytest.raises(TimeoutError):
-            await sched.submit(images(manifest, 1, 6), long, 0.3, observer=lambda e: seen.append(int(e.t[0])))
+            await task
         timed_out = made[-1]
-        assert seen and len(seen) < 17  # it was decoding
+        gate.open()
         await until(lambda: timed_out.status.terminal and sched.active_requests == 0)
+        assert seen == [0, 1]  # it was decoding; the step in flight at its deadline was its last
         assert timed_out.status is S.CANCELLED and not timed_out.holds_rows
         # a caller that stops waiting (task cancelled) while its request decodes frees its rows
+        gate.shut()
         task = asyncio.create_task(sched.submit(images(manifest, 1, 7), long, 30))
-        await until(lambda: made[-1].status is S.DECODING)
+        await gate.parked()
+        assert made[-1].status is S.DECODING
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         cancelled = made[-1]
+        gate.open()
         await until(lambda: cancelled.status.terminal and sched.active_requests == 0)
         assert cancelled.status is S.CANCELLED and not cancelled.holds_rows
         # all the rows are free again: a request needing every one of them is admitted and decoded
@@ -382,7 +442,8 @@ def test_user_requests_are_admitted_before_background_ones(
     vocab: Vocabulary,
     made: list[Request],
 ) -> None:
-    eng = engine(ort_backend, tiny_repo, manifest, vocab, max_active_requests=1)
+    gate = GatedBackend(ort_backend)
+    eng = engine(gate, tiny_repo, manifest, vocab, max_active_requests=1)
     sched = eng.scheduler("butd")
     params = eng.resolve(model="butd", beam_size=3, max_length=16, hooks=[spec("min_length", min_words=16)])
     admitted: list[str] = []  # the order of the requests' first decoding steps
@@ -399,12 +460,14 @@ def test_user_requests_are_admitted_before_background_ones(
             x = images(manifest, 1, seed=sum(map(ord, label)))
             return asyncio.create_task(eng.caption(x, params, 60, priority, first_step(label)))
 
+        gate.shut()
         tasks = [caption("B1", Priority.BACKGROUND)]
-        await until(lambda: sched.active_requests == 1)
+        await gate.parked()  # B1 decodes, held at its first step
         tasks += [caption(label, Priority.BACKGROUND) for label in ("B2", "B3", "B4")]
         tasks.append(caption("U", Priority.USER))
         await until(lambda: sched.queue_length == 4)
-        assert admitted in ([], ["B1"]) and sched.active_requests == 1  # B1 still decoding
+        assert admitted == [] and sched.active_requests == 1
+        gate.open()
         await asyncio.gather(*tasks)
         await eng.close()
 
@@ -490,21 +553,6 @@ def test_rows_over_budget_are_refused(
         asyncio.run(eng.scheduler("butd").submit(images(manifest, 2, 0), params, 30))
 
 
-class SlowRankerBackend(CountingBackend):
-    """Delays every ranker text call by ``delay_s`` (after noting that ranking began)."""
-
-    def __init__(self, inner: OnnxRuntimeBackend, delay_s: float) -> None:
-        super().__init__(inner)
-        self.delay_s = delay_s
-        self.ranking = asyncio.Event()
-
-    async def infer(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if model.endswith("_text"):
-            self.ranking.set()
-            await asyncio.sleep(self.delay_s)
-        return await super().infer(model, inputs)
-
-
 def test_a_request_whose_caller_gives_up_while_it_is_ranked_ends_cancelled(
     ort_backend: OnnxRuntimeBackend,
     tiny_repo: Path,
@@ -512,14 +560,18 @@ def test_a_request_whose_caller_gives_up_while_it_is_ranked_ends_cancelled(
     vocab: Vocabulary,
     made: list[Request],
 ) -> None:
-    slow = SlowRankerBackend(ort_backend, delay_s=0.6)
-    eng = engine(slow, tiny_repo, manifest, vocab)
+    gated = GatedRankerBackend(ort_backend)
+    eng = engine(gated, tiny_repo, manifest, vocab)
     params = eng.resolve(model="butr", beam_size=2, max_length=3, rerank="vsepp")
 
     async def run() -> None:
-        with pytest.raises(TimeoutError):
-            await eng.caption(images(manifest, 1, 31), params, timeout_s=0.3)
-        assert slow.ranking.is_set()  # the deadline passed while the ranker ran, not before
+        task = asyncio.create_task(eng.caption(images(manifest, 1, 31), params, timeout_s=30))
+        await gated.ranking.wait()  # decoded; its ranker call waits
+        assert made[-1].status is S.RANKING
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        gated.go.set()
         await until(lambda: made[-1].status.terminal)
         await eng.close()
 
@@ -536,7 +588,9 @@ def test_background_requests_hold_at_most_their_row_budget_while_users_decode(
 ) -> None:
     """``max_background_rows`` = 6: with a user request in the scheduler, two beam-3 background requests
     decode at once, never three; alone, background requests take every row they fit in."""
-    eng = engine(ort_backend, tiny_repo, manifest, vocab, max_background_rows=6)
+    gate = GatedBackend(ort_backend)
+    eng = engine(gate, tiny_repo, manifest, vocab, max_background_rows=6)
+    sched = eng.scheduler("butd")
     long = eng.resolve(model="butd", beam_size=3, max_length=16, hooks=[spec("min_length", min_words=16)])
     short = eng.resolve(model="butd", beam_size=3, max_length=4)
     live = (S.ENCODING, S.DECODING)
@@ -546,11 +600,15 @@ def test_background_requests_hold_at_most_their_row_budget_while_users_decode(
         background_live.append(sum(r.priority is Priority.BACKGROUND and r.status in live for r in made))
 
     async def run() -> int:
+        gate.shut()
         user = asyncio.create_task(eng.caption(images(manifest, 1, 1), long, 60, Priority.USER, watch))
-        await until(lambda: bool(background_live))
+        await gate.parked()  # the user decodes, held at its first step while the others queue
         background = [
-            eng.caption(images(manifest, 1, 10 + n), long, 60, Priority.BACKGROUND) for n in range(4)
+            asyncio.create_task(eng.caption(images(manifest, 1, 10 + n), long, 60, Priority.BACKGROUND))
+            for n in range(4)
         ]
+        await until(lambda: sched.queue_length == 4)
+        gate.open()  # the next plan admits what the budget allows beside the user's 15 steps to go
         await asyncio.gather(user, *background)
         # no user: four background requests are admitted together
         peak = 0
@@ -627,7 +685,8 @@ def test_background_work_yields_to_users_of_another_captioner(
     """Captioners share the cores: while a user request decodes on ``butd``, background requests on
     ``butr`` (a shadow, a probe of another model) keep the background row budget (3 rows: one beam-3
     request at a time), and are admitted together once the user is gone."""
-    eng = engine(ort_backend, tiny_repo, manifest, vocab, max_background_rows=3)
+    gate = GatedBackend(ort_backend)
+    eng = engine(gate, tiny_repo, manifest, vocab, max_background_rows=3)
     long = eng.resolve(model="butd", beam_size=3, max_length=16, hooks=[spec("min_length", min_words=16)])
     other = eng.resolve(model="butr", beam_size=3, max_length=8, rerank=False)
     live = (S.ENCODING, S.DECODING)
@@ -637,11 +696,17 @@ def test_background_work_yields_to_users_of_another_captioner(
         during_user.append(sum(r.priority is Priority.BACKGROUND and r.status in live for r in made))
 
     async def run() -> int:
+        gate.shut()
         user = asyncio.create_task(eng.caption(images(manifest, 1, 1), long, 60, Priority.USER, watch))
-        await until(lambda: bool(during_user))
+        await gate.parked("butd_step")  # butd's user decodes, held at its first step
         background = [
-            eng.caption(images(manifest, 1, 10 + n), other, 60, Priority.BACKGROUND) for n in range(3)
+            asyncio.create_task(eng.caption(images(manifest, 1, 10 + n), other, 60, Priority.BACKGROUND))
+            for n in range(3)
         ]
+        await gate.parked("butr_step")  # one background request decodes on butr, held too
+        gate.release_one("butd_step")  # the user's first step, with background work beside it
+        await gate.parked("butd_step")
+        gate.open()
         await asyncio.gather(user, *background)
         peak = 0
 
