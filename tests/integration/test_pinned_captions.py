@@ -1,58 +1,78 @@
-"""Behaviour pin: the top captions of the tiny repository for a fixed image set, at beam 1, 5 and 100,
-re-ranked and not, with each decoding hook, decoded concurrently through the served engine path, are
-token-identical to ``tests/data/pinned_captions.json`` (recorded on the engine before the issue-9
-redesign). The tiny build is deterministic; if its models change, the digest check says so first."""
+"""Behaviour pins: the top captions of the shipped default repository for a fixed image set, at beam 1,
+5, 20 and 100, re-ranked and not, with each decoding hook, decoded concurrently through the served
+engine path, are token-identical to ``tests/data/pinned_captions.json`` — on any CPU: the repository is
+fixed files in git (no training on the machine), and the pins hold under noise ten times the difference
+another CPU's kernels make (``tests/pins.py``). If the default models change on purpose, the digest
+test says so first; record the pins again with ``python -m tests.pins``."""
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from export.world.dataset import generate
-from service.engine.engine import CaptionEngine
-from service.probes.substitution import caption_with_original, resolve_with_original
-
-PINNED = Path(__file__).resolve().parents[1] / "data" / "pinned_captions.json"
-
-
-def repo_digest(repo: Path) -> str:
-    files = sorted([*repo.glob("*/1/model.onnx"), repo / "vocab.json"])
-    lines = "".join(f"{f.relative_to(repo)}:{hashlib.sha256(f.read_bytes()).hexdigest()}\n" for f in files)
-    return hashlib.sha256(lines.encode()).hexdigest()
+from service.manifest import load_manifest
+from tests.pins import (
+    NOISE_SEEDS,
+    PINNED,
+    REPO,
+    Decoded,
+    decode_cases,
+    degenerate,
+    image_result,
+    pin_images,
+    repo_digest,
+)
 
 
 @pytest.fixture(scope="module")
 def pinned() -> dict[str, Any]:
     data: dict[str, Any] = json.loads(PINNED.read_text(encoding="utf-8"))
+    if repo_digest(REPO, load_manifest(REPO)) != data["repo_digest"]:
+        pytest.fail("the shipped default models changed: record the pins again (python -m tests.pins)")
     return data
 
 
-def test_tiny_repository_is_the_pinned_one(tiny_repo: Path, pinned: dict[str, Any]) -> None:
-    assert repo_digest(tiny_repo) == pinned["repo_digest"], "the tiny build changed: its pins no longer apply"
+def checked(pinned: dict[str, Any]) -> list[tuple[int, int]]:
+    """The pinned (case, image) pairs: all but the recorded near ties."""
+    ties = {(n, i) for n, i, _ in pinned["near_ties"]}
+    count = pinned["images"]["count"]
+    return [(n, i) for n in range(len(pinned["cases"])) for i in range(count) if (n, i) not in ties]
 
 
-def test_captions_are_token_identical_to_the_pins(tiny_repo: Path, pinned: dict[str, Any]) -> None:
-    if repo_digest(tiny_repo) != pinned["repo_digest"]:
-        pytest.fail("the tiny build changed: its pins no longer apply")
-    images = generate(pinned["images"]["count"], seed=pinned["images"]["world_seed"], image_size=96)[0]
+def mismatches(pinned: dict[str, Any], decoded: list[Decoded]) -> list[str]:
     cases = pinned["cases"]
+    return [
+        f"case {n} image {i} {cases[n]['options']}"
+        for n, i in checked(pinned)
+        if image_result(decoded[n], i) != image_result((cases[n]["captions"], cases[n]["original"]), i)
+    ]
 
-    async def run() -> list[Any]:
-        async with await CaptionEngine.from_repo(tiny_repo, intra_op_threads=1, max_beam_size=100) as engine:
-            params = [resolve_with_original(engine, case["options"]) for case in cases]
-            return list(
-                await asyncio.gather(*(caption_with_original(engine, images, s, o) for s, o in params))
-            )
 
-    outputs = asyncio.run(run())
-    assert len(cases) >= 60
-    for case, (out, original_out) in zip(cases, outputs, strict=True):
-        got = [[c.tokens for c in per] for per in out.results]
-        assert got == case["captions"], case["options"]
-        original = None if original_out is None else [[c.tokens for c in per] for per in original_out]
-        assert original == case["original"], case["options"]
+@pytest.fixture(scope="module")
+def decode(pinned: dict[str, Any]) -> Any:
+    images = pin_images(pinned, load_manifest(REPO))
+    return lambda noise_seed=None: decode_cases(REPO, pinned["cases"], images, noise_seed)
+
+
+def test_the_pins_are_strong(pinned: dict[str, Any]) -> None:
+    """Enough cases, nearly all of them pinned, and no pinned caption degenerate."""
+    pairs = checked(pinned)
+    assert len(pinned["cases"]) >= 60
+    assert len(pairs) >= 0.95 * len(pinned["cases"]) * pinned["images"]["count"]
+    for n, i in pairs:
+        case = pinned["cases"][n]
+        captions = image_result((case["captions"], case["original"]), i)[0]
+        assert not any(degenerate(t) for t in captions), (n, i, captions)
+
+
+def test_captions_are_token_identical_to_the_pins(pinned: dict[str, Any], decode: Any) -> None:
+    assert mismatches(pinned, decode()) == []
+
+
+@pytest.mark.parametrize("seed", NOISE_SEEDS)
+def test_the_pins_hold_under_noise_above_another_cpus_rounding(
+    pinned: dict[str, Any], decode: Any, seed: int
+) -> None:
+    assert mismatches(pinned, decode(noise_seed=seed)) == []
