@@ -76,6 +76,103 @@ def _matrix(title: str, names: list[str], rows: list[list[float]]) -> list[str]:
     return [*lines, ""]
 
 
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.1f}%"
+
+
+def tie_statement(report: dict[str, Any]) -> str:
+    """One plain sentence: in how many pairs the tie-break, not S, decides D_ij (from ``tie_break``)."""
+    ties, k = report["tie_break"], report["k"]
+    pairs, n = ties["pairs"], len(ties["pairs"])
+    if ties.get("by_tie_break") is None:
+        full = sum(p["selected_zero"] == p["k"] for p in pairs)
+        return (
+            f"In {full} of the {n} pairs every one of the k = {k} images of D_ij has S = 0, so the "
+            "documented tie-break (mean NGSM_n, then image id) orders D_ij; whether more than k images "
+            "of R tie at S = 0 — i.e. whether the tie-break also decides which images are in D_ij — "
+            "cannot be told from `mad.json` (see below)."
+        )
+    by = ties["by_tie_break"]
+    zero = [p["zero"] for p in pairs]
+    span = f"{min(zero)}–{max(zero)}" if min(zero) != max(zero) else f"{zero[0]}"
+    if by == 0:
+        return "S alone decides every D_ij: no pair has more images tied at its k-th S than D_ij takes."
+    head = f"**The selection is decided by the tie-break in {by} of the {n} pairs:** "
+    if all(p["boundary_s"] == 0.0 for p in pairs if p["by_tie_break"]):
+        return head + (
+            f"{span} of the {pairs[0]['pool']} images of R have S = 0 per pair (against k = {k}), so D_ij "
+            "is the k of them that the tie-break (mean NGSM_n, then image id) puts first, not the k of "
+            "smallest S."
+        )
+    return head + (
+        "more images tie at D_ij's k-th S than D_ij takes, so the tie-break (mean NGSM_n, then image id) "
+        f"picks which of them are in D_ij (images with S = 0 per pair: {span} of {pairs[0]['pool']})."
+    )
+
+
+def _tie_sections(report: dict[str, Any]) -> list[str]:
+    ties, k = report["tie_break"], report["k"]
+    lines = [
+        "## Ties at S = 0: how much the tie-break decides",
+        "",
+        "S is a geometric mean, so one order n without a shared n-gram (short captions rarely share a "
+        "4-gram) makes S = 0, and many images tie there.",
+        "",
+        tie_statement(report),
+        "",
+        "| pair | S = 0 in R | share of R | S = 0 in D_ij | no shared word in D_ij | mean NGSM_n at rank k "
+        "| decided by the tie-break | D_ij kept: reverse / random (mean) |",
+        "|---|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for p in ties["pairs"]:
+        overlap = p.get("overlap") or {}
+        randoms = [v for label, v in overlap.items() if label.startswith("random:")]
+        kept = (
+            f"{overlap['reverse']} / {sum(randoms) / len(randoms):.1f}"
+            if "reverse" in overlap and randoms
+            else "–"
+        )
+        decided = p.get("by_tie_break")
+        lines.append(
+            f"| {p['a']} vs {p['b']} | {p.get('zero', '–')} | {_pct(p.get('zero_share'))} | "
+            f"{p['selected_zero']} / {p['k']} | {p['shared_nothing']} | {_f(p['boundary_tie'])} | "
+            f"{'–' if decided is None else 'yes' if decided else 'no'} | {kept} |"
+        )
+    lines.append("")
+    if ties.get("not_recomputed"):
+        return [*lines, f"Not recomputed: {ties['not_recomputed']}", ""]
+    if not ties["rankings"]:
+        return [*lines, "No referee: the rankings' sensitivity to the tie-break is not measured.", ""]
+    labels, metrics = ties["labels"], list(ties["rankings"])
+    seeds = ties["seeds"]
+    lines += [
+        f"Sensitivity of the ranking to the tie-break: every pair's D_ij selected again with S ascending "
+        f"as before but another order among equal S — `reverse` (mean NGSM_n descending, then image id) "
+        f"and {len(seeds)} seeded random orders (`random:<seed>`, seeds {seeds[0]}–{seeds[-1]}) — then p, F "
+        f"and q recomputed at k = {k} with the same referee, and each ranking compared with the reported "
+        "one (Spearman's ρ of q; the same top and bottom configuration).",
+        "",
+        "| tie-break | " + " | ".join(f"ρ ({LABEL[e]}) | ranking ({LABEL[e]})" for e in metrics) + " |",
+        "|---|" + "---:|---|" * len(metrics),
+    ]
+    for label in labels:
+        cells = []
+        for e in metrics:
+            r = ties["rankings"][e][label]
+            cells.append(f"{_f(r['spearman'], 2)} | {' > '.join(r['ranking'])}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for e in metrics:
+        sm, reported = ties["summary"][e], report["results"][e]["ranking"]
+        lines.append(
+            f"- {LABEL[e]}: ρ with the reported ranking ({' > '.join(reported)}) is "
+            f"{_f(sm['min_spearman'], 2)} at the lowest, median {_f(sm['median_spearman'], 2)}, over "
+            f"{sm['alternatives']} alternative tie-breaks; {sm['identical']} give the reported ranking; the "
+            f"top configuration changes in {sm['top_changed']}, the bottom one in {sm['bottom_changed']}."
+        )
+    return [*lines, ""]
+
+
 def _claims(report: dict[str, Any]) -> list[str]:
     out = []
     for e, f in report["findings"].items():
@@ -102,6 +199,17 @@ def _claims(report: dict[str, Any]) -> list[str]:
                 f"the i.i.d. CIDEr-D ranking (ρ = {_f(rho, 2)}) — the seed's claim that MAD reorders "
                 f"models {'holds' if f['differs_from_iid'] else 'does not hold'} here."
             )
+    if report.get("tie_break"):
+        summary = report["tie_break"].get("summary") or {}
+        robust = "; ".join(
+            f"{LABEL[e]} ρ ≥ {_f(sm['min_spearman'], 2)}, top changed in {sm['top_changed']} of "
+            f"{sm['alternatives']}, bottom in {sm['bottom_changed']}"
+            for e, sm in summary.items()
+        )
+        out.append(
+            f"- {tie_statement(report).replace('**', '')}"
+            + (f" Under alternative tie-breaks: {robust}." if robust else "")
+        )
     dup = report["duplicated"]
     if dup:
         worst = max(dup, key=lambda n: dup[n]["rate"])
@@ -135,7 +243,9 @@ def render_markdown(report: dict[str, Any]) -> str:
             if report["referee"]
             else "No referee (--no-referee): the study stops after selection. "
         )
-        + f"Regenerate: `{report['command']}`.",
+        + "Regenerate: "
+        + ", then ".join(f"`{c}`" for c in report.get("commands") or [report["command"]])
+        + ".",
         "",
         "## Configurations and time",
         "",
@@ -155,11 +265,24 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"Total: {timing['total_seconds']:.1f} s this run "
         f"(pool written in {timing['pool_write_seconds']:.1f} s"
         + (f"; added {timing['added']} by Algorithm 2" if timing.get("added") else "")
-        + "); caption times include earlier runs' when resumed from checkpoints.",
+        + (
+            f"; tie-break sensitivity {timing['tie_break_seconds']:.1f} s"
+            if timing.get("tie_break_seconds") is not None
+            else ""
+        )
+        + "); caption times include earlier runs' when resumed from checkpoints."
+        + (
+            f" All runs of this study: {' + '.join(f'{t:.1f}' for t in timing['runs_seconds'])} = "
+            f"{sum(timing['runs_seconds']):.1f} s."
+            if len(timing.get("runs_seconds") or []) > 1
+            else ""
+        ),
         "",
     ]
     if report["referee"]:
         lines += _ranking_sections(report)
+    if report.get("tie_break"):
+        lines += _tie_sections(report)
     lines += [
         "## Duplicated captions on R (Fig. 12's shape)",
         "",
@@ -281,12 +404,22 @@ def summary_table(report: dict[str, Any]) -> str:
         if iid:
             row += f"{iid['cider_d'][n]:>13.3f}{iid['ranking'].index(n) + 1:>6}"
         lines.append(row)
+    ties = report.get("tie_break")
     for e in metrics:
         rho = iid["spearman"][e] if iid else None
+        sm = (ties or {}).get("summary", {}).get(e)
         lines.append(
             f"{LABEL[e]}: residual {report['results'][e]['perron_check']['residual']:.1e}"
             + (f", ρ vs i.i.d. {_f(rho, 3)}" if iid else "")
+            + (
+                f", ρ vs {sm['alternatives']} other tie-breaks ≥ {_f(sm['min_spearman'], 2)}"
+                f" (top changed {sm['top_changed']}×, bottom {sm['bottom_changed']}×)"
+                if sm
+                else ""
+            )
         )
+    if ties:
+        lines.append(tie_statement(report).replace("**", ""))
     return "\n".join(lines)
 
 

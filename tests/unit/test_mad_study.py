@@ -1,6 +1,7 @@
 """Seed 003's MAD study (``compcap mad``): selection, refereeing and ranking on constructed captions,
-Algorithm 2 (``--add``) against all at once, the resumable caption checkpoints, the CLI's input errors,
-and one end-to-end run on the tiny repository."""
+Algorithm 2 (``--add``) against all at once, the ties at S = 0 and the ranking's sensitivity to the
+tie-break, the resumable caption checkpoints, the CLI's input errors, and one end-to-end run on the tiny
+repository."""
 
 from __future__ import annotations
 
@@ -15,8 +16,24 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from export.studies.mad import Referee, add_configuration, k_grid, run_mad, run_study
+from export.studies.mad import (
+    Referee,
+    add_configuration,
+    alternative_selection,
+    compare_ranking,
+    k_grid,
+    pair_profiles,
+    run_mad,
+    run_study,
+    selection_ties,
+    sensitivity_summary,
+    tie_break_labels,
+    tie_break_study,
+    tie_counts,
+    ties_from_selection,
+)
 from export.studies.mad_pool import MadError, Pool, caption_pool, image_dir_pool
+from export.studies.mad_report import render_markdown, tie_statement
 from export.world.dataset import generate_graphs
 from service.cli import main
 from service.compare.configs import Configuration
@@ -103,6 +120,122 @@ def test_k_bounds_references_and_selection_only() -> None:
     assert k_grid(70)[:2] == [10, 15] and k_grid(70)[-1] == 70 and k_grid(4) == [4] and k_grid(12) == [10, 12]
 
 
+def test_tie_counts_say_when_the_tie_break_decides() -> None:
+    # six images, four at S = 0; D takes three of them: the tie-break picks which
+    ties = tie_counts([0.0, 0.0, 0.0, 0.5, 0.2, 0.0], [0, 5, 1])
+    assert ties == {
+        "pool": 6,
+        "k": 3,
+        "zero": 4,
+        "zero_share": pytest.approx(4 / 6),
+        "selected_zero": 3,
+        "boundary_s": 0.0,
+        "boundary_tied": 4,
+        "boundary_selected": 3,
+        "by_tie_break": True,
+    }
+    alone = tie_counts([0.0, 0.1, 0.2, 0.3], [0, 1])  # distinct S: S alone decides
+    assert alone["zero"] == 1 and alone["boundary_tied"] == 1 and not alone["by_tie_break"]
+    assert not tie_counts([0.0, 0.0, 0.3], [0, 1])["by_tie_break"]  # every tied image is taken
+    assert tie_counts([0.1, 0.2, 0.2], [0, 2])["by_tie_break"]  # a tie at S > 0 counts too
+    with pytest.raises(ValueError, match="selected"):
+        tie_counts([0.0, 0.1], [])
+    stored = selection_ties([0.0, 0.0, 0.1], [0.0, 0.05, 0.1])
+    assert stored == {
+        "k": 3,
+        "selected_zero": 2,
+        "selected_zero_share": pytest.approx(2 / 3),
+        "shared_nothing": 1,
+        "boundary_tie": 0.1,
+    }
+    with pytest.raises(ValueError, match="equal length"):
+        selection_ties([0.0], [0.0, 0.1])
+
+
+def test_alternative_tie_breaks_reorder_only_the_tied_images() -> None:
+    profiles = [(0.0, 0.1), (0.0, 0.0), (0.0, 0.3), (0.2, 0.5), (0.0, 0.2)]
+    keys = [10, 11, 12, 13, 14]
+    assert alternative_selection(profiles, keys, 2, "reported") == [1, 0]
+    assert alternative_selection(profiles, keys, 2, "reverse") == [2, 4]
+    drawn = alternative_selection(profiles, keys, 4, "random:3", pair_index=1)
+    assert sorted(drawn) == [0, 1, 2, 4]  # every S = 0 image before the one at S = 0.2
+    assert drawn == alternative_selection(profiles, keys, 4, "random:3", pair_index=1)  # seeded
+    orders = {tuple(alternative_selection(profiles, keys, 4, f"random:{s}")) for s in range(20)}
+    assert len(orders) > 1  # the seeds do draw other orders
+    assert alternative_selection(profiles, keys, 5, "random:0")[-1] == 3
+    assert tie_break_labels([0, 1]) == ["reverse", "random:0", "random:1"]
+    for label in ("random", "random:x", "shuffle:1"):
+        with pytest.raises(ValueError, match="tie-break"):
+            alternative_selection(profiles, keys, 2, label)
+    with pytest.raises(ValueError, match="k = 6"):
+        alternative_selection(profiles, keys, 6, "reverse")
+
+
+def test_compare_ranking_and_its_summary() -> None:
+    names = ["A", "B", "C"]
+    p = np.array([[0.0, 0.9, 0.8], [0.5, 0.0, 0.7], [0.2, 0.3, 0.0]])  # A beats B beats C
+    q = [0.5, 0.3, 0.2]
+    same = compare_ranking(names, q, p)
+    assert same["ranking"] == ["A", "B", "C"] and same["spearman"] == pytest.approx(1.0)
+    assert same["same"] and same["top_same"] and same["bottom_same"]
+    assert abs(sum(same["q"].values()) - 1) < 1e-12
+    flipped = compare_ranking(names, q, p.T)  # every pairwise result reversed
+    assert flipped["ranking"] == ["C", "B", "A"] and flipped["spearman"] == pytest.approx(-1.0)
+    assert not (flipped["same"] or flipped["top_same"] or flipped["bottom_same"])
+    flat = compare_ranking(names, [1 / 3] * 3, p)  # a constant reported q: ρ undefined
+    assert flat["spearman"] is None
+    summary = sensitivity_summary({"x": same, "y": flipped, "z": flat})
+    assert summary == {
+        "alternatives": 3,
+        "min_spearman": pytest.approx(-1.0),
+        "median_spearman": pytest.approx(0.0),
+        "identical": 2,
+        "top_changed": 1,
+        "bottom_changed": 1,
+    }
+    assert sensitivity_summary({"z": flat})["min_spearman"] is None
+
+
+def test_tie_break_study_on_constructed_captions() -> None:
+    pool = _pool()
+    caps = _captions(pool)
+    names = ["GOOD", "HALF", "BAD"]
+    core = run_study(names, caps, pool.ids, K, Referee(pool))
+    ties = tie_break_study(core, caps, pool.ids, Referee(pool), seeds=(0, 1))
+    assert ties["labels"] == ["reverse", "random:0", "random:1"] and len(ties["pairs"]) == 3
+    for n, (row, pair) in enumerate(zip(ties["pairs"], core["pairs"], strict=True)):
+        profiles = pair_profiles(caps[pair["a"]], caps[pair["b"]])
+        s = [x for x, _ in profiles]
+        assert row["zero"] == sum(v == 0.0 for v in s) and row["pool"] == N and row["k"] == K
+        assert row["selected_zero"] == sum(v == 0.0 for v in pair["similarity"])
+        assert alternative_selection(profiles, pool.ids, K, "reported") == pair["indices"]
+        for label in ties["labels"]:
+            other = alternative_selection(profiles, pool.ids, K, label, n)
+            assert sorted(s[i] for i in other) == sorted(pair["similarity"])  # only ties reordered
+            assert row["overlap"][label] == len(set(other) & set(pair["indices"]))
+    # GOOD vs BAD: the garbage caption shares no 4-gram with a reference, so S = 0 on every image
+    good_bad = next(p for p in ties["pairs"] if (p["a"], p["b"]) == ("GOOD", "BAD"))
+    assert good_bad["zero"] == N and good_bad["by_tie_break"]
+    assert ties["by_tie_break"] == sum(p["by_tie_break"] for p in ties["pairs"]) >= 1
+    assert set(ties["rankings"]) == {"cider_d", "tuple_f1"}
+    for metric, by_label in ties["rankings"].items():
+        assert set(by_label) == set(ties["labels"])
+        assert ties["summary"][metric]["alternatives"] == 3
+        for r in by_label.values():
+            assert r["ranking"][-1] == "BAD"  # garbage loses whichever tied images are taken
+    report = {**core, "tie_break": ties}
+    assert "decided by the tie-break in" in tie_statement(report)
+    bare = tie_break_study(core, caps, pool.ids, None, seeds=(0,))
+    assert bare["rankings"] == {} and bare["pairs"] == [
+        {**row, "overlap": {k: v for k, v in row["overlap"].items() if k in bare["labels"]}}
+        for row in ties["pairs"]
+    ]
+    stored = ties_from_selection(core, "no captions")
+    assert stored["by_tie_break"] is None and stored["not_recomputed"] == "no captions"
+    assert [p["selected_zero"] for p in stored["pairs"]] == [p["selected_zero"] for p in ties["pairs"]]
+    assert "cannot be told" in tie_statement({**core, "tie_break": stored})
+
+
 class FakeEngine:
     """Captions that depend only on the options and the pixels (a hash picks the words)."""
 
@@ -185,6 +318,9 @@ def test_the_command_adds_a_configuration_as_if_all_ran_at_once(
     for metric in once["results"]:
         assert added["results"][metric]["ranking"] == once["results"][metric]["ranking"]
     assert added["iid"]["cider_d"] == once["iid"]["cider_d"]
+    assert added["tie_break"] == once["tie_break"] and len(added["tie_break"]["pairs"]) == 3
+    assert len(added["timing"]["runs_seconds"]) == 2 and len(once["timing"]["runs_seconds"]) == 1
+    assert len(added["commands"]) == 2 and len(once["commands"]) == 1
     state = tmp_path / "inc" / "mad_work" / "state.json"
     with pytest.raises(MadError, match="already in the state"):
         run_mad(tiny_repo, tmp_path / "inc", add="C=butr")
@@ -238,4 +374,9 @@ def test_end_to_end_on_the_tiny_repository(tiny_repo: Path, tmp_path: Path) -> N
     }
     assert report["iid"] is None or set(report["iid"]["cider_d"]) == {"butd", "butr"}
     assert 1 <= len(report["examples"]) <= 12
-    assert "MAD ranking" in (out / "mad.md").read_text()
+    ties = report["tie_break"]
+    assert len(ties["pairs"]) == 1 and set(ties["summary"]) == {"cider_d", "tuple_f1"}
+    assert set(ties["rankings"]["cider_d"]) == set(ties["labels"])
+    text = (out / "mad.md").read_text()
+    assert "MAD ranking" in text and "Ties at S = 0" in text and "ρ (CIDEr-D)" in text
+    assert text == render_markdown(report)

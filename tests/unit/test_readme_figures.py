@@ -1,0 +1,248 @@
+"""A figure in the README must come from a committed report.
+
+Each test reads a README paragraph and the committed report it cites and checks that every figure the
+paragraph states is the report's, at the precision the README prints it. A rerun that changes a report
+fails here until the README follows. Covered: the live-probe systematicity table and its per-category
+line (``reports/probes/systematicity_*.json``), the two MAD paragraphs (``reports/mad.json``,
+``reports/mad_zoo/mad.json``: rankings, ρ, stability, Perron residual, times, ties at S = 0), the
+examples table (``docs/examples/examples.md``) and the probe-set build time
+(``model_repo/build_report.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+LABEL = {"cider_d": "CIDEr-D", "tuple_f1": "tuple F1"}
+NUMBER = r"−?\d[\d ]*(?:\.\d+)?"  # as the README prints them: "5 000", "0.786", "−0.4"
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _paragraph(start: str) -> str:
+    """The README paragraph (blank-line delimited) that begins with ``start``, whitespace flattened."""
+    found = [p for p in re.split(r"\n\s*\n", README) if p.lstrip().startswith(start)]
+    assert len(found) == 1, f"{len(found)} README paragraphs begin with {start!r}"
+    return _flat(found[0])
+
+
+def _value(text: str) -> float:
+    return float(text.replace(" ", "").replace("−", "-"))
+
+
+def _printed(value: float, text: str) -> bool:
+    """Whether ``text`` is ``value`` at the precision ``text`` has (its number of decimals)."""
+    plain = text.replace(" ", "").replace("−", "-")
+    if "e" in plain:  # 1.8e-14: the mantissa's decimals
+        return f"{value:.{len(plain.split('e')[0].partition('.')[2])}e}" == plain
+    decimals = len(plain.partition(".")[2])
+    return f"{value:.{decimals}f}" == plain or (decimals == 0 and round(value) == int(plain))
+
+
+def _report(path: str) -> dict[str, Any]:
+    return dict(json.loads((ROOT / path).read_text(encoding="utf-8")))
+
+
+def _pct(text: str) -> float:
+    return _value(text.rstrip("%")) / 100
+
+
+# ------------------------------------------------------------------------------------- live probes
+PROBE_ROWS = {
+    "beam 5": "reports/probes/systematicity_butr.json",
+    "BUTR+RR, beam 100": "reports/probes/systematicity_butr_rr_butr.json",
+}
+
+
+def test_systematicity_table_is_the_probe_reports() -> None:
+    for row, path in PROBE_ROWS.items():
+        match = re.search(
+            rf"^\| {re.escape(row)} \| ([\d.]+%) \| ([\d.]+%) \| ([\d.]+%) / ([\d.]+%) \|$", README, re.M
+        )
+        assert match, f"README has no systematicity row {row!r}"
+        result = _report(path)["result"]
+        want = [
+            result["held_out"]["recall"]["5"],
+            result["seen"]["recall"]["5"],
+            result["false_composition"]["1"],
+            result["false_composition"]["5"],
+        ]
+        for text, value in zip(match.groups(), want, strict=True):
+            assert _printed(100 * value, text.rstrip("%")), f"{row}: README {text}, {path} {100 * value:.3f}%"
+
+
+def test_systematicity_per_category_line_is_the_probe_reports() -> None:
+    text = _paragraph("Per category (Recall@5, BUTR+RR; held out vs seen):")
+    rerank, _, plain = text.partition("(plain beam 5:")
+    names = re.findall(r"(colour|size|verb) (\w+) [\d.]+ vs", rerank)
+    assert len(names) == 6
+    categories = [f"{a}_{b}" for a, b in names]
+    pairs = {
+        "BUTR+RR, beam 100": re.findall(r"([\d.]+) vs ([\d.]+)", rerank),
+        "beam 5": re.findall(r"([\d.]+)/([\d.]+)", plain),
+    }
+    for row, found in pairs.items():
+        result = _report(PROBE_ROWS[row])["result"]
+        assert len(found) == len(categories), row
+        for category, (held, seen) in zip(categories, found, strict=True):
+            for split, printed in (("held_out", held), ("seen", seen)):
+                value = 100 * result[split]["per_category"][category]["5"]
+                assert _printed(value, printed), f"{row} {category} {split}: README {printed}, {value:.3f}"
+
+
+# ---------------------------------------------------------------------------------------------- MAD
+def _check_rankings(text: str, report: dict[str, Any], order: list[str]) -> None:
+    """Every chain "A > B > ..." of all the report's configurations, in the order ``order`` names
+    them: a metric's MAD ranking or ``iid`` (the i.i.d. CIDEr-D ranking)."""
+    names = sorted(report["names"], key=len, reverse=True)
+    name = "|".join(re.escape(n) for n in names)
+    chains = [
+        c.split(" > ") for c in re.findall(rf"(?:{name})(?: > (?:{name}))+", text) if c.count(" > ") >= 2
+    ]
+    want = [report["iid"]["ranking"] if o == "iid" else report["results"][o]["ranking"] for o in order]
+    assert chains == want
+
+
+def _check_stability(text: str, report: dict[str, Any]) -> None:
+    """ "Stability (SRCC ...): CIDEr-D 0.64 at k = 10, 0.98–1.00 from k = 55 on; tuple F1 0.93–1.00
+    at every k." — each figure the report's SRCC at that k, or the min–max over those k."""
+    match = re.search(r"Stability \(SRCC[^)]*\): (.*?)\.(?: |$)", text)
+    assert match, "no stability sentence"
+    stability = {e: {int(k): v for k, v in r["stability"].items()} for e, r in report["results"].items()}
+    seen = set()
+    for clause in match.group(1).split("; "):
+        metric = next(e for e, label in LABEL.items() if clause.startswith(label + " "))
+        seen.add(metric)
+        srcc = stability[metric]
+        for item in clause[len(LABEL[metric]) + 1 :].split(", "):
+            if at := re.fullmatch(r"([\d.]+) at k = (\d+)", item):
+                assert _printed(srcc[int(at.group(2))], at.group(1)), (metric, item)
+                continue
+            span = re.fullmatch(r"([\d.]+)(?:–([\d.]+))? (?:from k = (\d+) on|at every k)", item)
+            assert span, f"cannot read {item!r}"
+            values = [v for k, v in srcc.items() if k >= int(span.group(3) or 0)]
+            low, high = span.group(1), span.group(2) or span.group(1)
+            assert _printed(min(values), low) and _printed(max(values), high), item
+    assert seen == set(report["results"])
+
+
+def _check_mad(text: str, report: dict[str, Any], order: list[str]) -> None:
+    _check_rankings(text, report, order)
+    rhos = re.findall(rf"ρ = ({NUMBER})", text)
+    assert len(rhos) == 2
+    for metric, rho in zip(("cider_d", "tuple_f1"), rhos, strict=True):
+        assert _printed(report["iid"]["spearman"][metric], rho), (metric, rho)
+    iid = re.search(r"(\d[\d ]*) (?:test images|images of the zoo's evaluation world)", text)
+    assert iid and _value(iid.group(1)) == report["iid"]["images"]
+    _check_stability(text, report)
+    residual = re.search(r"Perron residual[^\d]*(\d\.\de-\d+)", text)
+    worst = max(r["perron_check"]["residual"] for r in report["results"].values())
+    assert residual and _printed(worst, residual.group(1)), (residual and residual.group(1), worst)
+    distinct = re.search(r"(\d[\d ]*) distinct images in D", text)
+    union = len({i for p in report["pairs"] for i in p["indices"]})
+    assert distinct and _value(distinct.group(1)) == union
+    pool, images = report["timing"]["pool_seconds"], report["pool"]["identity"]["images"]
+    found = 0
+    for name, seconds in pool.items():
+        match = re.search(rf"(?<![\w+]){re.escape(name)} (\d+) s(?: \((\d+) ms)?", text)
+        if match is None:
+            continue
+        found += 1
+        assert _printed(seconds, match.group(1)), (name, match.group(1), seconds)
+        if match.group(2):
+            assert _printed(1e3 * seconds / images, match.group(2)), (name, match.group(2))
+    assert found >= 3
+    added = re.search(rf"`--add {report['timing']['added']}`\**,? ({NUMBER}) s", text)
+    assert added and _printed(report["timing"]["total_seconds"], added.group(1))
+
+
+def test_mad_default_paragraph_is_reports_mad() -> None:
+    report = _report("reports/mad.json")
+    text = _paragraph("**Measured** (`reports/mad.md`")
+    _check_mad(text, report, ["cider_d", "tuple_f1"])
+    runs = sum(report["timing"]["runs_seconds"])
+    whole = re.search(r"the whole study (\d+) min (\d+) s", text)
+    assert whole and (int(whole.group(1)), int(whole.group(2))) == divmod(round(runs), 60)
+    ties = report["tie_break"]
+    match = re.search(r"the tie-break decides D_ij in (\d+) of (\d+) pairs", text)
+    assert match and (int(match.group(1)), int(match.group(2))) == (ties["by_tie_break"], len(ties["pairs"]))
+    zero = re.search(rf"S = 0 for ({NUMBER})–({NUMBER})% of the ({NUMBER}) pool images", text)
+    shares = [p["zero_share"] for p in ties["pairs"]]
+    assert zero and _printed(100 * min(shares), zero.group(1)) and _printed(100 * max(shares), zero.group(2))
+    assert _value(zero.group(3)) == report["pool"]["identity"]["images"]
+    alternatives = re.search(r"(\d+) other tie-breaks", text)
+    assert alternatives and int(alternatives.group(1)) == len(ties["labels"])
+    for metric, summary in ties["summary"].items():
+        match = re.search(
+            rf"{LABEL[metric]} ρ ≥ ({NUMBER}), median ({NUMBER}); top changed in (\d+), bottom in (\d+)",
+            text,
+        )
+        assert match, metric
+        assert _printed(summary["min_spearman"], match.group(1))
+        assert _printed(summary["median_spearman"], match.group(2))
+        assert (int(match.group(3)), int(match.group(4))) == (
+            summary["top_changed"],
+            summary["bottom_changed"],
+        )
+    last = re.search(r"\(WEAK is last under (\d+) of the (\d+)\)", text)
+    cider = ties["summary"]["cider_d"]
+    assert report["results"]["cider_d"]["ranking"][-1] == "WEAK"
+    assert last and (int(last.group(1)), int(last.group(2))) == (
+        cider["alternatives"] - cider["bottom_changed"],
+        cider["alternatives"],
+    )
+
+
+def test_mad_zoo_paragraph_is_reports_mad_zoo() -> None:
+    report = _report("reports/mad_zoo/mad.json")
+    text = _paragraph("**On the zoo** (`reports/mad_zoo/`")
+    _check_mad(text, report, ["cider_d", "iid", "tuple_f1"])
+    n = report["names"]
+    sat, m2 = n.index("SAT"), n.index("M2")
+    p = report["p"]["cider_d"][str(report["k"])]
+    match = re.search(r"SAT scores ([\d.]+) CIDEr-D and M2 ([\d.]+)", text)
+    assert match and _printed(p[sat][m2], match.group(1)) and _printed(p[m2][sat], match.group(2))
+    pairs = report["tie_break"]["pairs"]
+    match = re.search(r"Every one of the (\d+) images of all (\d+) pairwise sets has S = 0", text)
+    assert match and all(q["selected_zero"] == q["k"] == int(match.group(1)) for q in pairs)
+    assert int(match.group(2)) == len(pairs)
+
+
+# ------------------------------------------------------------------------------- examples, probe sets
+def _example_rows(text: str) -> dict[str, list[str]]:
+    rows = re.findall(r"^\| !\[example \d+\]\(([^)]+)\) \| (.+) \|$", text, re.M)
+    return {Path(image).name: [c.strip() for c in cells.split(" | ")] for image, cells in rows}
+
+
+def test_examples_table_is_docs_examples() -> None:
+    committed = _example_rows((ROOT / "docs/examples/examples.md").read_text(encoding="utf-8"))
+    shown = _example_rows(README)
+    assert len(committed) == 3 and shown == committed
+
+
+def test_probe_set_build_time_is_the_build_report() -> None:
+    seconds = _report("model_repo/build_report.json")["timings_s"]["probes"]
+    text = _flat(README)
+    found = re.findall(
+        r"(?i)(?:probe sets|probesets)(?:(?!probe)[^.|]|\.\d){0,120}?(≈ ?)?(\d[\d ]*(?:\.\d+)?) ?(s|min)\b",
+        text,
+    )
+    assert len(found) >= 3, found
+    for approx, number, unit in found:
+        assert not approx and unit == "s" and _printed(seconds, number), (approx, number, unit, seconds)
+
+
+@pytest.mark.parametrize("path", ["reports/mad.md", "reports/mad_zoo/mad.md"])
+def test_mad_reports_state_whether_the_tie_break_decides(path: str) -> None:
+    text = (ROOT / path).read_text(encoding="utf-8")
+    assert "## Ties at S = 0" in text
+    assert "decided by the tie-break in" in text or "cannot be told" in text
