@@ -31,7 +31,6 @@ from export.train import (
 from export.world import labels as world_labels
 from export.world.dataset import GENERATOR, load_dataset, write_dataset
 from service.manifest import HeldOutPair, Manifest, Training
-from service.text.attachment import AttachmentChecker
 from service.text.vocabulary import Vocabulary
 
 TEST_SEED_OFFSET = 7919  # the test split is drawn from another world seed than training
@@ -126,7 +125,7 @@ def training_split(train_dir: Path, group: int | None, seed: int) -> Split:
         split = build_split(dataset, "full", seed=seed)
         write_split(split, split_dir_for(train_dir, "full", None))
         return split
-    split = build_split(dataset, "systematicity", group=group, checker=AttachmentChecker(), seed=seed)
+    split = build_split(dataset, "systematicity", group=group, seed=seed)  # scene-graph pairs: no parser
     write_split(split, split_dir_for(train_dir, "systematicity", group))
     return split
 

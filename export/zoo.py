@@ -50,7 +50,6 @@ from export.train import (
 )
 from export.world.dataset import load_dataset, write_dataset
 from service.manifest import Manifest
-from service.text.attachment import AttachmentChecker
 from service.text.vocabulary import Vocabulary
 
 # The evaluation world: a seed not used during development. 20261121 served until the re-ranking weight
@@ -74,7 +73,6 @@ def ensure_eval_world(
     eval_seed: int = EVAL_SEED,
     seed: int = 0,
     groups: Sequence[int] = GROUPS,
-    checker: AttachmentChecker | None = None,
 ) -> Path:
     """The evaluation world ``<work>/data/eval_<eval_seed>`` with its systematicity and full splits,
     rendered and split where missing (a zoo can be evaluated on a new world without retraining)."""
@@ -87,8 +85,7 @@ def ensure_eval_world(
         if (folder / "split.json").is_file():
             continue
         eval_ds = eval_ds or load_folder(eval_dir)
-        checker = checker or AttachmentChecker()
-        write_split(build_split(eval_ds, kind, group=group, checker=checker, seed=seed), folder)
+        write_split(build_split(eval_ds, kind, group=group, seed=seed), folder)  # scene-graph pairs
     return eval_dir
 
 
@@ -121,12 +118,11 @@ def build_zoo(
     started = time.perf_counter()
     work_dir = Path(work) if work else out.with_name(out.name + ".work")
     (images, captions, graphs, ids), _ = training_worlds(work_dir, p, seed)
-    checker = AttachmentChecker()
-    eval_dir = ensure_eval_world(work_dir, p, eval_seed, seed, groups, checker)
+    eval_dir = ensure_eval_world(work_dir, p, eval_seed, seed, groups)
     train_ds = load_folder(work_dir / "data" / "train")
     splits: dict[int, Split] = {}
     for g in groups:
-        splits[g] = build_split(train_ds, "systematicity", group=g, checker=checker, seed=seed)
+        splits[g] = build_split(train_ds, "systematicity", group=g, seed=seed)
         write_split(splits[g], split_dir_for(work_dir / "data" / "train", "systematicity", g))
     full = build_split(train_ds, "full", seed=seed)  # FULL trains on its train set, is selected on its val
     write_split(full, split_dir_for(work_dir / "data" / "train", "full", None))

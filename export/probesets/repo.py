@@ -55,12 +55,7 @@ def training_references(train_dir: Path, split_name: str, seed: int) -> tuple[li
     if path.is_file():
         split = load_split(path)
     else:
-        checker = None
-        if kind == "systematicity":
-            from service.text.attachment import AttachmentChecker
-
-            checker = AttachmentChecker()
-        split = build_split(ds, kind, group=group, checker=checker, seed=seed)
+        split = build_split(ds, kind, group=group, seed=seed)  # the parser only without scene graphs
         write_split(split, path.parent)
     ids = split.sets["train"]
     return [
