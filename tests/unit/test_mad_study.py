@@ -16,15 +16,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from export.studies.mad import (
-    Referee,
-    add_configuration,
+from export.studies.mad import add_configuration, k_grid, run_mad, run_study
+from export.studies.mad_pool import MadError, Pool, caption_pool, image_dir_pool
+from export.studies.mad_report import render_markdown, tie_statement
+from export.studies.mad_score import Referee, pair_profiles
+from export.studies.mad_ties import (
     alternative_selection,
     compare_ranking,
-    k_grid,
-    pair_profiles,
-    run_mad,
-    run_study,
     selection_ties,
     sensitivity_summary,
     tie_break_labels,
@@ -32,8 +30,6 @@ from export.studies.mad import (
     tie_counts,
     ties_from_selection,
 )
-from export.studies.mad_pool import MadError, Pool, caption_pool, image_dir_pool
-from export.studies.mad_report import render_markdown, tie_statement
 from export.world.dataset import generate_graphs
 from service.cli import main
 from service.compare.configs import Configuration
