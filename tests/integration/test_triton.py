@@ -323,9 +323,15 @@ def test_a_stalled_server_is_unavailable_not_a_hang(
     triton: LocalTriton, manifest: Manifest, shared_memory: bool
 ) -> None:
     """Calls to a server that stopped answering (SIGSTOP) fail after the call timeout, and the
-    backend works again once the server resumes."""
+    backend works again once the server resumes.
+
+    Only ``tritonserver`` is stopped, not its python-backend stubs: the stubs are this local server's
+    stand-in for the onnxruntime backend of production, and a stub frozen beside its server misses the
+    health handshake the python backend runs with it (every 300 ms, answered within 1 s), which is
+    not what this test is about; with the whole process group stopped on a loaded machine the server
+    did not always come back."""
     assert triton.process is not None
-    pgid = triton.process.pid
+    pid = triton.process.pid
     images = np.zeros((2, *manifest.model("visual_encoder").inputs[0].dims), dtype=np.uint8)
 
     async def run() -> None:
@@ -334,13 +340,13 @@ def test_a_stalled_server_is_unavailable_not_a_hang(
         if backend.pool is not None:
             backend.pool.timeout_s = 0.5
         try:
-            os.killpg(pgid, signal.SIGSTOP)
+            os.kill(pid, signal.SIGSTOP)
             try:
                 with pytest.raises(BackendError) as stalled:
                     await backend.infer("visual_encoder", {"image": images[:1]})
                     await backend.infer("visual_encoder", {"image": np.concatenate([images] * 40)})
             finally:
-                os.killpg(pgid, signal.SIGCONT)
+                os.kill(pid, signal.SIGCONT)
             assert stalled.value.reason == "unavailable"
             backend.call_timeout_s = 30.0
             assert (await backend.infer("visual_encoder", {"image": images}))["regions"].shape[0] == 2
@@ -348,6 +354,7 @@ def test_a_stalled_server_is_unavailable_not_a_hang(
             await backend.close()
 
     asyncio.run(run())
+    assert triton.process.poll() is None and triton.is_ready(), triton.log_tail()
 
 
 def test_connect_is_bounded_and_waits_for_a_starting_server(tiny_repo: Path, manifest: Manifest) -> None:
