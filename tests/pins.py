@@ -141,6 +141,31 @@ def unsettled(clean: list[Decoded], noisy: list[Decoded], images: int) -> set[tu
     }
 
 
+def checked(pinned: dict[str, Any]) -> list[tuple[int, int]]:
+    """The pinned (case, image) pairs: all but the recorded near ties."""
+    ties = {(n, i) for n, i, _ in pinned["near_ties"]}
+    count = pinned["images"]["count"]
+    return [(n, i) for n in range(len(pinned["cases"])) for i in range(count) if (n, i) not in ties]
+
+
+def mismatches(pinned: dict[str, Any], decoded: list[Decoded]) -> list[str]:
+    """The pinned (case, image) pairs whose decoded result differs from the pin."""
+    cases = pinned["cases"]
+    return [
+        f"case {n} image {i} {cases[n]['options']}"
+        for n, i in checked(pinned)
+        if image_result(decoded[n], i) != image_result((cases[n]["captions"], cases[n]["original"]), i)
+    ]
+
+
+def check(repo: Path = REPO, pins: Path = PINNED) -> list[str]:
+    """Decode the pinned cases plainly and return the mismatches (``python -m tests.pins --check``
+    prints them, and the SIMD levels numpy dispatches to, as JSON on its last line: the test runs it
+    with numpy's kernels limited to its baseline)."""
+    pinned = json.loads(pins.read_text(encoding="utf-8"))
+    return mismatches(pinned, decode_cases(repo, pinned["cases"], pin_images(pinned, load_manifest(repo))))
+
+
 def record(repo: Path = REPO, out: Path = PINNED) -> int:
     """Decode every case plainly and under ``RECORD_SEEDS`` of noise; pin the plain results, and list
     as near ties the (case, image) pairs that some noise changed (they are not checked)."""
@@ -184,4 +209,10 @@ def record(repo: Path = REPO, out: Path = PINNED) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--check"]:
+        from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+
+        dispatched = [f for f in __cpu_dispatch__ if __cpu_features__.get(f)]  # the SIMD levels in use
+        print(json.dumps({"mismatches": check(), "dispatched": dispatched}))
+        sys.exit(0)
     sys.exit(record())

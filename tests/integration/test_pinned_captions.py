@@ -8,6 +8,9 @@ test says so first; record the pins again with ``python -m tests.pins``."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -17,10 +20,12 @@ from tests.pins import (
     NOISE_SEEDS,
     PINNED,
     REPO,
-    Decoded,
+    ROOT,
+    checked,
     decode_cases,
     degenerate,
     image_result,
+    mismatches,
     pin_images,
     repo_digest,
 )
@@ -32,22 +37,6 @@ def pinned() -> dict[str, Any]:
     if repo_digest(REPO, load_manifest(REPO)) != data["repo_digest"]:
         pytest.fail("the shipped default models changed: record the pins again (python -m tests.pins)")
     return data
-
-
-def checked(pinned: dict[str, Any]) -> list[tuple[int, int]]:
-    """The pinned (case, image) pairs: all but the recorded near ties."""
-    ties = {(n, i) for n, i, _ in pinned["near_ties"]}
-    count = pinned["images"]["count"]
-    return [(n, i) for n in range(len(pinned["cases"])) for i in range(count) if (n, i) not in ties]
-
-
-def mismatches(pinned: dict[str, Any], decoded: list[Decoded]) -> list[str]:
-    cases = pinned["cases"]
-    return [
-        f"case {n} image {i} {cases[n]['options']}"
-        for n, i in checked(pinned)
-        if image_result(decoded[n], i) != image_result((cases[n]["captions"], cases[n]["original"]), i)
-    ]
 
 
 @pytest.fixture(scope="module")
@@ -76,3 +65,23 @@ def test_the_pins_hold_under_noise_above_another_cpus_rounding(
     pinned: dict[str, Any], decode: Any, seed: int
 ) -> None:
     assert mismatches(pinned, decode(noise_seed=seed)) == []
+
+
+def test_the_pins_hold_with_numpys_kernels_of_an_older_cpu() -> None:
+    """numpy picks its SIMD kernels (selection, sorting, exp and log) by CPU as well: with every
+    dispatched feature above its baseline disabled (x86-64-v2 on x86), the search gives the same pins."""
+    from numpy._core._multiarray_umath import __cpu_dispatch__
+
+    env = {**os.environ, "NPY_DISABLE_CPU_FEATURES": " ".join(__cpu_dispatch__)}
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.pins", "--check"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result == {"mismatches": [], "dispatched": []}
