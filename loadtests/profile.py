@@ -39,14 +39,14 @@ CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("image decoding", ("service/images.py", "PIL/")),
     ("beam bookkeeping", ("engine/beam_batch.py", "engine/beam.py", "engine/processors.py")),
     ("scheduling", ("engine/scheduler.py", "engine/runner.py", "engine/engine.py", "engine/request.py")),
-    ("response shaping", ("api/shape.py", "pydantic", "json/", "jsonable_encoder", "fastapi/encoders")),
+    ("response shaping", ("gateway/shape.py", "pydantic", "json/", "jsonable_encoder", "fastapi/encoders")),
     (
         "HTTP and parsing",
         (
             *("uvicorn/protocols", "uvicorn/middleware", "starlette", "fastapi", "h11", "httptools"),
-            *("multipart", "api/routes.py", "api/parsing.py", "api/handlers.py", "api/errors.py"),
+            *("multipart", "gateway/routes.py", "api/parsing.py", "api/handlers.py", "api/errors.py"),
             *("api/limits.py", "api/requestlog.py", "api/auth.py", "api/deps.py", "api/disconnect.py"),
-            "api/app.py",
+            "gateway/app.py",
         ),
     ),
 )

@@ -38,7 +38,7 @@ def serve_settings(args: argparse.Namespace) -> Settings:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from service.api.server import serve
+    from service.gateway.server import serve
 
     serve(serve_settings(args))
     return 0

@@ -1,1 +1,3 @@
-"""service.api"""
+"""The HTTP kit every router uses — the ``Runtime`` and route dependencies, auth, errors and their
+handlers, request limits and parsing, pacing, schemas, uploads, the request log. It imports no
+feature; ``service.gateway`` above it mounts them."""

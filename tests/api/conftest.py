@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from service.api.app import create_app
+from service.gateway.app import create_app
 from service.manifest import Manifest, load_manifest
 from service.settings import Settings
 

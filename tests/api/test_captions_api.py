@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from PIL import Image
 from pydantic import ValidationError
 
-from service.api.app import create_app
+from service.gateway.app import create_app
 from service.manifest import Manifest
 from service.settings import Settings
 from tests.api.conftest import MAX_IMAGES, wait_ready

@@ -17,8 +17,8 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from service.api.app import create_app
 from service.compare.ngsm import ngsm, ngsm_profile
+from service.gateway.app import create_app
 from service.settings import Settings
 from tests.api.conftest import wait_ready
 

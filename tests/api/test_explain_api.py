@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from service.api.app import create_app
+from service.gateway.app import create_app
 from service.settings import Settings
 from tests.api.conftest import wait_ready
 

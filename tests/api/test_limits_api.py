@@ -14,7 +14,6 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from service.api.app import create_app
 from service.api.limits import (
     MAX_FIELD_NAME,
     MAX_FORM_FIELD_BYTES,
@@ -26,6 +25,7 @@ from service.api.limits import (
     MAX_QUERY_BYTES,
     MAX_QUERY_PARAMS,
 )
+from service.gateway.app import create_app
 from service.settings import Settings
 from tests.api.conftest import wait_ready
 from tests.api.test_captions_api import assert_valid_request_works, error_of, png

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from service.api.app import create_app
+from service.gateway.app import create_app
 from service.manifest import load_manifest
 from service.settings import Settings
 from tests.api.conftest import wait_ready

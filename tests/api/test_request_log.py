@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from service.api.app import create_app
 from service.api.requestlog import request_id_of
+from service.gateway.app import create_app
 from service.logs import JsonFormatter
 from service.settings import Settings
 from tests.api.conftest import wait_ready

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.api.app import create_app
 from service.backends.onnxruntime import OnnxRuntimeBackend
+from service.gateway.app import create_app
 from service.manifest import load_manifest
 from service.settings import Settings
 from tests.api.test_captions_api import png
@@ -111,7 +111,7 @@ def test_a_caller_gone_before_its_images_are_decoded_costs_no_model_call(
 ) -> None:
     """Work not yet started is never started: its images are not decoded, the request never
     reaches the scheduler."""
-    import service.api.routes as routes
+    import service.gateway.routes as routes
 
     decoded: list[int] = []
     real_decode = routes.decode_uploads

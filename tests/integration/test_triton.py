@@ -22,10 +22,10 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from service.api.app import create_app
 from service.backends.base import BackendError
 from service.backends.onnxruntime import OnnxRuntimeBackend
 from service.backends.triton import TritonBackend
+from service.gateway.app import create_app
 from service.manifest import Manifest, load_manifest
 from service.metrics import Metrics
 from service.settings import Settings

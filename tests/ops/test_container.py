@@ -81,7 +81,7 @@ def test_non_root_healthcheck_and_settings() -> None:
     check = " ".join(args for word, args in steps if word == "HEALTHCHECK")
     path = re.search(r"'(/[a-z]+)'", check)
     assert path, check
-    from service.api.routes import router
+    from service.gateway.routes import router
 
     assert path.group(1) in {getattr(r, "path", None) for r in router.routes}
     env = " ".join(args for word, args in steps if word == "ENV")

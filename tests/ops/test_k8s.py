@@ -281,7 +281,7 @@ def gateway_app() -> Iterator[SimpleNamespace]:
     routes, middleware and handlers are the served ones. The lifespan does not run: nothing loads."""
     from fastapi.testclient import TestClient
 
-    import service.api.app as app_module
+    import service.gateway.app as app_module
     from service.metrics import Metrics
     from service.settings import Settings
 

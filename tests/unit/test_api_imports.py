@@ -1,15 +1,20 @@
-"""The API package's module graph: no import circle (``TYPE_CHECKING`` imports included), and only
-``deps`` and ``app`` touch ``app.state`` — routes get the runtime and engine as dependencies."""
+"""The module graphs of the HTTP kit (``service/api``) and the gateway (``service/gateway``): no import
+circle inside either (``TYPE_CHECKING`` imports included); in the kit only ``deps`` touches ``app.state``
+and in the gateway only ``app`` — routes get the runtime and engine as dependencies."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-API = Path(__file__).resolve().parents[2] / "service" / "api"
+import pytest
+
+SERVICE = Path(__file__).resolve().parents[2] / "service"
 
 
-def api_imports(path: Path) -> set[str]:
+def package_imports(path: Path, package: str) -> set[str]:
+    """The modules of ``service.<package>`` that ``path`` imports (their short names)."""
+    prefix = f"service.{package}."
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         names = []
@@ -17,18 +22,18 @@ def api_imports(path: Path) -> set[str]:
             names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
         elif isinstance(node, ast.Import):
             names = [a.name for a in node.names]
-        found |= {n.split(".")[2] for n in names if n.startswith("service.api.") and len(n.split(".")) > 2}
+        found |= {n.split(".")[2] for n in names if n.startswith(prefix) and len(n.split(".")) > 2}
     return found
 
 
-def graph() -> dict[str, set[str]]:
-    modules = {p.stem: p for p in API.glob("*.py") if p.stem != "__init__"}
-    return {name: api_imports(path) & set(modules) for name, path in modules.items()}
+def graph(package: str) -> dict[str, set[str]]:
+    modules = {p.stem: p for p in (SERVICE / package).glob("*.py") if p.stem != "__init__"}
+    return {name: package_imports(path, package) & set(modules) for name, path in modules.items()}
 
 
-def test_no_import_circle_in_the_api_package() -> None:
-    edges = graph()
-    assert edges["app"] >= {"deps", "routes"} and "deps" in edges["routes"]
+@pytest.mark.parametrize("package", ["api", "gateway"])
+def test_no_import_circle_in_the_package(package: str) -> None:
+    edges = graph(package)
     done: set[str] = set()
 
     def visit(name: str, path: list[str]) -> None:
@@ -44,6 +49,13 @@ def test_no_import_circle_in_the_api_package() -> None:
         visit(module, [])
 
 
-def test_only_deps_and_app_touch_app_state() -> None:
-    touching = {p.stem for p in API.glob("*.py") if "app.state" in p.read_text(encoding="utf-8")}
-    assert touching <= {"deps", "app"}, touching
+def test_the_gateway_mounts_its_routes() -> None:
+    assert graph("gateway")["app"] >= {"routes"}
+
+
+@pytest.mark.parametrize(("package", "allowed"), [("api", {"deps"}), ("gateway", {"app"})])
+def test_only_deps_and_app_touch_app_state(package: str, allowed: set[str]) -> None:
+    touching = {
+        p.stem for p in (SERVICE / package).glob("*.py") if "app.state" in p.read_text(encoding="utf-8")
+    }
+    assert touching <= allowed, touching

@@ -1,8 +1,10 @@
 """The layering of ``service/``, checked on the source (AST of every module, imports at any level, inside
 functions and under ``if TYPE_CHECKING:`` included): service never imports export, loadtests or torch
-(DESIGN.md: the one-way contract is model_repo/manifest.json); the engine knows nothing of the API or the
-feature packages; the backends know nothing of the engine or the API; and no import cycle among the
-modules of ``service/``. The service must also import without torch (checked in a fresh interpreter)."""
+(DESIGN.md: the one-way contract is model_repo/manifest.json); the HTTP kit (``service/api/``) never
+imports a feature package or the gateway above them; below the command line nothing imports the
+gateway; the engine knows nothing of the API or the feature packages; the backends know nothing of the
+engine or the API; and no import cycle among the modules of ``service/``. The service must also import
+without torch (checked in a fresh interpreter)."""
 
 from __future__ import annotations
 
@@ -139,6 +141,8 @@ def test_imports_are_found_inside_functions_and_type_checking(tmp_path: Path) ->
 
 
 TORCH_MODULES = {"service.explain.gradients"}  # the gradient explanations: the optional `explain` extra
+FEATURES = ("service.probes", "service.explain", "service.compare")
+GATEWAY = "service.gateway"  # the composition root: mounts the kit, the caption routes and the features
 
 
 def test_service_sources_never_import_export_loadtests_or_torch() -> None:
@@ -155,8 +159,20 @@ def test_only_the_explain_package_reaches_the_torch_module() -> None:
 
 
 def test_engine_knows_nothing_of_api_or_features() -> None:
-    forbidden = ("service.api", "service.probes", "service.explain", "service.compare")
-    assert offenders("service.engine", forbidden) == []
+    assert offenders("service.engine", ("service.api", GATEWAY, *FEATURES)) == []
+
+
+def test_the_kit_never_imports_a_feature_or_the_gateway() -> None:
+    """``service/api/`` is the HTTP kit every router uses; the gateway above it mounts the features."""
+    assert offenders("service.api", (GATEWAY, *FEATURES)) == []
+
+
+def test_only_the_entry_points_import_the_gateway() -> None:
+    """Features, kit and everything below never reach up to the app that mounts them."""
+    importers = {
+        line.split(":")[0] for line in offenders("service", (GATEWAY,)) if not line.startswith(f"{GATEWAY}.")
+    }
+    assert importers <= {"service.commands"}, importers
 
 
 def test_backends_know_nothing_of_engine_or_api() -> None:
@@ -171,7 +187,7 @@ def test_no_import_cycle_among_service_modules() -> None:
 
 def test_service_imports_without_torch() -> None:
     engine = sorted(m for m in service_modules() if m.startswith("service.engine"))
-    modules = ["service.api.app", "service.api.server", "service.cli", "service.commands", *engine]
+    modules = ["service.gateway.app", "service.gateway.server", "service.cli", "service.commands", *engine]
     modules += ["service.backends.onnxruntime", "service.evaluation.metrics"]
     modules += [m for m in service_modules() if m.startswith("service.explain") and m not in TORCH_MODULES]
     code = (

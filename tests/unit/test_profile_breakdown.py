@@ -9,7 +9,7 @@ import pytest
 
 from loadtests.profile import EVENT_LOOP, breakdown, categorise
 
-ROOT = "MainThread;main (service/cli.py:10);serve (service/api/server.py:16);run (uvicorn/server.py:67)"
+ROOT = "MainThread;main (service/cli.py:10);serve (service/gateway/server.py:16);run (uvicorn/server.py:67)"
 
 
 def test_leaf_most_marker_wins() -> None:
@@ -20,7 +20,7 @@ def test_leaf_most_marker_wins() -> None:
     ]
     assert categorise(numpy_under_beam) == "beam bookkeeping"
     pil = [
-        "captions (service/api/routes.py:80)",
+        "captions (service/gateway/routes.py:80)",
         "decode_images (service/images.py:40)",
         "open (PIL/Image.py:1)",
     ]

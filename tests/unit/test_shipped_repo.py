@@ -13,7 +13,7 @@ import onnxruntime as ort
 import pytest
 from fastapi.testclient import TestClient
 
-from service.api.app import create_app
+from service.gateway.app import create_app
 from service.manifest import FORMAT_VERSION, MANIFEST_NAME, ROLE_TENSORS, load_manifest
 from service.settings import Settings
 from service.text.vocabulary import Vocabulary

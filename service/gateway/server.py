@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uvicorn
 
-from service.api.app import create_app
+from service.gateway.app import create_app
 from service.logs import configure_logging
 from service.settings import Settings
 

@@ -12,13 +12,10 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from service.api.deps import Runtime
-from service.api.docs import install_docs
 from service.api.handlers import install_error_handlers
 from service.api.limits import QueryLimitMiddleware
-from service.api.openapi import TAGS, install_openapi
 from service.api.pacing import AbandonPacingMiddleware, ErrorPacingMiddleware
 from service.api.requestlog import RequestLogMiddleware
-from service.api.routes import router
 from service.backends.base import Backend
 from service.compare.configs import parse_configuration
 from service.compare.router import router as compare_router
@@ -26,6 +23,9 @@ from service.compare.service import CompareService
 from service.compare.shadow import ShadowComparer
 from service.explain.router import router as explain_router
 from service.explain.service import ExplainService
+from service.gateway.docs import install_docs
+from service.gateway.openapi import TAGS, install_openapi
+from service.gateway.routes import router
 from service.probes.router import router as probe_router
 from service.probes.schedule import parse_schedule
 from service.probes.service import ProbeService

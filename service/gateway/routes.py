@@ -1,4 +1,6 @@
-"""HTTP routes. Thin: parse the request, call the engine, shape the response."""
+"""The gateway's own routes: captions, models, hooks, health and metrics. Thin: parse the request,
+call the engine, shape the response. ``synonym_substitution``'s original caption and its catalogue
+entry come from ``service.probes.substitution``: the composition root joins them to the engine here."""
 
 from __future__ import annotations
 
@@ -14,7 +16,6 @@ from service.api.auth import require_caption_key
 from service.api.deps import EngineDep, RuntimeDep
 from service.api.disconnect import ClientDisconnected, unless_disconnected
 from service.api.errors import ApiError
-from service.api.openapi import caption_operation
 from service.api.parsing import read_caption_request
 from service.api.requestlog import annotate
 from service.api.schemas import (
@@ -26,10 +27,11 @@ from service.api.schemas import (
     ModelsResponse,
     ReadyResponse,
 )
-from service.api.shape import caption_response, models_response
 from service.api.uploads import decode_uploads
 from service.engine.engine import Caption, CaptionOutput
 from service.engine.processors import hook_catalog
+from service.gateway.openapi import caption_operation
+from service.gateway.shape import caption_response, models_response
 from service.images import check_uploads
 from service.probes.substitution import (
     HOOK,
