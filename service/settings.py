@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from service.manifest import MANIFEST_NAME
 
 MAX_BEAM_SIZE = 100  # re-ranking reads up to 100 candidates (the seeds' BUTR+RR evaluation: B = 100)
+FEATURES = ("probes", "explain", "compare")  # the feature packages the gateway can serve (service.gateway)
 
 
 class Settings(BaseSettings):
@@ -109,6 +110,11 @@ class Settings(BaseSettings):
         default=128, ge=1, le=100_000, description="requests decoding at once per captioner"
     )
 
+    features: str = Field(
+        default=",".join(FEATURES),
+        description="comma-separated features the gateway serves besides captions (probes, explain, "
+        "compare); a feature left out answers 404 on its routes ('' = captions only)",
+    )
     max_explanations: int = Field(
         default=2,
         ge=1,
@@ -178,6 +184,30 @@ class Settings(BaseSettings):
         default="json", description="json: one JSON object per log line (one per request from compcap.access)"
     )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("features")
+    @classmethod
+    def _features_known(cls, value: str) -> str:
+        names = {name.strip() for name in value.split(",")} - {""}
+        unknown = sorted(names - set(FEATURES))
+        if unknown:
+            raise ValueError(
+                f"COMPCAP_FEATURES: unknown feature {unknown[0]!r}; features: {', '.join(FEATURES)}"
+            )
+        return ",".join(name for name in FEATURES if name in names)
+
+    def feature_names(self) -> tuple[str, ...]:
+        """The features served, in ``FEATURES`` order."""
+        return tuple(name for name in self.features.split(",") if name)
+
+    @model_validator(mode="after")
+    def _feature_settings_served(self) -> Settings:
+        served = self.feature_names()
+        if self.probe_schedule is not None and "probes" not in served:
+            raise ValueError("probe_schedule: the probes feature is left out of COMPCAP_FEATURES")
+        if self.shadow_model is not None and "compare" not in served:
+            raise ValueError("shadow_model: the compare feature is left out of COMPCAP_FEATURES")
+        return self
 
     @field_validator("probe_schedule")
     @classmethod

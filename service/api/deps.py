@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Annotated
 
 import numpy as np
@@ -26,7 +27,9 @@ log = logging.getLogger(__name__)
 
 
 class Runtime:
-    """What the routes need: settings, manifest, metrics and — once loaded — the engine."""
+    """What the routes need: settings, manifest, metrics and — once loaded — the engine; and what the
+    installed features hand the app: listeners after each caption response, work that runs while the
+    app does."""
 
     def __init__(self, settings: Settings, backend: Backend | None = None) -> None:
         self.settings = settings
@@ -40,6 +43,9 @@ class Runtime:
         self.load_error: str | None = None
         # called with (engine, images, output) after a caption response is sent (the shadow comparison)
         self.after_caption: list[Callable[[CaptionEngine, np.ndarray, CaptionOutput], Awaitable[object]]] = []
+        # entered in order once the app has started loading the models, left in reverse before the
+        # runtime closes (a feature's jobs and schedules)
+        self.lifespans: list[Callable[[], AbstractAsyncContextManager[object]]] = []
         if backend is not None:
             self._attach(backend)
 

@@ -1,3 +1,3 @@
 """The composition root: ``create_app`` (``app``) mounts the HTTP kit (``service.api``), the caption
-routes (``routes``, ``shape``, ``openapi``) and the feature packages; ``server`` runs it under uvicorn.
-Nothing below imports this package."""
+routes (``routes``, ``shape``, ``openapi``) and the features the settings name (``features``);
+``server`` runs it under uvicorn. Nothing below imports this package."""

@@ -15,24 +15,10 @@ from service.api.schemas import EXAMPLE_HOOKS, EXAMPLE_PNG, CaptionJSONRequest, 
 
 REF = "#/components/schemas/{model}"
 MULTIPART = "CaptionMultipartRequest"
-TAGS = [
+TAGS = [  # the caption routes' tags; each feature adds its own after them (service.api.feature.add_tag)
     {"name": "captions", "description": "Caption images: beam search, re-ranking, decoding hooks."},
     {"name": "models", "description": "What this deployment serves: captioners, rankers, hooks."},
     {"name": "health", "description": "Liveness and readiness probes."},
-    {
-        "name": "probes",
-        "description": "Live compositional probes (systematicity, productivity, substitutivity) as jobs.",
-    },
-    {
-        "name": "explanations",
-        "description": "Per-word attribution maps (attention, saliency, guided backprop, integrated "
-        "gradients) with the object under each word's argmax and GroundingScore(δ).",
-    },
-    {
-        "name": "comparison",
-        "description": "Maximum-discrepancy comparison (seed 003): two or more configurations on the same "
-        "images, most discrepant first by NGSM; the live shadow comparison's reservoir.",
-    },
 ]
 
 

@@ -281,7 +281,9 @@ def gateway_app() -> Iterator[SimpleNamespace]:
     routes, middleware and handlers are the served ones. The lifespan does not run: nothing loads."""
     from fastapi.testclient import TestClient
 
+    import service.explain.feature as explain_feature
     import service.gateway.app as app_module
+    import service.probes.feature as probes_feature
     from service.metrics import Metrics
     from service.settings import Settings
 
@@ -294,11 +296,13 @@ def gateway_app() -> Iterator[SimpleNamespace]:
         engine=None,
         manifest=None,
         vocab=None,
+        after_caption=[],
+        lifespans=[],
     )
     with (
         mock.patch.object(app_module, "Runtime", return_value=runtime),
-        mock.patch.object(app_module, "ProbeService"),
-        mock.patch.object(app_module, "ExplainService"),
+        mock.patch.object(probes_feature, "ProbeService"),
+        mock.patch.object(explain_feature, "ExplainService"),
     ):
         app = app_module.create_app(settings)
     yield SimpleNamespace(client=TestClient(app), runtime=runtime)

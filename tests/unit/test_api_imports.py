@@ -49,8 +49,9 @@ def test_no_import_circle_in_the_package(package: str) -> None:
         visit(module, [])
 
 
-def test_the_gateway_mounts_its_routes() -> None:
-    assert graph("gateway")["app"] >= {"routes"}
+def test_the_gateway_mounts_its_routes_and_the_features() -> None:
+    assert graph("gateway")["app"] >= {"routes", "features"}
+    assert graph("api")["feature"] >= {"deps"}
 
 
 @pytest.mark.parametrize(("package", "allowed"), [("api", {"deps"}), ("gateway", {"app"})])

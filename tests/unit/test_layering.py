@@ -2,9 +2,9 @@
 functions and under ``if TYPE_CHECKING:`` included): service never imports export, loadtests or torch
 (DESIGN.md: the one-way contract is model_repo/manifest.json); the HTTP kit (``service/api/``) never
 imports a feature package or the gateway above them; below the command line nothing imports the
-gateway; the engine knows nothing of the API or the feature packages; the backends know nothing of the
-engine or the API; and no import cycle among the modules of ``service/``. The service must also import
-without torch (checked in a fresh interpreter)."""
+gateway; every feature package exposes ``install``; the engine knows nothing of the API or the feature
+packages; the backends know nothing of the engine or the API; and no import cycle among the modules of
+``service/``. The service must also import without torch (checked in a fresh interpreter)."""
 
 from __future__ import annotations
 
@@ -173,6 +173,13 @@ def test_only_the_entry_points_import_the_gateway() -> None:
         line.split(":")[0] for line in offenders("service", (GATEWAY,)) if not line.startswith(f"{GATEWAY}.")
     }
     assert importers <= {"service.commands"}, importers
+
+
+def test_every_feature_is_a_package_with_an_install() -> None:
+    for feature in FEATURES:
+        init = SERVICE / feature.split(".")[1] / "__init__.py"
+        assert init.is_file(), f"{feature} has no __init__.py"
+        assert f"{feature}.feature" in service_imports(feature), f"{feature} does not expose install"
 
 
 def test_backends_know_nothing_of_engine_or_api() -> None:
