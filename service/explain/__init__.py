@@ -1,6 +1,3 @@
-"""Per-word explanations of captions (seed 002), a feature of the gateway (``install``): attribution
-maps, the object under each word, grounding scores. Torch only in ``gradients`` (the ``explain`` extra)."""
-
-from service.explain.feature import install
-
-__all__ = ["install"]
+"""Per-word explanations of captions (seed 002), a feature of the gateway (``feature.install``):
+attribution maps, the object under each word, grounding scores. Torch only in ``gradients`` (the
+``explain`` extra). The package imports nothing itself."""

@@ -1,20 +1,22 @@
 """The feature packages the gateway can serve, by their ``COMPCAP_FEATURES`` name, in the order they
-are installed (their routes and tags appear in the OpenAPI document in this order)."""
+are installed (their routes and tags appear in the OpenAPI document in this order). Each is imported
+when it is installed: a feature left out is not loaded."""
 
 from __future__ import annotations
 
-from service import compare, explain, probes
+import importlib
+
 from service.api.feature import Install
 from service.settings import Settings
 
-FEATURES: dict[str, Install] = {
-    "probes": probes.install,
-    "explain": explain.install,
-    "compare": compare.install,
+FEATURES: dict[str, str] = {  # name -> the module holding its ``install``
+    "probes": "service.probes.feature",
+    "explain": "service.explain.feature",
+    "compare": "service.compare.feature",
 }
 
 
 def installs(settings: Settings) -> list[Install]:
     """The installs of the features ``settings`` serves, in ``FEATURES`` order."""
     served = set(settings.feature_names())
-    return [install for name, install in FEATURES.items() if name in served]
+    return [importlib.import_module(module).install for name, module in FEATURES.items() if name in served]

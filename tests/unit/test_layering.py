@@ -9,6 +9,7 @@ packages; the backends know nothing of the engine or the API; and no import cycl
 from __future__ import annotations
 
 import ast
+import importlib
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -176,10 +177,17 @@ def test_only_the_entry_points_import_the_gateway() -> None:
 
 
 def test_every_feature_is_a_package_with_an_install() -> None:
+    """Each feature is a package whose ``feature`` module holds its ``install``; the package's
+    ``__init__`` imports nothing, so its pure parts load without the HTTP layer."""
+    from service.gateway.features import FEATURES as INSTALLED
+
     for feature in FEATURES:
-        init = SERVICE / feature.split(".")[1] / "__init__.py"
+        name = feature.split(".")[1]
+        init = SERVICE / name / "__init__.py"
         assert init.is_file(), f"{feature} has no __init__.py"
-        assert f"{feature}.feature" in service_imports(feature), f"{feature} does not expose install"
+        assert service_imports(feature) == set(), f"{feature}/__init__.py imports {service_imports(feature)}"
+        assert INSTALLED[name] == f"{feature}.feature"
+        assert callable(importlib.import_module(f"{feature}.feature").install)
 
 
 def test_backends_know_nothing_of_engine_or_api() -> None:
