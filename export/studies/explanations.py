@@ -36,9 +36,9 @@ from service.engine.request import Priority
 from service.evaluation.metrics import caption_metrics
 from service.explain.attention import AttentionRecorder
 from service.explain.grounding import coverage, needleman_wunsch
-from service.explain.lexicon import default_lexicon
 from service.explain.service import METHODS, ExplainInput, ExplainService
 from service.manifest import Manifest, load_manifest
+from service.text.lexicon import default_lexicon
 from service.text.vocabulary import Vocabulary, tokenize
 
 DELTA_KEYS = ("0", "1", "3", "5", "inf")

@@ -69,8 +69,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from service.explain.lexicon import build_lexicon
 from service.text.concepts import ConceptInventory, ConceptPair, load_concepts
+from service.text.lexicon import build_lexicon
 from service.text.vocabulary import tokenize
 
 Tuple = tuple[str, ...]

@@ -13,7 +13,7 @@ import numpy as np
 
 from service.explain.geometry import cell_boxes, centre_inside, object_under
 from service.explain.grounding import grounding_scores
-from service.explain.lexicon import Lexicon, object_labels
+from service.text.lexicon import Lexicon, object_labels
 
 BACKDROP = "backdrop"  # above the horizon: sky or wall, which no caption word names
 

@@ -22,10 +22,10 @@ from service.engine.params import SearchParams
 from service.engine.request import Priority
 from service.explain.attention import AttentionRecorder, ForceWords
 from service.explain.geometry import fold_slots, grid_size, pool_to_grid
-from service.explain.lexicon import default_lexicon
 from service.explain.render import overlay_png, stretch, upsample
 from service.explain.scene import ground_caption
 from service.manifest import Manifest
+from service.text.lexicon import default_lexicon
 from service.text.vocabulary import Vocabulary
 
 METHODS = ("attention", "saliency", "guided_backprop", "integrated_gradients")

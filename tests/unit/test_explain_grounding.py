@@ -21,9 +21,9 @@ from service.explain.geometry import (
     pool_to_grid,
 )
 from service.explain.grounding import DELTAS, coverage, grounding_score, grounding_scores, needleman_wunsch
-from service.explain.lexicon import default_lexicon
 from service.explain.render import colourise, overlay_png, stretch, upsample
 from service.explain.scene import ground_caption
+from service.text.lexicon import default_lexicon
 
 
 def test_grounding_score_by_hand() -> None:

@@ -168,6 +168,14 @@ def test_the_kit_never_imports_a_feature_or_the_gateway() -> None:
     assert offenders("service.api", (GATEWAY, *FEATURES)) == []
 
 
+def test_text_and_evaluation_never_import_a_feature() -> None:
+    """The vocabulary, the concept inventory and its word classes (``text``) and the metrics
+    (``evaluation``) sit below the features that use them. (``settings`` still reads two feature
+    parsers: settings in sections, issue 27 point 3.)"""
+    assert offenders("service.text", (GATEWAY, *FEATURES)) == []
+    assert offenders("service.evaluation", (GATEWAY, *FEATURES)) == []
+
+
 def test_only_the_entry_points_import_the_gateway() -> None:
     """Features, kit and everything below never reach up to the app that mounts them."""
     importers = {
