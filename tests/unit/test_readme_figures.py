@@ -5,8 +5,9 @@ paragraph states is the report's, at the precision the README prints it. A rerun
 fails here until the README follows. Covered: the live-probe systematicity table and its per-category
 line (``reports/probes/systematicity_*.json``), the two MAD paragraphs (``reports/mad.json``,
 ``reports/mad_zoo/mad.json``: rankings, ρ, stability, Perron residual, times, ties at S = 0), the
-examples table (``docs/examples/examples.md``) and the probe-set build time
-(``model_repo/build_report.json``).
+examples table (``docs/examples/examples.md``), the probe-set build time
+(``model_repo/build_report.json``) and the substitutivity study on the default repository
+(``reports/substitutivity_default/substitutivity.json``).
 """
 
 from __future__ import annotations
@@ -246,3 +247,20 @@ def test_mad_reports_state_whether_the_tie_break_decides(path: str) -> None:
     text = (ROOT / path).read_text(encoding="utf-8")
     assert "## Ties at S = 0" in text
     assert "decided by the tie-break in" in text or "cannot be told" in text
+
+
+# ------------------------------------------------------------------------------------- substitutivity
+def test_default_substitutivity_figures_are_the_reports() -> None:
+    report = _report("reports/substitutivity_default/substitutivity.json")
+    text = _flat(README)
+    found = re.search(
+        rf"Ot vs St on ({NUMBER}) of the ({NUMBER}) substituted images "
+        rf"at BLEU-4 ({NUMBER}), CIDEr-D ({NUMBER})",
+        text,
+    )
+    assert found, "the default substitutivity sentence is missing"
+    tails, images, bleu4, cider = found.groups()
+    row = report["rows"]["Ot vs St"]
+    assert _value(tails) == report["images_with_tails"] == row["images"]
+    assert _value(images) == report["images"]
+    assert _printed(100 * row["bleu4"], bleu4) and _printed(100 * row["cider_d"], cider)
