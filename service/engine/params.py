@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from service.engine.processors import HookError, LogitsProcessor, resolve_hooks
+from service.engine.hooks import HookError, resolve_hooks
+from service.engine.processors import LogitsProcessor
 from service.manifest import Manifest
 from service.settings import Settings
 from service.text.vocabulary import Vocabulary

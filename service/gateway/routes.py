@@ -29,7 +29,7 @@ from service.api.schemas import (
 )
 from service.api.uploads import decode_uploads
 from service.engine.engine import Caption, CaptionOutput
-from service.engine.processors import hook_catalog
+from service.engine.hooks import hook_catalog
 from service.gateway.openapi import caption_operation
 from service.gateway.shape import caption_response, models_response
 from service.images import check_uploads

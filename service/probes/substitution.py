@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from service.engine.engine import Caption, CaptionEngine, CaptionOutput
+from service.engine.hooks import HookError, spec_parts
 from service.engine.params import InvalidParameterError, SearchParams
-from service.engine.processors import HookError, spec_parts
 from service.text.concepts import ConceptInventory, load_concepts
 from service.text.synonyms import DIRECTIONS, substitution_pairs
 from service.text.vocabulary import Vocabulary

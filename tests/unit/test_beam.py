@@ -1,6 +1,7 @@
 """The reference oracle (``tests/beam_oracle.py``, the per-request beam search ``BeamBatch`` is checked
 against) against exhaustive search on a toy model with a prefix-conditioned log-prob table; the
-processors of ``service.engine.processors`` run on it as its ``logits_hook``; diverse beam search."""
+processors of ``service.engine.processors`` (built by ``service.engine.hooks``) run on it as its
+``logits_hook``; diverse beam search."""
 
 from __future__ import annotations
 
@@ -14,13 +15,8 @@ import numpy as np
 import pytest
 
 from service.engine.beam import LogitsHookFn, beam_step, grouped_beam_step
-from service.engine.processors import (
-    BanWords,
-    LogitsProcessor,
-    NoRepeatNgram,
-    SynonymSubstitution,
-    resolve_hooks,
-)
+from service.engine.hooks import resolve_hooks
+from service.engine.processors import BanWords, LogitsProcessor, NoRepeatNgram, SynonymSubstitution
 from service.text.vocabulary import SPECIALS, Vocabulary
 from tests.beam_oracle import BeamSearch, beam_search, beam_search_async
 

@@ -236,6 +236,7 @@ def test_feature_packages_use_only_the_engines_public_api() -> None:
         "service.engine.request",
         "service.engine.observer",
         "service.engine.processors",
+        "service.engine.hooks",
     }
     graph = import_graph()
     features = [m for m in graph if m.startswith(("service.probes", "service.explain", "service.compare"))]

@@ -12,6 +12,15 @@ import numpy as np
 import pydantic
 import pytest
 
+from service.engine.hooks import (
+    DEFAULT_DIVERSITY_PENALTY,
+    HOOKS,
+    MAX_HOOKS,
+    HookError,
+    hook_catalog,
+    resolve_hooks,
+)
+from service.engine.hooks import hook as register_hook
 from service.engine.params import (
     MAX_LENGTH_PENALTY,
     MAX_RERANK_WEIGHT,
@@ -21,18 +30,7 @@ from service.engine.params import (
     UnknownModelError,
     resolve_params,
 )
-from service.engine.processors import (
-    DEFAULT_DIVERSITY_PENALTY,
-    HOOKS,
-    MAX_HOOKS,
-    BanWords,
-    HookError,
-    LogitsProcessor,
-    NoRepeatNgram,
-    SynonymSubstitution,
-    hook_catalog,
-    resolve_hooks,
-)
+from service.engine.processors import BanWords, LogitsProcessor, NoRepeatNgram, SynonymSubstitution
 from service.manifest import Manifest
 from service.probes.substitution import PARAMS as SUBSTITUTION_PARAMS
 from service.probes.substitution import hook_catalog_entry, plan_substitution
@@ -357,6 +355,26 @@ def test_repeatable_hooks_may_be_given_twice() -> None:
         len(resolved.processors) == 6 and resolved.names == ["ban_words", "ban_words", "no_repeat_ngram"] * 2
     )
     assert {h.name for h in HOOKS.values() if not h.repeatable} == {"synonym_substitution", "diverse_beam"}
+
+
+def test_a_hook_is_one_record_registered_once() -> None:
+    """Each hook is one ``@hook`` record: its params, validation and processor together; the catalogue
+    lists the records in registration order, and a name cannot be registered twice."""
+    assert (
+        [h["name"] for h in hook_catalog()]
+        == list(HOOKS)
+        == [
+            "ban_words",
+            "no_repeat_ngram",
+            "min_length",
+            "synonym_substitution",
+            "diverse_beam",
+        ]
+    )
+    assert HOOKS["no_repeat_ngram"].params == {"n": "n-gram size, >= 1 (2 stops 'dog dog dog')"}
+    with pytest.raises(ValueError, match="registered twice"):
+        register_hook("ban_words", "again", {})(lambda p, vocab, out: None)
+    assert HOOKS["ban_words"].description == "never emit these words"
 
 
 def test_registry_limits_and_catalog() -> None:

@@ -1,0 +1,302 @@
+"""The hook registry: what a request's JSON ``hooks`` (``[{"name": ..., "params": {...}}]``) may ask
+for, and how each spec becomes logits processors (``service.engine.processors``, the maths) or search
+parameters.
+
+A hook is one registered record (``@hook(name, description, params)`` on the function that validates
+its params and builds what it asks for); ``HOOKS`` holds them in registration order, which is the order
+``hook_catalog`` (``GET /v1/hooks``) lists them in. Adding a hook is one record here (and its processor
+class in ``processors.py`` when it needs new maths), plus its test.
+
+``resolve_hooks(specs, vocab)`` validates a request's specs into ``ResolvedHooks``: ``ban_words``
+(``words`` and/or ``ids``), ``no_repeat_ngram`` (``n``) and ``synonym_substitution`` (``pairs``:
+``[[from, to], ...]`` or ``{from: to}``, vocabulary words) become processors; ``min_length``
+(``min_words``) and ``diverse_beam`` (``groups``, [``diversity_penalty``, 0.5]) are search parameters
+that the JSON API keeps accepting as hooks. A bad spec raises ``HookError`` whose ``loc`` is where in
+the request body (``("hooks", 0, "params", "n")``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from service.engine.processors import BanWords, LogitsProcessor, NoRepeatNgram, SynonymSubstitution
+from service.text.vocabulary import SPECIALS, Vocabulary
+
+MAX_HOOKS = 16  # hooks in one request
+MAX_WORDS = 1000  # words / ids / pairs per hook
+DEFAULT_DIVERSITY_PENALTY = 0.5
+
+
+class HookError(ValueError):
+    """A hook spec the engine cannot run: ``hook`` its name as given, ``param`` the offending parameter
+    (``None`` for the spec itself), ``index`` its position in the request's list."""
+
+    def __init__(self, hook: str, param: str | None, message: str, index: int | None = None) -> None:
+        self.hook, self.param, self.message, self.index = hook, param, message, index
+        where = f"hook {hook!r}" + (f" param {param!r}" if param is not None else "")
+        super().__init__(f"{where}: {message}")
+
+    @property
+    def loc(self) -> tuple[str | int, ...]:
+        """``("hooks", i, "params", param)``, ``("hooks", i, "name")`` for the spec itself, or
+        ``("hooks",)`` for the list as a whole."""
+        if self.index is None and self.param is None:
+            return ("hooks",)
+        head: tuple[str | int, ...] = ("hooks",) if self.index is None else ("hooks", self.index)
+        return (*head, "params", self.param) if self.param is not None else (*head, "name")
+
+
+@dataclass
+class ResolvedHooks:
+    """What a request's hooks ask of its search."""
+
+    processors: list[LogitsProcessor] = field(default_factory=list)  # applied in this order
+    names: list[str] = field(default_factory=list)  # as given, in order
+    min_words: int = 0  # largest min_length hook
+    min_words_index: int | None = None
+    groups: int = 1
+    diversity_penalty: float = 0.0
+    diverse_index: int | None = None
+
+    def check(self, beam_size: int, max_length: int) -> None:
+        """Validate against the request's beam size and length; raises ``HookError``."""
+        if self.diverse_index is not None and (self.groups > beam_size or beam_size % self.groups):
+            raise HookError(
+                "diverse_beam", "groups", f"must divide the beam size {beam_size}", self.diverse_index
+            )
+        if self.min_words > max_length:
+            raise HookError(
+                "min_length", "min_words", f"must be <= max_length {max_length}", self.min_words_index
+            )
+
+    @property
+    def ordered_names(self) -> tuple[str, ...]:
+        """Hook names in request order, ``diverse_beam`` (a search option) last."""
+        rest = [n for n in self.names if n != "diverse_beam"]
+        return (*rest, *(["diverse_beam"] if self.diverse_index is not None else []))
+
+
+class HookParams:
+    """Typed access to one spec's params; every problem raises ``HookError`` naming the param."""
+
+    def __init__(self, hook: str, index: int, raw: Mapping[str, Any], allowed: Mapping[str, str]) -> None:
+        self.hook, self.index, self.raw = hook, index, raw
+        for key in raw:
+            if key not in allowed:
+                raise self.error(str(key), f"unknown parameter (known: {', '.join(allowed) or 'none'})")
+
+    def error(self, param: str | None, message: str) -> HookError:
+        return HookError(self.hook, param, message, self.index)
+
+    def has(self, key: str) -> bool:
+        return self.raw.get(key) is not None
+
+    def integer(self, key: str, minimum: int) -> int:
+        if not self.has(key):
+            raise self.error(key, "required")
+        value = self.raw[key]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.error(key, f"must be an integer, got {value!r}")
+        if value < minimum:
+            raise self.error(key, f"must be >= {minimum}, got {value}")
+        return int(value)
+
+    def number(self, key: str, default: float, minimum: float) -> float:
+        if not self.has(key):
+            return default
+        value = self.raw[key]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise self.error(key, f"must be a finite number, got {value!r}")
+        if value < minimum:
+            raise self.error(key, f"must be >= {minimum}, got {value}")
+        return float(value)
+
+    def items(self, key: str) -> list[Any]:
+        value = self.raw.get(key)
+        if value is None:
+            return []
+        if isinstance(value, Mapping):
+            value = list(value.items())
+        if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+            raise self.error(key, f"must be a list, got {value!r}")
+        if len(value) > MAX_WORDS:
+            raise self.error(key, f"at most {MAX_WORDS} entries, got {len(value)}")
+        return list(value)
+
+    def word(self, key: str, value: Any, vocab: Vocabulary) -> int:
+        """The id of a vocabulary word (not a special token)."""
+        if not isinstance(value, str):
+            raise self.error(key, f"words must be strings, got {value!r}")
+        word = value.strip().lower()
+        if word in SPECIALS:
+            raise self.error(key, f"{value!r} is a special token, not a word")
+        if word not in vocab.index:
+            raise self.error(key, f"unknown word {value!r} (not in the model's vocabulary)")
+        return vocab.index[word]
+
+    def word_id(self, key: str, value: Any, vocab: Vocabulary) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.error(key, f"ids must be integers, got {value!r}")
+        if not len(SPECIALS) <= value < len(vocab):
+            raise self.error(key, f"id {value} is not a word id (must be in [{len(SPECIALS)}, {len(vocab)}))")
+        return int(value)
+
+    def processor(self, param: str, make: Callable[[], LogitsProcessor]) -> LogitsProcessor:
+        """Build a processor, reporting its ``ValueError`` as a ``HookError`` on ``param``."""
+        try:
+            return make()
+        except ValueError as exc:
+            raise self.error(param, str(exc)) from exc
+
+
+Build = Callable[[HookParams, Vocabulary, ResolvedHooks], None]
+
+
+@dataclass(frozen=True)
+class HookType:
+    """A registry record: ``params`` maps each parameter to a one-line description (anything else in a
+    spec's params is refused); ``build`` validates them and adds what the hook asks for to the request's
+    ``ResolvedHooks``; a hook that is not ``repeatable`` may be given once per request."""
+
+    name: str
+    description: str
+    params: Mapping[str, str]
+    build: Build
+    repeatable: bool = True
+
+
+HOOKS: dict[str, HookType] = {}
+
+
+def hook(
+    name: str, description: str, params: Mapping[str, str], *, repeatable: bool = True
+) -> Callable[[Build], Build]:
+    """Register the decorated ``build`` function as the hook ``name`` (see ``HookType``)."""
+
+    def register(build: Build) -> Build:
+        if name in HOOKS:
+            raise ValueError(f"hook {name!r} is registered twice")
+        HOOKS[name] = HookType(name, description, dict(params), build, repeatable)
+        return build
+
+    return register
+
+
+# ------------------------------------------------------------------------------------------ the hooks
+@hook("ban_words", "never emit these words", {"words": "list of vocabulary words", "ids": "list of word ids"})
+def _ban_words(p: HookParams, vocab: Vocabulary, out: ResolvedHooks) -> None:
+    ids = [p.word("words", w, vocab) for w in p.items("words")]
+    ids += [p.word_id("ids", i, vocab) for i in p.items("ids")]
+    if not ids:
+        raise p.error("words", "required: at least one word (or id) to ban")
+    out.processors.append(p.processor("words", lambda: BanWords(ids)))
+
+
+@hook("no_repeat_ngram", "no n-gram twice in a caption", {"n": "n-gram size, >= 1 (2 stops 'dog dog dog')"})
+def _no_repeat_ngram(p: HookParams, vocab: Vocabulary, out: ResolvedHooks) -> None:
+    n = p.integer("n", 1)
+    out.processors.append(p.processor("n", lambda: NoRepeatNgram(n)))
+
+
+@hook("min_length", "no end of caption before min_words words", {"min_words": "integer >= 0, <= max_length"})
+def _min_length(p: HookParams, vocab: Vocabulary, out: ResolvedHooks) -> None:
+    min_words = p.integer("min_words", 0)
+    if min_words > out.min_words or out.min_words_index is None:
+        out.min_words, out.min_words_index = max(out.min_words, min_words), p.index
+
+
+@hook(
+    "synonym_substitution",
+    "seed 001 substitutivity: when the most likely word is in S1, emit its S2 synonym instead",
+    {"pairs": "[[from, to], ...] or {from: to}, vocabulary words"},
+    repeatable=False,
+)
+def _synonym_substitution(p: HookParams, vocab: Vocabulary, out: ResolvedHooks) -> None:
+    entries = p.items("pairs")
+    if not entries:
+        raise p.error("pairs", "required: [[from, to], ...] vocabulary words")
+    pairs: list[tuple[int, int]] = []
+    for entry in entries:
+        if isinstance(entry, str | bytes) or not isinstance(entry, Sequence) or len(entry) != 2:
+            raise p.error("pairs", f"each pair must be [from, to], got {entry!r}")
+        pairs.append((p.word("pairs", entry[0], vocab), p.word("pairs", entry[1], vocab)))
+    out.processors.append(p.processor("pairs", lambda: SynonymSubstitution(pairs)))
+
+
+@hook(
+    "diverse_beam",
+    "diverse beam search (Vijayakumar et al. 2018, Hamming diversity)",
+    {
+        "groups": "number of beam groups, >= 1, divides the beam size",
+        "diversity_penalty": f">= 0, per earlier group's pick (default {DEFAULT_DIVERSITY_PENALTY})",
+    },
+    repeatable=False,
+)
+def _diverse_beam(p: HookParams, vocab: Vocabulary, out: ResolvedHooks) -> None:
+    out.groups = p.integer("groups", 1)
+    out.diversity_penalty = p.number("diversity_penalty", DEFAULT_DIVERSITY_PENALTY, 0.0)
+    out.diverse_index = p.index
+
+
+# ------------------------------------------------------------------------------------- the registry
+def hook_catalog() -> list[dict[str, Any]]:
+    """The registry as JSON-able data (name, description, params) for documentation endpoints."""
+    return [{"name": h.name, "description": h.description, "params": dict(h.params)} for h in HOOKS.values()]
+
+
+def spec_parts(spec: Any, index: int) -> tuple[str, Mapping[str, Any]]:
+    """``(name, params)`` of a dict spec or a pydantic-like object with ``name`` / ``params``."""
+    if hasattr(spec, "model_dump"):
+        spec = spec.model_dump()
+    if not isinstance(spec, Mapping):
+        raise HookError(str(spec), None, "a hook must be an object {name, params}", index)
+    name = spec.get("name")
+    if not isinstance(name, str) or not name:
+        raise HookError(str(name), None, "missing or invalid hook name", index)
+    extra = set(spec) - {"name", "params"}
+    if extra:
+        raise HookError(name, None, f"unknown keys {sorted(extra)} (a hook is {{name, params}})", index)
+    params = spec.get("params")
+    if params is None:
+        params = {}
+    if not isinstance(params, Mapping):
+        raise HookError(name, None, f"params must be an object, got {params!r}", index)
+    return name, params
+
+
+def resolve_hooks(specs: Sequence[Any] | None, vocab: Vocabulary) -> ResolvedHooks:
+    """Validate ``specs`` (dicts or pydantic models with ``name`` and ``params``) and resolve them;
+    raises ``HookError`` on the first bad spec."""
+    out = ResolvedHooks()
+    specs = list(specs or [])
+    if len(specs) > MAX_HOOKS:
+        raise HookError("hooks", None, f"at most {MAX_HOOKS} hooks per request, got {len(specs)}")
+    for index, spec in enumerate(specs):
+        name, raw = spec_parts(spec, index)
+        kind = HOOKS.get(name)
+        if kind is None:
+            raise HookError(name, None, f"unknown hook (known: {', '.join(HOOKS)})", index)
+        if not kind.repeatable and name in out.names:
+            raise HookError(name, None, "may be given only once", index)
+        kind.build(HookParams(name, index, raw, kind.params), vocab, out)
+        out.names.append(name)
+    return out
+
+
+__all__ = [
+    "DEFAULT_DIVERSITY_PENALTY",
+    "HOOKS",
+    "MAX_HOOKS",
+    "MAX_WORDS",
+    "HookError",
+    "HookParams",
+    "HookType",
+    "ResolvedHooks",
+    "hook",
+    "hook_catalog",
+    "resolve_hooks",
+    "spec_parts",
+]
