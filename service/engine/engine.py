@@ -1,5 +1,6 @@
 """``CaptionEngine``: the engine's public API — resolve request options into ``SearchParams``, caption
-images through the captioner's ``Scheduler``, order the finished beams into ``Caption`` lists.
+images through the captioner's ``Scheduler``, order the finished beams into ``Caption`` lists
+(``service.engine.rerank``).
 
 Everything that captions goes through it: the gateway, the offline studies (``CaptionEngine.from_repo``)
 and the benchmark, so every report measures the code users get. With
@@ -10,7 +11,7 @@ baseline): the same code path, with no other request merged into its step calls.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,29 +19,18 @@ from typing import Any
 import numpy as np
 
 from service.backends.base import Backend
-from service.engine.beam import Hypothesis
 from service.engine.cohorts import COHORT_BOUNDS
 from service.engine.limits import QueueFullError, SchedulerLimits
 from service.engine.observer import StepObserver
 from service.engine.params import InvalidParameterError, OverloadedError, SearchParams, resolve_params
 from service.engine.request import Priority
-from service.engine.rerank import rerank_order
+from service.engine.rerank import Caption, order_captions
 from service.engine.runner import ModelRunner
 from service.engine.scheduler import Scheduler
 from service.manifest import Manifest, load_manifest
 from service.metrics import Metrics
 from service.settings import Settings
 from service.text.vocabulary import Vocabulary
-
-
-@dataclass(frozen=True)
-class Caption:
-    text: str
-    tokens: list[int]
-    logprob: float
-    normalized_logprob: float
-    ranker_score: float | None
-    beam_rank: int  # 1 = best by normalised log-prob
 
 
 @dataclass
@@ -176,7 +166,9 @@ class CaptionEngine:
         if self.metrics is not None:
             self.metrics.captions_served.labels(model=params.model).inc(len(images))
         results = [
-            self._order(per, None if done.ranker_scores is None else done.ranker_scores[i], params)
+            order_captions(
+                per, None if done.ranker_scores is None else done.ranker_scores[i], params, self.vocab.decode
+            )
             for i, per in enumerate(done.hypotheses)
         ]
         return CaptionOutput(params, results, done.timings_ms, done.iterations)
@@ -207,27 +199,6 @@ class CaptionEngine:
 
         done = await asyncio.gather(*(one(p) for p in parts))
         return [per for results in done for per in results]
-
-    def _order(
-        self, hyps: list[Hypothesis], scores: list[float] | None, params: SearchParams
-    ) -> list[Caption]:
-        """One image's ``n_best`` captions in final order (re-ranked when ``scores`` are given)."""
-        order: Sequence[int] = (
-            range(len(hyps))
-            if scores is None
-            else rerank_order(scores, [h.score for h in hyps], params.rerank_weight)
-        )
-        return [
-            Caption(
-                text=self.vocab.decode(hyps[i].tokens),
-                tokens=hyps[i].tokens,
-                logprob=hyps[i].logprob,
-                normalized_logprob=hyps[i].score,
-                ranker_score=None if scores is None else scores[i],
-                beam_rank=i + 1,
-            )
-            for i in order
-        ][: params.n_best]
 
 
 __all__ = ["Caption", "CaptionEngine", "CaptionOutput"]

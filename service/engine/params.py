@@ -20,6 +20,15 @@ MAX_RERANK_WEIGHT = 10.0
 MAX_LENGTH_PENALTY = 2.0
 
 
+def check_rerank_weight(weight: float) -> float:
+    """``weight`` if it is a valid ``rerank_weight`` (in ``[0, MAX_RERANK_WEIGHT]``), else ``ValueError``:
+    the one bounds check of the weight (``SearchParams``, ``resolve_params`` and ``rerank_order`` call
+    it; the HTTP schema declares the same bounds from ``MAX_RERANK_WEIGHT``)."""
+    if not 0.0 <= weight <= MAX_RERANK_WEIGHT:
+        raise ValueError(f"rerank_weight must be in [0, {MAX_RERANK_WEIGHT}]")
+    return float(weight)
+
+
 class EngineError(Exception):
     """A request the engine refuses. ``code`` is a stable reason; ``field`` the parameter at fault."""
 
@@ -89,8 +98,7 @@ class SearchParams:
             raise ValueError(f"groups must be >= 1 and divide beam_size={self.beam_size}, got {self.groups}")
         if not self.diversity_penalty >= 0.0:
             raise ValueError(f"diversity_penalty must be >= 0, got {self.diversity_penalty}")
-        if not 0.0 <= self.rerank_weight <= MAX_RERANK_WEIGHT:
-            raise ValueError(f"rerank_weight must be in [0, {MAX_RERANK_WEIGHT}], got {self.rerank_weight}")
+        check_rerank_weight(self.rerank_weight)
         if self.rerank_weight and self.ranker is None:
             raise ValueError("rerank_weight needs a ranker")
 
@@ -137,8 +145,10 @@ def resolve_params(
     if not 0.0 <= length_penalty <= MAX_LENGTH_PENALTY:
         raise InvalidParameterError("length_penalty", f"length_penalty must be in [0, {MAX_LENGTH_PENALTY}]")
     ranker = _ranker(manifest, cap.name, cap.ranker, rerank)
-    if not 0.0 <= rerank_weight <= MAX_RERANK_WEIGHT:
-        raise InvalidParameterError("rerank_weight", f"rerank_weight must be in [0, {MAX_RERANK_WEIGHT}]")
+    try:
+        check_rerank_weight(rerank_weight)
+    except ValueError as exc:
+        raise InvalidParameterError("rerank_weight", str(exc)) from None
     if rerank_weight and ranker is None:
         raise InvalidParameterError(
             "rerank_weight", "rerank_weight weighs a ranker's order, but this request is not re-ranked"

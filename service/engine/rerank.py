@@ -1,12 +1,72 @@
-"""Re-ranking order of one image's finished captions (pure)."""
+"""Re-ranking: from a request's finished beams to its captions in final order.
+
+Three steps, in the order a request meets them:
+
+* ``rank_finished`` (the scheduler) — the ranker scores of finished requests, one batched
+  ``<ranker>_image`` + ``<ranker>_text`` call pair per ranker; the only step that calls a model.
+* ``rerank_order`` (pure) — one image's candidates ordered by ranker cosine + ``rerank_weight`` ×
+  length-normalised log-prob (seed 000's BUTR+RR order at weight 0); the offline studies use it too.
+* ``order_captions`` (pure but for ``decode``) — one image's ``n_best`` ``Caption`` records in final
+  order: by normalised log-prob (the beam order), or re-ranked when the request has ranker scores.
+
+``rerank_weight`` is bounds-checked in one place, ``service.engine.params.check_rerank_weight``
+(``SearchParams`` runs it on every request; ``rerank_order`` runs it for its other callers).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from service.engine.params import MAX_RERANK_WEIGHT
+from service.engine.beam import Hypothesis
+from service.engine.params import SearchParams, check_rerank_weight
+from service.engine.request import Request
+from service.engine.runner import ModelRunner
+
+
+@dataclass(frozen=True)
+class Caption:
+    """One caption of a response (``CaptionEngine.caption`` re-exports it)."""
+
+    text: str
+    tokens: list[int]
+    logprob: float
+    normalized_logprob: float
+    ranker_score: float | None
+    beam_rank: int  # 1 = best by normalised log-prob
+
+
+async def rank_finished(
+    runner: ModelRunner, requests: Sequence[Request]
+) -> tuple[dict[int, list[list[float]]], dict[int, float], list[tuple[list[Request], Exception]]]:
+    """One ``<ranker>_image`` + ``<ranker>_text`` call pair per ranker for every finished request that
+    asks for it and whose caller still waits. Returns per request key its scores (per image, per
+    hypothesis) and the ms its ranker's calls took, and the groups whose ranker call failed."""
+    scores: dict[int, list[list[float]]] = {}
+    rerank_ms: dict[int, float] = {}
+    failed: list[tuple[list[Request], Exception]] = []
+    by_ranker: dict[str, list[Request]] = {}
+    for request in requests:
+        if request.params.ranker is not None and not request.future.done():
+            by_ranker.setdefault(request.params.ranker, []).append(request)
+    for name, group in by_ranker.items():
+        start = time.perf_counter()
+        regions = np.concatenate([r.encoded.regions for r in group if r.encoded is not None])
+        captions = [[h.tokens for h in per] for r in group for per in r.hypotheses or []]
+        try:
+            flat = await runner.rank(name, regions, captions)
+        except Exception as exc:
+            failed.append((group, exc))
+            continue
+        at = 0
+        for request in group:
+            scores[request.key] = flat[at : at + request.n_images]
+            at += request.n_images
+            rerank_ms[request.key] = (time.perf_counter() - start) * 1e3
+    return scores, rerank_ms, failed
 
 
 def rerank_order(
@@ -22,9 +82,39 @@ def rerank_order(
         raise ValueError(
             f"ranker_scores has {len(ranker_scores)} values, normalized_logprobs {len(normalized_logprobs)}"
         )
-    if not 0.0 <= weight <= MAX_RERANK_WEIGHT:
-        raise ValueError(f"weight must be in [0, {MAX_RERANK_WEIGHT}], got {weight}")
+    weight = check_rerank_weight(weight)
     combined = np.asarray(ranker_scores, dtype=np.float64) + weight * np.asarray(
         normalized_logprobs, np.float64
     )
     return [int(i) for i in np.argsort(-combined, kind="stable")]
+
+
+def order_captions(
+    hyps: Sequence[Hypothesis],
+    scores: Sequence[float] | None,
+    params: SearchParams,
+    decode: Callable[[list[int]], str],
+) -> list[Caption]:
+    """One image's ``params.n_best`` captions in final order. ``hyps``: its finished beams, best
+    normalised log-prob first; ``scores``: their ranker scores [B] when the request was re-ranked
+    (ordered by ``rerank_order`` with ``params.rerank_weight``), else ``None`` (the beam order);
+    ``decode``: token ids to text."""
+    order: Sequence[int] = (
+        range(len(hyps))
+        if scores is None
+        else rerank_order(scores, [h.score for h in hyps], params.rerank_weight)
+    )
+    return [
+        Caption(
+            text=decode(hyps[i].tokens),
+            tokens=hyps[i].tokens,
+            logprob=hyps[i].logprob,
+            normalized_logprob=hyps[i].score,
+            ranker_score=None if scores is None else scores[i],
+            beam_rank=i + 1,
+        )
+        for i in order[: params.n_best]
+    ]
+
+
+__all__ = ["Caption", "order_captions", "rank_finished", "rerank_order"]

@@ -31,8 +31,8 @@ from service.engine.cohorts import CohortBatch
 from service.engine.limits import QueueFullError, SchedulerLimits
 from service.engine.observer import StepObserver
 from service.engine.params import SearchParams
-from service.engine.ranking import rank_finished
 from service.engine.request import DecodeResult, Priority, Request, RequestStatus
+from service.engine.rerank import rank_finished
 from service.engine.runner import Encoded, ModelRunner, StepOutput
 from service.manifest import CaptionerEntry
 from service.metrics import Metrics
