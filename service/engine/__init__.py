@@ -2,6 +2,7 @@
 
 Public API: ``CaptionEngine`` (``service.engine.engine``), ``SearchParams`` and the ``EngineError``
 family (``service.engine.params``), ``Priority`` (``service.engine.request``), ``StepEvent`` /
-``StepObserver`` (``service.engine.observer``), ``ModelRunner`` (``service.engine.runner``). It knows
+``StepObserver`` (``service.engine.observer``), ``ModelRunner`` (``service.engine.runner``), the hook
+registry (``service.engine.hooks``) and its logits processors (``service.engine.processors``). It knows
 nothing of research: probes, explanations and comparison are its clients.
 """
