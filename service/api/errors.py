@@ -1,5 +1,6 @@
 """The shape of every failure: ``{"error": {"code", "message", "details"?}}`` with a 4xx/5xx status
-(``handlers`` maps exceptions to it). Knows nothing of the engine."""
+(``handlers`` maps exceptions to it; a ``RequestError`` carries its status, code, field and headers).
+Knows nothing of the engine."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import json
 from typing import Any
 
 from fastapi.responses import JSONResponse
+
+from service.api.gate import RequestError
 
 MAX_MESSAGE = 2_000  # characters of an error message: a hostile value is never echoed whole
 MAX_DETAILS = 20
@@ -23,21 +26,9 @@ class ErrorJSONResponse(JSONResponse):
         return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
-class ApiError(Exception):
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        message: str,
-        headers: dict[str, str] | None = None,
-        field: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.headers = headers or {}
-        self.field = field  # the request field at fault, when one is
+class ApiError(RequestError):
+    """A request the kit or a router refuses (the ``RequestError`` a feature's service raises, by
+    another name): one handler answers both."""
 
 
 def error_response(

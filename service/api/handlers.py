@@ -11,7 +11,8 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from service.api.errors import ApiError, error_response, validation_response
+from service.api.errors import error_response, validation_response
+from service.api.gate import RequestError
 from service.api.requestlog import annotate
 from service.backends.base import BackendError
 from service.engine.params import EngineError, OverloadedError, UnknownModelError
@@ -34,8 +35,8 @@ def install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
         metrics.errors.labels(reason=code).inc()
         annotate(error=code)
 
-    @app.exception_handler(ApiError)
-    async def _api(_: Request, exc: ApiError) -> JSONResponse:
+    @app.exception_handler(RequestError)  # the kit's ApiError, a feature's refusal, a full gate (429)
+    async def _refused(_: Request, exc: RequestError) -> JSONResponse:
         count(exc.code)
         details = None if exc.field is None else [{"field": exc.field, "message": exc.message}]
         response = error_response(exc.status, exc.code, exc.message, details)
