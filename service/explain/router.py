@@ -17,13 +17,7 @@ from service.api.errors import ApiError
 from service.api.requestlog import annotate
 from service.api.schemas import CaptionOptions
 from service.explain.schemas import ExplainResponse
-from service.explain.service import (
-    METHODS,
-    ExplainBusyError,
-    ExplainInput,
-    ExplainRequestError,
-    ExplainService,
-)
+from service.explain.service import METHODS, ExplainInput, ExplainService
 from service.images import decode_image
 
 MAX_IMAGE_CHARS = 16 * 1024 * 1024  # base64 characters; the settings' upload limit applies after decoding
@@ -149,17 +143,7 @@ async def explain(
         overlays=body.overlays,
         overlay_scale=body.overlay_scale,
     )
-    try:
-        return await explainer.explain(engine, spec)
-    except ExplainRequestError as exc:
-        raise ApiError(exc.status, exc.code, exc.message, field=exc.field) from None
-    except ExplainBusyError as exc:
-        raise ApiError(
-            429,
-            "too_many_explanations",
-            f"{explainer.max_concurrent} explanations are running; retry later",
-            {"Retry-After": str(round(exc.retry_after_s))},
-        ) from None
+    return await explainer.explain(engine, spec)
 
 
 __all__ = ["METHODS", "router"]

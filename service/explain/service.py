@@ -2,13 +2,13 @@
 the regions, the object under each word's argmax and GroundingScore(δ) when the image has a scene
 graph. A client of the engine: it decodes through ``CaptionEngine.caption`` at background priority with
 a step observer (``attention``), or hands the words to the torch programs (gradient methods, the
-``explain`` extra, imported only then). At most ``max_concurrent`` explanations at once (429 beyond)."""
+``explain`` extra, imported only then). At most ``max_concurrent`` explanations at once (the kit's
+``BoundedGate``: 429 beyond); a request it refuses is the kit's ``RequestError``."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
-import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from service.api.gate import BoundedGate, RequestError
 from service.engine.engine import CaptionEngine
 from service.engine.params import SearchParams
 from service.engine.request import Priority
@@ -32,20 +33,6 @@ METHODS = ("attention", "saliency", "guided_backprop", "integrated_gradients")
 INPUTS = ("regions", "pixels")
 EXTRA = "explain"
 IG_BASELINE = {"regions": "zero region features", "pixels": "black image (0 in 0–255 pixel space)"}
-
-
-class ExplainRequestError(ValueError):
-    """A request the service refuses: ``status`` 4xx/501, ``code``, ``field`` at fault."""
-
-    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message, self.field = status, code, message, field
-
-
-class ExplainBusyError(Exception):
-    def __init__(self, retry_after_s: float) -> None:
-        super().__init__(f"{retry_after_s:.0f}")
-        self.retry_after_s = retry_after_s
 
 
 @dataclass(frozen=True)
@@ -85,8 +72,9 @@ class ExplainService:
             max_ig_steps,
             torch_threads,
         )
-        self.active = 0
-        self._last_s = 1.0
+        self.gate = BoundedGate(
+            max_concurrent, "too_many_explanations", "{limit} explanations are running; retry later"
+        )
         self._programs: Any = None  # service.explain.gradients.ProgramCache once a gradient method ran
         self.regions = manifest.model("visual_encoder").outputs[0].dims[0]
 
@@ -95,40 +83,40 @@ class ExplainService:
     def check(self, spec: ExplainInput) -> list[int] | None:
         """Validate ``spec`` before any work; the client caption's word ids (None: the engine captions)."""
         if spec.method not in METHODS:
-            raise ExplainRequestError(422, "invalid_method", f"method must be one of {METHODS}", "method")
+            raise RequestError(422, "invalid_method", f"method must be one of {METHODS}", field="method")
         if spec.attribute_to not in INPUTS:
-            raise ExplainRequestError(
-                422, "invalid_parameter", f"attribute_to must be one of {INPUTS}", "attribute_to"
+            raise RequestError(
+                422, "invalid_parameter", f"attribute_to must be one of {INPUTS}", field="attribute_to"
             )
         if spec.method == "attention" and spec.attribute_to != "regions":
-            raise ExplainRequestError(
+            raise RequestError(
                 422,
                 "invalid_parameter",
                 "attention is over the regions; attribute_to must be 'regions'",
-                "attribute_to",
+                field="attribute_to",
             )
         if spec.method == "integrated_gradients" and not 1 <= spec.n_steps <= self.max_ig_steps:
-            raise ExplainRequestError(
-                422, "invalid_parameter", f"n_steps must be in [1, {self.max_ig_steps}]", "n_steps"
+            raise RequestError(
+                422, "invalid_parameter", f"n_steps must be in [1, {self.max_ig_steps}]", field="n_steps"
             )
         if spec.method != "attention":
             if not torch_available():
-                raise ExplainRequestError(
+                raise RequestError(
                     501,
                     "extra_not_installed",
                     f"method {spec.method!r} needs torch and captum: install the {EXTRA!r} extra "
                     f"(pip install 'compcap[{EXTRA}]'); 'attention' works without it",
-                    "method",
+                    field="method",
                 )
             cap = self.manifest.captioner(spec.params.model)
             missing = [m for m in ("visual_encoder", cap.init, cap.step) if not self._has_program(m)]
             if missing:
-                raise ExplainRequestError(
+                raise RequestError(
                     501,
                     "programs_missing",
                     f"this repository has no torch programs for {missing}: the build writes them "
                     "(make build / compcap build); git does not carry them",
-                    "method",
+                    field="method",
                 )
         if spec.caption is None:
             return None
@@ -137,15 +125,18 @@ class ExplainService:
             w for w, i in zip(spec.caption.lower().split(), words, strict=False) if i == self.vocab.unk_id
         ]
         if not words:
-            raise ExplainRequestError(422, "invalid_caption", "caption has no words", "caption")
+            raise RequestError(422, "invalid_caption", "caption has no words", field="caption")
         if self.vocab.unk_id in words:
-            raise ExplainRequestError(
-                422, "invalid_caption", f"caption words not in the vocabulary: {unknown or '?'}", "caption"
+            raise RequestError(
+                422,
+                "invalid_caption",
+                f"caption words not in the vocabulary: {unknown or '?'}",
+                field="caption",
             )
         limit = self.manifest.captioner(spec.params.model).max_length
         if len(words) > limit:
-            raise ExplainRequestError(
-                422, "invalid_caption", f"caption has more than {limit} words", "caption"
+            raise RequestError(
+                422, "invalid_caption", f"caption has more than {limit} words", field="caption"
             )
         return words
 
@@ -156,17 +147,11 @@ class ExplainService:
     # -- admission --------------------------------------------------------------------------------------
 
     async def explain(self, engine: CaptionEngine, spec: ExplainInput) -> dict[str, Any]:
-        """Explain one image (see module docstring); ``ExplainBusyError`` when ``max_concurrent`` run."""
+        """Explain one image (see module docstring); a ``RequestError`` for a request it refuses, a
+        ``BusyError`` (429) when ``max_concurrent`` run."""
         words = self.check(spec)
-        if self.active >= self.max_concurrent:
-            raise ExplainBusyError(max(1.0, math.ceil(self._last_s)))
-        self.active += 1
-        start = time.perf_counter()
-        try:
+        async with self.gate.hold():
             return await self._explain(engine, spec, words)
-        finally:
-            self.active -= 1
-            self._last_s = time.perf_counter() - start
 
     # -- work -------------------------------------------------------------------------------------------
 
@@ -208,8 +193,8 @@ class ExplainService:
         words, about = await self._decode(engine, spec, forced, recorder)
         t1 = time.perf_counter()
         if not words:
-            raise ExplainRequestError(
-                422, "empty_caption", "the engine produced an empty caption", "max_length"
+            raise RequestError(
+                422, "empty_caption", "the engine produced an empty caption", field="max_length"
             )
         extra: dict[str, Any] = {}
         pixel_maps = None
@@ -221,8 +206,11 @@ class ExplainService:
                 words, about = await self._decode(engine, spec, words, recorder := AttentionRecorder())
                 maps = recorder.maps(words)
             if recorder.missing or maps is None:
-                raise ExplainRequestError(
-                    501, "no_attention", f"{spec.params.model}'s step model has no attention output", "method"
+                raise RequestError(
+                    501,
+                    "no_attention",
+                    f"{spec.params.model}'s step model has no attention output",
+                    field="method",
                 )
             raw = fold_slots(maps, self.regions)
             logprobs: list[float | None] = recorder.word_logprobs(words)

@@ -113,11 +113,12 @@ def test_the_key_is_required_and_full_slots_answer_429(client: TestClient, tiny_
     anonymous = client.post("/v1/explain", json={"image": png()}, headers={"Authorization": ""})
     assert anonymous.status_code == 401
     service = client.app.state.explain  # type: ignore[attr-defined]
-    service.active = service.max_concurrent
+    held = [service.gate.acquire() for _ in range(service.gate.limit)]  # every place taken
     try:
         r = client.post("/v1/explain", json={"image": png()})
     finally:
-        service.active = 0
+        for release in held:
+            release()
     assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
     assert r.json()["error"]["code"] == "too_many_explanations"
     assert client.post("/v1/captions", json={"images": [png()]}).status_code == 200  # captions go on

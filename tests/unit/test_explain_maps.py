@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 import torch
 
+from service.api.gate import BusyError, RequestError
 from service.backends.onnxruntime import OnnxRuntimeBackend
 from service.engine.engine import CaptionEngine
 from service.explain.attention import ForceWords
 from service.explain.gradients import ProgramCache, attribute, relu_calls
-from service.explain.service import ExplainBusyError, ExplainInput, ExplainRequestError, ExplainService
+from service.explain.service import ExplainInput, ExplainService
 from service.manifest import Manifest
 from service.settings import Settings
 from service.text.vocabulary import Vocabulary
@@ -126,13 +127,16 @@ def test_the_service_validates_and_admits_at_most_its_limit(
             (ExplainInput(image(manifest, 0), params, caption="a zebra"), "caption"),
             (ExplainInput(image(manifest, 0), params, attribute_to="pixels"), "attribute_to"),
         ):
-            with pytest.raises(ExplainRequestError) as err:
+            with pytest.raises(RequestError) as err:
                 await service.explain(engine, spec)
             assert err.value.field == field and 400 <= err.value.status < 500
-        service.active = service.max_concurrent
-        with pytest.raises(ExplainBusyError):
+        held = [service.gate.acquire() for _ in range(service.gate.limit)]
+        with pytest.raises(BusyError) as busy:
             await service.explain(engine, ExplainInput(image(manifest, 0), params))
-        service.active = 0
+        assert busy.value.code == "too_many_explanations" and busy.value.headers["Retry-After"] == "1"
+        for release in held:
+            release()
+        assert service.gate.held == 0
         assert (await service.explain(engine, ExplainInput(image(manifest, 0), params, overlays=False)))[
             "words"
         ]
@@ -171,7 +175,7 @@ def test_a_repository_without_its_programs_answers_501_for_gradients_only(
     from service.engine.params import SearchParams
 
     spec = ExplainInput(image(manifest, 0), SearchParams(model="butr"), method="saliency")
-    with pytest.raises(ExplainRequestError) as err:
+    with pytest.raises(RequestError) as err:
         bare.check(spec)
     assert (
         err.value.status == 501 and err.value.code == "programs_missing" and "make build" in err.value.message
