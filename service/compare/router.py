@@ -18,7 +18,7 @@ from service.api.schemas import CaptionOptions
 from service.api.uploads import decode_uploads
 from service.compare.configs import NAME_PATTERN, Configuration, ConfigurationError
 from service.compare.schemas import CompareResponse, ShadowResponse
-from service.compare.service import CompareBusyError, CompareService
+from service.compare.service import CompareService
 from service.compare.shadow import ShadowComparer
 
 MAX_IMAGE_CHARS = 16 * 1024 * 1024
@@ -103,15 +103,7 @@ async def compare(
     annotate(configurations=names, images=len(body.images))
     blobs = [b64_blob(text, i, settings.max_upload_bytes) for i, text in enumerate(body.images)]
     images = await decode_uploads(blobs, runtime.manifest.image, settings)
-    try:
-        return await comparer.compare(engine, images, configs)
-    except CompareBusyError as exc:
-        raise ApiError(
-            429,
-            "too_many_comparisons",
-            f"{comparer.max_concurrent} comparisons are running; retry later",
-            {"Retry-After": str(round(exc.retry_after_s))},
-        ) from None
+    return await comparer.compare(engine, images, configs)
 
 
 @router.get(

@@ -5,30 +5,24 @@ Every configuration is resolved first (a bad one fails the request before any de
 configuration named in the field); then all configurations decode at once, at background priority, so
 a comparison fills the rows caption users leave. Per image: each configuration's best caption, the
 pairwise NGSM matrix and its smallest pair; images most discrepant first (``discrepancy_order``).
-At most ``max_concurrent`` comparisons run at once (``CompareBusyError`` → 429 beyond)."""
+At most ``max_concurrent`` comparisons run at once (the kit's ``BoundedGate``: ``BusyError`` → 429 beyond)."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import math
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from service.api.gate import BoundedGate
 from service.compare.configs import Configuration, check_unique
 from service.compare.ngsm import discrepancy_order, ngsm_profile
 from service.engine.engine import CaptionEngine
 from service.engine.params import EngineError, SearchParams
 from service.engine.request import Priority
-
-
-class CompareBusyError(Exception):
-    def __init__(self, retry_after_s: float) -> None:
-        super().__init__(f"{retry_after_s:.0f}")
-        self.retry_after_s = retry_after_s
 
 
 def resolve_all(engine: CaptionEngine, configs: Sequence[Configuration]) -> list[SearchParams]:
@@ -76,25 +70,20 @@ class CompareService:
         if max_concurrent < 1:
             raise ValueError(f"max_concurrent must be >= 1, got {max_concurrent}")
         self.max_concurrent = max_concurrent
-        self.active = 0
-        self._last_s = 1.0
+        self.gate = BoundedGate(
+            max_concurrent, "too_many_comparisons", "{limit} comparisons are running; retry later"
+        )
 
     async def compare(
         self, engine: CaptionEngine, images: np.ndarray, configs: Sequence[Configuration]
     ) -> dict[str, Any]:
         """Compare ``configs`` on uint8 [B, H, W, 3] ``images`` (module docstring)."""
         params = resolve_all(engine, configs)
-        if self.active >= self.max_concurrent:
-            raise CompareBusyError(max(1.0, math.ceil(self._last_s)))
-        self.active += 1
         start = time.perf_counter()
-        try:
+        async with self.gate.hold():
             outs = await asyncio.gather(
                 *(engine.caption(images, p, priority=Priority.BACKGROUND) for p in params)
             )
-        finally:
-            self.active -= 1
-            self._last_s = time.perf_counter() - start
         names = [c.name for c in configs]
         captions = [[per[0].text if per else "" for per in out.results] for out in outs]
         per_image = compare_captions(names, captions)
@@ -115,4 +104,4 @@ class CompareService:
         }
 
 
-__all__ = ["CompareBusyError", "CompareService", "compare_captions", "resolve_all"]
+__all__ = ["CompareService", "compare_captions", "resolve_all"]

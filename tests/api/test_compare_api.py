@@ -114,11 +114,12 @@ def test_bad_images_and_limits(client: TestClient) -> None:
 
 def test_full_slots_answer_429_and_the_key_is_required(client: TestClient) -> None:
     service = client.app.state.compare  # type: ignore[attr-defined]
-    service.active = service.max_concurrent
+    held = [service.gate.acquire() for _ in range(service.gate.limit)]  # every place taken
     try:
         r = client.post("/v1/compare", json={"images": [png(0)], "configurations": configs()})
     finally:
-        service.active = 0
+        for release in held:
+            release()
     assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
     r = client.post(
         "/v1/compare", json={"images": [png(0)], "configurations": configs()}, headers={"Authorization": ""}
