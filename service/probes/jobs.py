@@ -1,7 +1,7 @@
 """Probe jobs: each probe runs as an ``asyncio`` task with an explicit status, progress and result;
-``JobManager`` bounds how many run at once (the rest is refused with a retry hint, never queued
-without end), keeps the recent ones for ``GET /v1/probes``, and cancels on request (the task's
-engine requests are cancelled with it, which frees their beam rows)."""
+``JobManager`` bounds how many run at once (the kit's ``BoundedGate``: the rest is refused with a
+429 and a retry hint, never queued without end), keeps the recent ones for ``GET /v1/probes``, and
+cancels on request (the task's engine requests are cancelled with it, which frees their beam rows)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.api.gate import BoundedGate
 from service.probes.run import Progress
 from service.probes.spec import ProbeSpec
 
@@ -33,12 +34,6 @@ class JobStatus(enum.StrEnum):
     @property
     def terminal(self) -> bool:
         return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
-
-
-class JobsFullError(Exception):
-    def __init__(self, limit: int, retry_after_s: float) -> None:
-        super().__init__(f"{limit} probe job(s) already running; retry after {retry_after_s:.0f} s")
-        self.retry_after_s = retry_after_s
 
 
 @dataclass(eq=False)
@@ -101,6 +96,12 @@ class JobManager:
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
         self.max_jobs, self.keep, self.on_success = max_jobs, keep, on_success
+        self.gate = BoundedGate(
+            max_jobs,
+            "too_many_probes",
+            "{limit} probe job(s) already running; retry after {retry_after_s:.0f} s",
+            self.retry_after_s,
+        )
         self._jobs: OrderedDict[str, ProbeJob] = OrderedDict()
         self._serial = itertools.count(1)
 
@@ -114,13 +115,14 @@ class JobManager:
         return float(min(max(min(etas, default=30.0), 1.0), 300.0))
 
     def submit(self, spec: ProbeSpec, work: Work, force: bool = False) -> ProbeJob:
-        """Start ``work(job)``; ``JobsFullError`` when ``max_jobs`` are unfinished (``force``: the
-        schedule's own jobs, which run one at a time, are never refused)."""
-        if not force and len(self.active) >= self.max_jobs:
-            raise JobsFullError(self.max_jobs, self.retry_after_s())
+        """Start ``work(job)``; the gate's ``BusyError`` (429) when ``max_jobs`` are unfinished
+        (``force``: the schedule's own jobs, which run one at a time, are counted but never refused).
+        The job holds its place until its task is done, whether it ran or was cancelled first."""
+        release = self.gate.acquire(force=force)
         job = ProbeJob(f"p{next(self._serial)}-{secrets.token_hex(4)}", spec.kind, spec.to_dict(), spec)
         self._remember(job)
         job.task = asyncio.create_task(self._run(job, work), name=f"probe:{job.id}")
+        job.task.add_done_callback(lambda _: release())
         return job
 
     def restore(self, job: ProbeJob) -> None:
@@ -180,4 +182,4 @@ class JobManager:
                 log.exception("recording probe job %s failed", job.id)
 
 
-__all__ = ["JobManager", "JobStatus", "JobsFullError", "ProbeJob"]
+__all__ = ["JobManager", "JobStatus", "ProbeJob"]

@@ -12,9 +12,8 @@ from service.api.auth import KEY_ERRORS, require_key
 from service.api.deps import EngineDep
 from service.api.errors import ApiError
 from service.api.requestlog import annotate
-from service.probes.jobs import JobsFullError, ProbeJob
+from service.probes.jobs import ProbeJob
 from service.probes.service import ProbeService
-from service.probes.spec import ProbeRequestError
 
 
 class ProbeRequest(BaseModel):
@@ -118,17 +117,9 @@ async def start_probe(
 ) -> dict[str, Any]:
     """Start a probe job; poll ``GET /v1/probes/{id}`` (also in the ``Location`` header)."""
     search = body.model_dump(include={"model", "rerank", "beam_size", "n_best", "rerank_weight"})
-    try:
-        spec = probes.spec(engine, body.kind, search, body.probe_set, body.pairs, body.images)
-        job = probes.start(engine, spec)
-        annotate(model=spec.model, probe=body.kind)
-    except ProbeRequestError as exc:
-        code = "unknown_probe_set" if exc.status == 404 else "invalid_probe"
-        raise ApiError(exc.status, code, exc.message, field=exc.field) from None
-    except JobsFullError as exc:
-        raise ApiError(
-            429, "too_many_probes", str(exc), {"Retry-After": str(round(exc.retry_after_s))}
-        ) from None
+    spec = probes.spec(engine, body.kind, search, body.probe_set, body.pairs, body.images)
+    job = probes.start(engine, spec)
+    annotate(model=spec.model, probe=body.kind)
     response.headers["Location"] = f"/v1/probes/{job.id}"
     return job.view()
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from service.api.gate import RequestError
 from service.engine.engine import CaptionEngine
 from service.manifest import Manifest
 from service.probes.gauges import ProbeGauges
@@ -22,7 +23,7 @@ from service.probes.parser import PairParser
 from service.probes.run import run_probe
 from service.probes.schedule import ProbeSchedule
 from service.probes.sets import ProbeSet, repo_probe_sets
-from service.probes.spec import ProbeRequestError, ProbeSpec, build_spec
+from service.probes.spec import ProbeSpec, build_spec
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class ProbeService:
         return build_spec(engine, self.sets(), kind, search, probe_set, pairs, images, scheduled)
 
     def start(self, engine: CaptionEngine, spec: ProbeSpec, force: bool = False) -> ProbeJob:
-        """Start a probe job (``JobsFullError`` when the job limit is reached and not ``force``)."""
+        """Start a probe job (``BusyError`` when the job limit is reached and not ``force``)."""
         probe_set = self.sets()[spec.probe_set]
 
         async def work(job: ProbeJob) -> dict[str, Any]:
@@ -169,7 +170,7 @@ class ProbeService:
             spec = self.spec(
                 engine, kind, self.schedule.search(model, ranker), images=self.schedule.images, scheduled=True
             )
-        except (ProbeRequestError, ValueError) as exc:
+        except (RequestError, ValueError) as exc:
             log.warning("scheduled %s probe of %s skipped: %s", kind, model or "the default captioner", exc)
             return
         job = self.start(engine, spec, force=True)

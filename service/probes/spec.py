@@ -7,17 +7,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from service.api.gate import RequestError
 from service.engine.engine import CaptionEngine
 from service.engine.params import SearchParams
 from service.probes.sets import KINDS, ProbeSet
-
-
-class ProbeRequestError(ValueError):
-    """A probe request that cannot run: ``status`` 404 (unknown probe set) or 422, ``field`` at fault."""
-
-    def __init__(self, status: int, field: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.field, self.message = status, field, message
 
 
 @dataclass(frozen=True)
@@ -58,25 +51,31 @@ def choose_probe_set(kind: str, name: str | None, sets: Mapping[str, ProbeSet]) 
     if name is None:
         found = [s for s in sets.values() if s.kind == kind]
         if not found:
-            raise ProbeRequestError(
+            raise RequestError(
                 404,
-                "probe_set",
+                "unknown_probe_set",
                 f"the repository has no {kind} probe set (add them with `compcap probesets --repo REPO`, "
                 "or `make probesets`)",
+                field="probe_set",
             )
         return found[0]
     if name not in sets:
         known = ", ".join(sorted(sets)) or "none"
-        raise ProbeRequestError(404, "probe_set", f"unknown probe set {name!r} (known: {known})")
+        raise RequestError(
+            404, "unknown_probe_set", f"unknown probe set {name!r} (known: {known})", field="probe_set"
+        )
     chosen = sets[name]
     if chosen.kind != kind:
-        raise ProbeRequestError(422, "probe_set", f"probe set {name!r} is a {chosen.kind} set, not {kind}")
+        raise RequestError(
+            422, "invalid_probe", f"probe set {name!r} is a {chosen.kind} set, not {kind}", field="probe_set"
+        )
     if kind == "productivity" and chosen.objects() is None:
-        raise ProbeRequestError(
+        raise RequestError(
             422,
-            "probe_set",
+            "invalid_probe",
             f"probe set {name!r} has no scene graphs (nor instance annotations): productivity's object "
             "coverage needs the objects of each scene",
+            field="probe_set",
         )
     return chosen
 
@@ -85,15 +84,20 @@ def check_pairs(pairs: Sequence[str] | None, kind: str, probe_set: ProbeSet) -> 
     if pairs is None:
         return None
     if kind != "systematicity":
-        raise ProbeRequestError(422, "pairs", f"pairs applies to systematicity probes, not {kind}")
+        raise RequestError(
+            422, "invalid_probe", f"pairs applies to systematicity probes, not {kind}", field="pairs"
+        )
     known = {p.pair.label for p in probe_set.pairs()}
     for n, label in enumerate(pairs):
         if label not in known:
-            raise ProbeRequestError(
-                422, f"pairs.{n}", f"unknown pair {label!r} (known: {', '.join(sorted(known))})"
+            raise RequestError(
+                422,
+                "invalid_probe",
+                f"unknown pair {label!r} (known: {', '.join(sorted(known))})",
+                field=f"pairs.{n}",
             )
     if not pairs:
-        raise ProbeRequestError(422, "pairs", "pairs is empty; leave it out for every pair")
+        raise RequestError(422, "invalid_probe", "pairs is empty; leave it out for every pair", field="pairs")
     return tuple(dict.fromkeys(pairs))
 
 
@@ -108,14 +112,17 @@ def build_spec(
     scheduled: bool = False,
 ) -> ProbeSpec:
     """Validate a probe request; ``search``: the engine options (model, rerank, beam_size, n_best,
-    rerank_weight). Raises ``ProbeRequestError`` or the engine's ``EngineError``, naming the field."""
+    rerank_weight). Raises the kit's ``RequestError`` (404 ``unknown_probe_set``, 422
+    ``invalid_probe``) or the engine's ``EngineError``, naming the field."""
     if kind not in KINDS:
-        raise ProbeRequestError(422, "kind", f"kind must be one of {list(KINDS)}, got {kind!r}")
+        raise RequestError(
+            422, "invalid_probe", f"kind must be one of {list(KINDS)}, got {kind!r}", field="kind"
+        )
     if images is not None and images < 1:
-        raise ProbeRequestError(422, "images", f"images must be >= 1, got {images}")
+        raise RequestError(422, "invalid_probe", f"images must be >= 1, got {images}", field="images")
     params = engine.resolve(**{k: v for k, v in search.items() if v is not None})
     chosen = choose_probe_set(kind, probe_set, sets)
     return ProbeSpec(kind, chosen.name, params, check_pairs(pairs, kind, chosen), images, scheduled)
 
 
-__all__ = ["ProbeRequestError", "ProbeSpec", "build_spec", "choose_probe_set"]
+__all__ = ["ProbeSpec", "build_spec", "choose_probe_set"]

@@ -13,9 +13,10 @@ from starlette.requests import Request
 
 from service.api.auth import check_key
 from service.api.errors import ApiError
+from service.api.gate import BusyError
 from service.probes.gauges import ProbeGauges
 from service.probes.history import ProbeHistory
-from service.probes.jobs import JobManager, JobsFullError, JobStatus, ProbeJob
+from service.probes.jobs import JobManager, JobStatus, ProbeJob
 from service.probes.schedule import parse_duration, parse_schedule
 from service.settings import Settings
 
@@ -77,9 +78,10 @@ def test_job_manager_bounds_runs_cancels_and_records() -> None:
 
         a = jobs.submit(Spec(), slow)  # type: ignore[arg-type]
         b = jobs.submit(Spec(), slow)  # type: ignore[arg-type]
-        with pytest.raises(JobsFullError) as full:
+        with pytest.raises(BusyError) as full:
             jobs.submit(Spec(), slow)  # type: ignore[arg-type]
-        assert 1 <= full.value.retry_after_s <= 300
+        assert 1 <= full.value.retry_after_s <= 300 and full.value.code == "too_many_probes"
+        assert full.value.headers == {"Retry-After": str(round(full.value.retry_after_s))}
         forced = jobs.submit(Spec(), broken, force=True)  # type: ignore[arg-type]
         await asyncio.sleep(0.01)
         assert a.status is JobStatus.RUNNING and a.view()["progress"] == {"done": 0, "total": 10}
@@ -101,6 +103,8 @@ def test_job_manager_bounds_runs_cancels_and_records() -> None:
         d = jobs.submit(Spec(), slow)  # type: ignore[arg-type]
         await jobs.close()  # before its task ever ran
         assert d.status is JobStatus.CANCELLED and d.finished_at is not None
+        await asyncio.sleep(0)  # the tasks' done callbacks
+        assert jobs.gate.held == 0  # every job gave its place back, the one that never ran too
 
     asyncio.run(run())
 
