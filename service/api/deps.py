@@ -9,7 +9,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 from fastapi import Depends, Request
@@ -99,3 +99,14 @@ async def get_engine(runtime: RuntimeDep) -> CaptionEngine:
 
 
 EngineDep = Annotated[CaptionEngine, Depends(get_engine)]
+
+
+def from_state(name: str) -> Callable[[Request], Awaitable[Any]]:
+    """The dependency that returns ``app.state.<name>``: the service a feature's ``install`` put
+    there, for its routes as ``Annotated[TheService, Depends(from_state("name"))]``."""
+
+    async def get(request: Request) -> Any:
+        return getattr(request.app.state, name)
+
+    get.__name__ = f"get_{name}"
+    return get

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.api.auth import KEY_ERRORS, require_key
-from service.api.deps import EngineDep, RuntimeDep
+from service.api.deps import EngineDep, RuntimeDep, from_state
 from service.api.errors import ApiError
+from service.api.feature import error_responses, feature_router
 from service.api.parsing import b64_blob
 from service.api.requestlog import annotate
 from service.api.schemas import CaptionOptions
@@ -41,22 +41,18 @@ class CompareRequest(BaseModel):
     )
 
 
-async def get_compare(request: Request) -> CompareService:
-    service: CompareService = request.app.state.compare
-    return service
-
-
-CompareDep = Annotated[CompareService, Depends(get_compare)]
-router = APIRouter(tags=["comparison"], dependencies=[Depends(require_key)])
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"description": "bad image or base64"},
-    **KEY_ERRORS,
-    404: {"description": "unknown model or ranker in a configuration; no shadow configured"},
-    413: {"description": "image over the upload limit"},
-    422: {"description": "fewer than two configurations, repeated names, invalid option, too many images"},
-    429: {"description": "too many comparisons running (Retry-After)"},
-    503: {"description": "models not loaded yet, or the decoding queue is full"},
-}
+CompareDep = Annotated[CompareService, Depends(from_state("compare"))]
+router = feature_router("comparison")
+_ERRORS = error_responses(
+    "comparisons",
+    {
+        400: "bad image or base64",
+        404: "unknown model or ranker in a configuration; no shadow configured",
+        413: "image over the upload limit",
+        422: "fewer than two configurations, repeated names, invalid option, too many images",
+        503: "models not loaded yet, or the decoding queue is full",
+    },
+)
 
 
 def _configs(body: CompareRequest, limit: int) -> list[Configuration]:

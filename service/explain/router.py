@@ -8,12 +8,12 @@ import base64
 import binascii
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from service.api.auth import KEY_ERRORS, require_key
-from service.api.deps import EngineDep, RuntimeDep
+from service.api.deps import EngineDep, RuntimeDep, from_state
 from service.api.errors import ApiError
+from service.api.feature import error_responses, feature_router
 from service.api.requestlog import annotate
 from service.api.schemas import CaptionOptions
 from service.explain.schemas import ExplainResponse
@@ -58,23 +58,19 @@ class ExplainRequest(CaptionOptions):
         return self
 
 
-async def get_explain(request: Request) -> ExplainService:
-    service: ExplainService = request.app.state.explain
-    return service
-
-
-ExplainDep = Annotated[ExplainService, Depends(get_explain)]
-router = APIRouter(tags=["explanations"], dependencies=[Depends(require_key)])
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"description": "bad image or base64"},
-    **KEY_ERRORS,
-    404: {"description": "unknown model, probe set or probe image"},
-    413: {"description": "image over the upload limit"},
-    422: {"description": "invalid field, caption words outside the vocabulary"},
-    429: {"description": "too many explanations running (Retry-After)"},
-    501: {"description": "a gradient method without the 'explain' extra, or a repository without programs"},
-    503: {"description": "models not loaded yet, or the decoding queue is full"},
-}
+ExplainDep = Annotated[ExplainService, Depends(from_state("explain"))]
+router = feature_router("explanations")
+_ERRORS = error_responses(
+    "explanations",
+    {
+        400: "bad image or base64",
+        404: "unknown model, probe set or probe image",
+        413: "image over the upload limit",
+        422: "invalid field, caption words outside the vocabulary",
+        501: "a gradient method without the 'explain' extra, or a repository without programs",
+        503: "models not loaded yet, or the decoding queue is full",
+    },
+)
 
 
 def _image(body: ExplainRequest, runtime: RuntimeDep) -> tuple[Any, dict[str, Any] | None]:

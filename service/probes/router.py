@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import Depends, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.api.auth import KEY_ERRORS, require_key
-from service.api.deps import EngineDep
+from service.api.deps import EngineDep, from_state
 from service.api.errors import ApiError
+from service.api.feature import error_responses, feature_router
 from service.api.requestlog import annotate
 from service.probes.jobs import ProbeJob
 from service.probes.service import ProbeService
@@ -85,21 +85,17 @@ class ProbeSetList(BaseModel):
     probe_sets: list[ProbeSetInfo]
 
 
-async def get_probes(request: Request) -> ProbeService:
-    service: ProbeService = request.app.state.probes
-    return service
-
-
-ProbesDep = Annotated[ProbeService, Depends(get_probes)]
-router = APIRouter(tags=["probes"], dependencies=[Depends(require_key)])
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    **KEY_ERRORS,
-    404: {"description": "unknown model, ranker, probe set or job"},
-    409: {"description": "the job has not succeeded (accept)"},
-    422: {"description": "invalid field, or a probe set that does not fit the kind"},
-    429: {"description": "too many probe jobs running (Retry-After)"},
-    503: {"description": "models not loaded yet"},
-}
+ProbesDep = Annotated[ProbeService, Depends(from_state("probes"))]
+router = feature_router("probes")
+_ERRORS = error_responses(
+    "probe jobs",
+    {
+        404: "unknown model, ranker, probe set or job",
+        409: "the job has not succeeded (accept)",
+        422: "invalid field, or a probe set that does not fit the kind",
+        503: "models not loaded yet",
+    },
+)
 
 
 def _job(probes: ProbesDep, job_id: str) -> ProbeJob:
