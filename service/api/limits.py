@@ -22,7 +22,6 @@ MAX_QUERY_PARAMS: Final = 64
 MAX_FIELD_NAME: Final = 64  # characters in a query parameter or form field name
 MAX_FORM_FIELDS: Final = 64  # text fields of a multipart body (files are bounded by the image count)
 MAX_FORM_FIELD_BYTES: Final = 65_536  # one text field of a multipart body
-MAX_HOOKS: Final = 16  # hooks in one request
 MAX_HOOK_PARAM_DEPTH: Final = 8  # containers nested inside one hook's params (``pairs``: 3)
 MAX_HOOK_PARAM_VALUES: Final = 10_000  # values inside one hook's params
 MAX_HOOK_PARAM_STRING: Final = 256  # characters in one string inside a hook's params

@@ -7,7 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from service.api.limits import MAX_HOOKS, check_hook_params, check_json
+from service.api.limits import check_hook_params, check_json
+from service.engine.hooks import MAX_HOOKS
 from service.engine.params import MAX_RERANK_WEIGHT
 from service.manifest import Training
 from service.settings import MAX_BEAM_SIZE

@@ -19,12 +19,12 @@ from service.api.limits import (
     MAX_FORM_FIELD_BYTES,
     MAX_FORM_FIELDS,
     MAX_HOOK_PARAM_DEPTH,
-    MAX_HOOKS,
     MAX_JSON_DEPTH,
     MAX_JSON_VALUES,
     MAX_QUERY_BYTES,
     MAX_QUERY_PARAMS,
 )
+from service.engine.hooks import MAX_HOOKS
 from service.gateway.app import create_app
 from service.settings import Settings
 from tests.api.conftest import wait_ready
