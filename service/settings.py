@@ -1,11 +1,18 @@
-"""Gateway settings: one ``Settings`` object (env prefix ``COMPCAP_``), validated at start-up."""
+"""Gateway settings: one ``Settings`` object (env prefix ``COMPCAP_``), validated at start-up, made of
+sections — ``EngineSettings``, ``GatewaySettings``, ``ProbeSettings``, ``ExplainSettings``,
+``CompareSettings`` — whose fields keep the flat names (``COMPCAP_MAX_BEAM_SIZE`` is
+``max_beam_size`` of the engine's section and of ``Settings``). The engine takes only its section
+(``EngineSettings``, which reads its own ``COMPCAP_*`` variables when built alone); each feature
+parses its own settings when it installs (``check_setting``): this module imports no feature."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Self, TypeVar
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.manifest import MANIFEST_NAME
@@ -13,15 +20,30 @@ from service.manifest import MANIFEST_NAME
 MAX_BEAM_SIZE = 100  # re-ranking reads up to 100 candidates (the seeds' BUTR+RR evaluation: B = 100)
 FEATURES = ("probes", "explain", "compare")  # the feature packages the gateway can serve (service.gateway)
 
+T = TypeVar("T")
+R = TypeVar("R")
 
-class Settings(BaseSettings):
-    """Every knob of the gateway. Environment variables are ``COMPCAP_<FIELD>``, e.g. ``COMPCAP_PORT``."""
+
+class Section(BaseSettings):
+    """A section of ``Settings``: its fields are ``COMPCAP_<FIELD>`` variables, as in ``Settings``."""
 
     model_config = SettingsConfigDict(env_prefix="COMPCAP_", extra="ignore", validate_default=True)
 
+    @classmethod
+    def of(cls, settings: Section) -> Self:
+        """This section of ``settings`` (already validated): its fields only."""
+        return cls.model_construct(**{name: getattr(settings, name) for name in cls.model_fields})
+
+
+def _blank_is_none(value: str | None) -> str | None:
+    return None if value is None or not value.strip() else value
+
+
+class EngineSettings(Section):
+    """The engine's section: the repository, the backend that runs its models, the request defaults
+    and bounds, and the scheduler's. The engine reads these names as they are."""
+
     repo: Path = Field(default=Path("model_repo"), description="model repository with manifest.json")
-    host: str = "127.0.0.1"
-    port: int = Field(default=8080, ge=0, le=65535)
     backend: Literal["onnxruntime", "triton"] = "onnxruntime"
     triton_url: str = Field(default="127.0.0.1:8001", description="Triton gRPC address (backend=triton)")
     triton_shared_memory: bool = Field(
@@ -38,9 +60,6 @@ class Settings(BaseSettings):
     executor_threads: int = Field(
         default=4, ge=1, le=64, description="threads that run model calls off the loop"
     )
-    max_upload_bytes: int = Field(default=8 * 1024 * 1024, ge=1, description="largest accepted encoded image")
-    max_image_pixels: int = Field(default=25_000_000, ge=1, description="largest accepted width * height")
-    max_images_per_request: int = Field(default=16, ge=1, le=1024)
     default_beam_size: int = Field(default=5, ge=1, le=MAX_BEAM_SIZE)
     max_beam_size: int = Field(
         default=MAX_BEAM_SIZE,
@@ -53,30 +72,6 @@ class Settings(BaseSettings):
         default=40, ge=1, le=512, description="upper bound for a request's max_length"
     )
     request_deadline_s: float = Field(default=10.0, gt=0, le=3600)
-    error_pace_burst: int = Field(
-        default=20, ge=1, le=100_000, description="4xx answers a connection gets at once before pacing"
-    )
-    error_pace_per_s: float = Field(
-        default=20.0,
-        ge=0.0,
-        le=100_000.0,
-        description="4xx answers per second a connection gets once its burst is spent; each further one "
-        "waits 1/this s (0: no pacing). Two junk senders cut 24 users to 56% of their captions/s unpaced",
-    )
-    abandon_pace_burst: int = Field(
-        default=10,
-        ge=1,
-        le=100_000,
-        description="requests a client (bearer credential, else address) may abandon (499) at once "
-        "before its next requests are held back",
-    )
-    abandon_pace_per_s: float = Field(
-        default=2.0,
-        ge=0.0,
-        le=100_000.0,
-        description="abandoned requests per second a client's bucket refills; while it is in debt a new "
-        "request of that client waits up to 1/this s before any work starts (0: no pacing)",
-    )
     cross_request_batching: bool = Field(
         default=True, description="false: every request decodes alone (the benchmark's naive baseline)"
     )
@@ -110,11 +105,129 @@ class Settings(BaseSettings):
         default=128, ge=1, le=100_000, description="requests decoding at once per captioner"
     )
 
+    @field_validator("repo")
+    @classmethod
+    def _repo_has_manifest(cls, value: Path) -> Path:
+        if not (value / MANIFEST_NAME).is_file():
+            raise ValueError(f"{value} has no {MANIFEST_NAME} (build one with `compcap build --out {value}`)")
+        return value
+
+    @model_validator(mode="after")
+    def _default_beam_within_max(self) -> Self:
+        if self.default_beam_size > self.max_beam_size:
+            raise ValueError(
+                f"default_beam_size ({self.default_beam_size}) exceeds max_beam_size ({self.max_beam_size})"
+            )
+        return self
+
+
+class GatewaySettings(Section):
+    """The gateway's section: its address, the upload bounds, pacing, the features it serves, the
+    keys and the logs."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    max_upload_bytes: int = Field(default=8 * 1024 * 1024, ge=1, description="largest accepted encoded image")
+    max_image_pixels: int = Field(default=25_000_000, ge=1, description="largest accepted width * height")
+    max_images_per_request: int = Field(default=16, ge=1, le=1024)
+    error_pace_burst: int = Field(
+        default=20, ge=1, le=100_000, description="4xx answers a connection gets at once before pacing"
+    )
+    error_pace_per_s: float = Field(
+        default=20.0,
+        ge=0.0,
+        le=100_000.0,
+        description="4xx answers per second a connection gets once its burst is spent; each further one "
+        "waits 1/this s (0: no pacing). Two junk senders cut 24 users to 56% of their captions/s unpaced",
+    )
+    abandon_pace_burst: int = Field(
+        default=10,
+        ge=1,
+        le=100_000,
+        description="requests a client (bearer credential, else address) may abandon (499) at once "
+        "before its next requests are held back",
+    )
+    abandon_pace_per_s: float = Field(
+        default=2.0,
+        ge=0.0,
+        le=100_000.0,
+        description="abandoned requests per second a client's bucket refills; while it is in debt a new "
+        "request of that client waits up to 1/this s before any work starts (0: no pacing)",
+    )
     features: str = Field(
         default=",".join(FEATURES),
         description="comma-separated features the gateway serves besides captions (probes, explain, "
         "compare); a feature left out answers 404 on its routes ('' = captions only)",
     )
+    api_keys: SecretStr | None = Field(
+        default=None,
+        description="comma-separated keys; when set, probe endpoints need 'Authorization: Bearer <key>'",
+    )
+    captions_require_key: bool = Field(
+        default=False, description="with api_keys set, caption endpoints need a key too"
+    )
+    log_format: Literal["json", "text"] = Field(
+        default="json", description="json: one JSON object per log line (one per request from compcap.access)"
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("features")
+    @classmethod
+    def _features_known(cls, value: str) -> str:
+        names = {name.strip() for name in value.split(",")} - {""}
+        unknown = sorted(names - set(FEATURES))
+        if unknown:
+            raise ValueError(
+                f"COMPCAP_FEATURES: unknown feature {unknown[0]!r}; features: {', '.join(FEATURES)}"
+            )
+        return ",".join(name for name in FEATURES if name in names)
+
+    def feature_names(self) -> tuple[str, ...]:
+        """The features served, in ``FEATURES`` order."""
+        return tuple(name for name in self.features.split(",") if name)
+
+    @field_validator("api_keys")
+    @classmethod
+    def _keys_not_blank(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value().strip():
+            return None
+        keys = [k.strip() for k in value.get_secret_value().split(",")]
+        if any(not k for k in keys):
+            raise ValueError("an empty key in the comma-separated list")
+        if any(len(k) < 8 for k in keys):
+            raise ValueError("every key needs at least 8 characters")
+        return value
+
+    def api_key_set(self) -> frozenset[str]:
+        """The configured keys (empty: no key needed)."""
+        if self.api_keys is None:
+            return frozenset()
+        return frozenset(k.strip() for k in self.api_keys.get_secret_value().split(","))
+
+
+class ProbeSettings(Section):
+    """The probes' section. The schedule is parsed by ``service.probes`` when it installs."""
+
+    max_probe_jobs: int = Field(
+        default=2, ge=1, le=64, description="probe jobs running at once; more get 429 with Retry-After"
+    )
+    probe_schedule: str | None = Field(
+        default=None,
+        description="probes the gateway runs by itself, e.g. "
+        "'every=15m;kinds=systematicity,substitutivity;models=butr+butr,butd;images=20' "
+        "(service/probes/schedule.py)",
+    )
+    probe_history: str = Field(
+        default="probe_history.jsonl",
+        description="JSON-lines file of succeeded probes, read back at start-up ('' = keep none)",
+    )
+
+    _schedule_blank = field_validator("probe_schedule")(_blank_is_none)
+
+
+class ExplainSettings(Section):
+    """The explanations' section."""
+
     max_explanations: int = Field(
         default=2,
         ge=1,
@@ -130,6 +243,12 @@ class Settings(BaseSettings):
     explain_torch_threads: int = Field(
         default=1, ge=1, le=64, description="torch intra-op threads of the gradient explanations"
     )
+
+
+class CompareSettings(Section):
+    """The comparison's section. The shadow configuration is parsed by ``service.compare`` when it
+    installs."""
+
     max_comparisons: int = Field(
         default=2,
         ge=1,
@@ -160,48 +279,18 @@ class Settings(BaseSettings):
     shadow_max_pending: int = Field(
         default=4, ge=1, le=1024, description="shadow decodes waiting or running at once; beyond: skipped"
     )
-    max_probe_jobs: int = Field(
-        default=2, ge=1, le=64, description="probe jobs running at once; more get 429 with Retry-After"
-    )
-    probe_schedule: str | None = Field(
-        default=None,
-        description="probes the gateway runs by itself, e.g. "
-        "'every=15m;kinds=systematicity,substitutivity;models=butr+butr,butd;images=20' "
-        "(service/probes/schedule.py)",
-    )
-    probe_history: str = Field(
-        default="probe_history.jsonl",
-        description="JSON-lines file of succeeded probes, read back at start-up ('' = keep none)",
-    )
-    api_keys: SecretStr | None = Field(
-        default=None,
-        description="comma-separated keys; when set, probe endpoints need 'Authorization: Bearer <key>'",
-    )
-    captions_require_key: bool = Field(
-        default=False, description="with api_keys set, caption endpoints need a key too"
-    )
-    log_format: Literal["json", "text"] = Field(
-        default="json", description="json: one JSON object per log line (one per request from compcap.access)"
-    )
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
 
-    @field_validator("features")
-    @classmethod
-    def _features_known(cls, value: str) -> str:
-        names = {name.strip() for name in value.split(",")} - {""}
-        unknown = sorted(names - set(FEATURES))
-        if unknown:
-            raise ValueError(
-                f"COMPCAP_FEATURES: unknown feature {unknown[0]!r}; features: {', '.join(FEATURES)}"
-            )
-        return ",".join(name for name in FEATURES if name in names)
+    _shadow_blank = field_validator("shadow_model")(_blank_is_none)
 
-    def feature_names(self) -> tuple[str, ...]:
-        """The features served, in ``FEATURES`` order."""
-        return tuple(name for name in self.features.split(",") if name)
+
+class Settings(CompareSettings, ExplainSettings, ProbeSettings, GatewaySettings, EngineSettings):
+    """Every knob of the gateway, section by section (the bases are listed last section first: the
+    fields come engine, gateway, probes, explain, compare). Environment variables are ``COMPCAP_<FIELD>``,
+    e.g. ``COMPCAP_PORT``; ``settings.engine`` (and ``gateway``, ``probes``, ``explain``, ``compare``)
+    is one section."""
 
     @model_validator(mode="after")
-    def _feature_settings_served(self) -> Settings:
+    def _feature_settings_served(self) -> Self:
         served = self.feature_names()
         if self.probe_schedule is not None and "probes" not in served:
             raise ValueError("probe_schedule: the probes feature is left out of COMPCAP_FEATURES")
@@ -212,7 +301,7 @@ class Settings(BaseSettings):
     @field_validator("probe_schedule")
     @classmethod
     def _schedule_parses(cls, value: str | None) -> str | None:
-        if value is None or not value.strip():
+        if value is None:
             return None
         from service.probes.schedule import parse_schedule
 
@@ -222,7 +311,7 @@ class Settings(BaseSettings):
     @field_validator("shadow_model")
     @classmethod
     def _shadow_parses(cls, value: str | None) -> str | None:
-        if value is None or not value.strip():
+        if value is None:
             return None
         from service.compare.configs import parse_configuration
 
@@ -230,7 +319,7 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
-    def _shadow_model_known(self) -> Settings:
+    def _shadow_model_known(self) -> Self:
         if self.shadow_model is None:
             return self
         from service.compare.configs import parse_configuration
@@ -242,38 +331,46 @@ class Settings(BaseSettings):
             raise ValueError(f"shadow_model: unknown captioner {model!r}; captioners: {', '.join(names)}")
         return self
 
-    @field_validator("api_keys")
-    @classmethod
-    def _keys_not_blank(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is None or not value.get_secret_value().strip():
-            return None
-        keys = [k.strip() for k in value.get_secret_value().split(",")]
-        if any(not k for k in keys):
-            raise ValueError("an empty key in the comma-separated list")
-        if any(len(k) < 8 for k in keys):
-            raise ValueError("every key needs at least 8 characters")
-        return value
+    @property
+    def engine(self) -> EngineSettings:
+        return EngineSettings.of(self)
 
-    def api_key_set(self) -> frozenset[str]:
-        """The configured keys (empty: no key needed)."""
-        if self.api_keys is None:
-            return frozenset()
-        return frozenset(k.strip() for k in self.api_keys.get_secret_value().split(","))
+    @property
+    def gateway(self) -> GatewaySettings:
+        return GatewaySettings.of(self)
 
-    @field_validator("repo")
-    @classmethod
-    def _repo_has_manifest(cls, value: Path) -> Path:
-        if not (value / MANIFEST_NAME).is_file():
-            raise ValueError(f"{value} has no {MANIFEST_NAME} (build one with `compcap build --out {value}`)")
-        return value
+    @property
+    def probes(self) -> ProbeSettings:
+        return ProbeSettings.of(self)
 
-    @model_validator(mode="after")
-    def _default_beam_within_max(self) -> Settings:
-        if self.default_beam_size > self.max_beam_size:
-            raise ValueError(
-                f"default_beam_size ({self.default_beam_size}) exceeds max_beam_size ({self.max_beam_size})"
-            )
-        return self
+    @property
+    def explain(self) -> ExplainSettings:
+        return ExplainSettings.of(self)
+
+    @property
+    def compare(self) -> CompareSettings:
+        return CompareSettings.of(self)
+
+
+def invalid_setting(loc: tuple[str, ...], error: ValueError, value: object) -> ValidationError:
+    """The ``ValidationError`` ``Settings`` would raise for ``error`` at ``loc``: a feature's check at
+    start-up fails as the settings do (``compcap serve`` prints it the same way)."""
+    detail: InitErrorDetails = {"type": "value_error", "loc": loc, "input": value, "ctx": {"error": error}}
+    return ValidationError.from_exception_data("Settings", [detail])
+
+
+def check_setting(name: str, value: T, parse: Callable[[T], R]) -> R:
+    """``parse(value)`` of the setting ``name``; a ``ValueError`` becomes ``invalid_setting`` at ``name``."""
+    try:
+        return parse(value)
+    except ValueError as exc:
+        raise invalid_setting((name,), exc, value) from None
+
+
+def settings_exit(exc: ValidationError) -> SystemExit:
+    """``compcap serve``'s exit for invalid settings: every problem, each naming its field."""
+    problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+    return SystemExit(f"compcap serve: invalid settings: {problems}")
 
 
 def load_settings(**overrides: object) -> Settings:
@@ -281,5 +378,4 @@ def load_settings(**overrides: object) -> Settings:
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise SystemExit(f"compcap serve: invalid settings: {problems}") from None
+        raise settings_exit(exc) from None

@@ -7,10 +7,10 @@ import asyncio
 from service.backends.base import Backend
 from service.manifest import Manifest
 from service.metrics import Metrics
-from service.settings import Settings
+from service.settings import EngineSettings
 
 
-async def make_backend(settings: Settings, manifest: Manifest, metrics: Metrics) -> Backend:
+async def make_backend(settings: EngineSettings, manifest: Manifest, metrics: Metrics) -> Backend:
     """The backend for ``settings.backend``, loaded and ready to serve."""
     if settings.backend == "onnxruntime":
         try:

@@ -3,9 +3,10 @@ images through the captioner's ``Scheduler``, order the finished beams into ``Ca
 (``service.engine.rerank``).
 
 Everything that captions goes through it: the gateway, the offline studies (``CaptionEngine.from_repo``)
-and the benchmark, so every report measures the code users get. With
-``Settings.cross_request_batching`` off each request decodes in a scheduler of its own (the naive
-baseline): the same code path, with no other request merged into its step calls.
+and the benchmark, so every report measures the code users get. It takes only the engine's section
+of the settings (``EngineSettings``). With ``cross_request_batching`` off each request decodes in a
+scheduler of its own (the naive baseline): the same code path, with no other request merged into its
+step calls.
 """
 
 from __future__ import annotations
@@ -19,8 +20,7 @@ from typing import Any
 import numpy as np
 
 from service.backends.base import Backend
-from service.engine.cohorts import COHORT_BOUNDS
-from service.engine.limits import QueueFullError, SchedulerLimits
+from service.engine.limits import QueueFullError, rows_for
 from service.engine.observer import StepObserver
 from service.engine.params import InvalidParameterError, OverloadedError, SearchParams, resolve_params
 from service.engine.request import Priority
@@ -29,7 +29,7 @@ from service.engine.runner import ModelRunner
 from service.engine.scheduler import Scheduler
 from service.manifest import Manifest, load_manifest
 from service.metrics import Metrics
-from service.settings import Settings
+from service.settings import EngineSettings
 from service.text.vocabulary import Vocabulary
 
 
@@ -49,28 +49,19 @@ class CaptionEngine:
         backend: Backend,
         manifest: Manifest,
         vocab: Vocabulary,
-        settings: Settings,
+        settings: EngineSettings,
         metrics: Metrics | None = None,
     ) -> None:
         if len(vocab) != manifest.vocabulary.size:
             raise ValueError(
                 f"vocab has {len(vocab)} words but manifest.vocabulary.size is {manifest.vocabulary.size}"
             )
-        self.backend, self.manifest, self.vocab, self.settings = backend, manifest, vocab, settings
+        self.backend, self.manifest, self.vocab = backend, manifest, vocab
+        self.settings = EngineSettings.of(settings)  # the engine's section, even of a whole Settings
         self.metrics = metrics
         self.runner = ModelRunner(backend, manifest)
         spec = manifest.vocabulary
         self.banned = tuple(sorted({spec.pad_id, spec.bos_id, spec.unk_id} - {spec.eos_id}))
-        self.limits = SchedulerLimits(
-            max_rows=settings.max_rows_per_step,
-            max_queue=settings.max_queue,
-            max_active=settings.max_active_requests,
-            max_beam_size=settings.max_beam_size,
-            max_length=max(settings.max_length_cap, 1),
-            max_background_rows=settings.max_background_rows,
-            background_share=settings.background_share,
-            cohort_bounds=COHORT_BOUNDS if settings.beam_cohorts else (),
-        )
         self._schedulers: dict[str, Scheduler] = {}
         self._owns_backend = False
 
@@ -78,12 +69,12 @@ class CaptionEngine:
     async def from_repo(
         cls, repo: str | Path, metrics: Metrics | None = None, **overrides: Any
     ) -> CaptionEngine:
-        """An engine on ``repo`` with its own backend (``COMPCAP_*`` settings, then ``overrides``,
-        e.g. ``max_beam_size=100``); close it (or use ``async with``) to free the backend."""
-        return await cls.from_settings(Settings(repo=Path(repo), **overrides), metrics)
+        """An engine on ``repo`` with its own backend (the engine's ``COMPCAP_*`` settings, then
+        ``overrides``, e.g. ``max_beam_size=100``); close it (or use ``async with``) to free the backend."""
+        return await cls.from_settings(EngineSettings(repo=Path(repo), **overrides), metrics)
 
     @classmethod
-    async def from_settings(cls, settings: Settings, metrics: Metrics | None = None) -> CaptionEngine:
+    async def from_settings(cls, settings: EngineSettings, metrics: Metrics | None = None) -> CaptionEngine:
         """An engine with its own backend, as ``settings`` say (see ``from_repo``)."""
         from service.backends.factory import make_backend
 
@@ -117,7 +108,7 @@ class CaptionEngine:
         return Scheduler(
             self.runner,
             self.manifest.captioner(captioner),
-            self.limits,
+            self.settings,
             self.banned,
             self.metrics,
             users_anywhere=self.user_requests,
@@ -148,10 +139,11 @@ class CaptionEngine:
         if images.dtype != np.uint8 or images.ndim != 4 or images.shape[1:] != (h, w, 3) or not len(images):
             raise ValueError(f"images must be uint8 [B>=1, {h}, {w}, 3], got {images.dtype} {images.shape}")
         rows = params.rows(len(images))
-        if rows > self.limits.max_rows:
+        if rows > self.settings.max_rows_per_step:
             raise InvalidParameterError(
                 "beam_size",
-                f"images × beam_size = {rows} exceeds the scheduler's max_rows = {self.limits.max_rows}",
+                f"images × beam_size = {rows} exceeds the scheduler's max_rows = "
+                f"{self.settings.max_rows_per_step}",
             )
         timeout = self.settings.request_deadline_s if timeout_s is None else timeout_s
         alone = not self.settings.cross_request_batching
@@ -184,10 +176,11 @@ class CaptionEngine:
         images as the row budget of ``priority`` allows (a background request must fit the rows users
         leave it), a few in flight at once so that their step calls share the batch.
         ``progress(n)`` is called as each request's ``n`` images finish."""
-        per_request = max(1, min(16, self.limits.rows_for(priority) // params.beam_size))
+        per_request = max(1, min(16, rows_for(self.settings, priority) // params.beam_size))
         parts = [images[i : i + per_request] for i in range(0, len(images), per_request)]
-        fit = max(1, self.limits.max_rows // (per_request * params.beam_size))  # requests decoding at once
-        in_flight = asyncio.Semaphore(min(self.limits.max_queue, 2 * fit))  # as many more being encoded
+        # requests decoding at once
+        fit = max(1, self.settings.max_rows_per_step // (per_request * params.beam_size))
+        in_flight = asyncio.Semaphore(min(self.settings.max_queue, 2 * fit))  # as many more being encoded
         timeout = max(self.settings.request_deadline_s, 3600.0)
 
         async def one(part: np.ndarray) -> list[list[Caption]]:

@@ -1,5 +1,5 @@
 """``SearchParams``: everything one request's search needs, resolved once and frozen; ``resolve_params``
-turns request options into it against the manifest and the one ``Settings`` object.
+turns request options into it against the manifest and the engine's settings (``EngineSettings``).
 
 Errors name the option at fault (``EngineError.field``) so the API can answer 4xx with it.
 """
@@ -13,7 +13,7 @@ from typing import Any
 from service.engine.hooks import HookError, resolve_hooks
 from service.engine.processors import LogitsProcessor
 from service.manifest import Manifest
-from service.settings import Settings
+from service.settings import EngineSettings
 from service.text.vocabulary import Vocabulary
 
 MAX_RERANK_WEIGHT = 10.0
@@ -115,7 +115,7 @@ class SearchParams:
 def resolve_params(
     manifest: Manifest,
     vocab: Vocabulary,
-    settings: Settings,
+    settings: EngineSettings,
     model: str | None = None,
     beam_size: int | None = None,
     max_length: int | None = None,

@@ -3,11 +3,11 @@ loop per captioner: **plan** the iteration → **runner** call → **update** th
 
 - plan: drop requests past their deadline or abandoned by their caller (their rows are freed before the
   next step call); move encoded requests into the ``BeamBatch``; admit waiting requests, in priority
-  order, as far as the row budget (``max_rows``: images × beam size per request) and ``max_active``
-  allow — background requests (probes, studies) only within ``max_background_rows`` while any user
-  request is in the scheduler, and paced to ``background_share`` of the time (after a background
-  request held rows for t seconds, the next waits t × (1/share − 1)), so that they fill the capacity
-  users leave — and start encoding them
+  order, as far as the row budget (``max_rows_per_step``: images × beam size per request) and
+  ``max_active_requests`` allow — background requests (probes, studies) only within
+  ``max_background_rows`` while any user request is in the scheduler, and paced to
+  ``background_share`` of the time (after a background request held rows for t seconds, the next
+  waits t × (1/share − 1)), so that they fill the capacity users leave — and start encoding them
   (``visual_encoder`` + ``<cap>_init``, one batched call for all of them) while the others keep decoding;
 - runner: ONE ``<cap>_step`` call with every live row of every decoding request;
 - update: advance the batch; requests whose search is done leave at once and are re-ranked off the
@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 from service.engine.beam_batch import BatchRows, Joining
-from service.engine.cohorts import CohortBatch
-from service.engine.limits import QueueFullError, SchedulerLimits
+from service.engine.cohorts import COHORT_BOUNDS, CohortBatch
+from service.engine.limits import QueueFullError
 from service.engine.observer import StepObserver
 from service.engine.params import SearchParams
 from service.engine.request import DecodeResult, Priority, Request, RequestStatus
@@ -36,6 +36,7 @@ from service.engine.rerank import rank_finished
 from service.engine.runner import Encoded, ModelRunner, StepOutput
 from service.manifest import CaptionerEntry
 from service.metrics import Metrics
+from service.settings import EngineSettings
 
 log = logging.getLogger(__name__)
 S = RequestStatus
@@ -49,19 +50,20 @@ class Scheduler:
         self,
         runner: ModelRunner,
         captioner: CaptionerEntry,
-        limits: SchedulerLimits,
+        settings: EngineSettings,
         banned_ids: Sequence[int],
         metrics: Metrics | None = None,
         users_anywhere: Callable[[], int] | None = None,
     ) -> None:
         """``users_anywhere``: user requests in every scheduler sharing these cores (the engine's); a
         background request yields to users of another captioner as to its own. None: this one only."""
-        self.runner, self.cap, self.limits, self.metrics = runner, captioner, limits, metrics
+        self.runner, self.cap, self.settings, self.metrics = runner, captioner, settings, metrics
         self._users_anywhere = users_anywhere
         vocab = runner.manifest.vocabulary
-        length = min(limits.max_length, captioner.max_length)
+        length = min(settings.max_length_cap, captioner.max_length)
+        cohorts = COHORT_BOUNDS if settings.beam_cohorts else ()  # (): one array as wide as the widest
         self._batch = CohortBatch(
-            limits.max_beam_size, length, vocab.bos_id, vocab.eos_id, banned_ids, limits.cohort_bounds
+            settings.max_beam_size, length, vocab.bos_id, vocab.eos_id, banned_ids, cohorts
         )
         self._waiting: list[tuple[int, int, Request]] = []  # heap of (priority, key, request)
         self._encoding_requests: list[Request] = []
@@ -118,11 +120,11 @@ class Scheduler:
             raise RuntimeError("the scheduler is closed")
         if params.model != self.cap.name:
             raise ValueError(f"params are for {params.model!r}, this scheduler decodes {self.cap.name!r}")
-        if params.rows(len(images)) > self.limits.max_rows:
+        if params.rows(len(images)) > self.settings.max_rows_per_step:
             raise ValueError(
-                f"images × beam_size = {params.rows(len(images))} exceeds {self.limits.max_rows}"
+                f"images × beam_size = {params.rows(len(images))} exceeds {self.settings.max_rows_per_step}"
             )
-        if self.queue_length >= self.limits.max_queue:
+        if self.queue_length >= self.settings.max_queue:
             raise QueueFullError(retry_after_s=1.0)
         self._ensure_loop()
         self._serial += 1
@@ -284,15 +286,15 @@ class Scheduler:
             if request.status.terminal:
                 heapq.heappop(self._waiting)
                 continue
-            fits = self._reserved_rows + request.rows <= self.limits.max_rows
+            fits = self._reserved_rows + request.rows <= self.settings.max_rows_per_step
             background = request.priority is Priority.BACKGROUND
             if background and users is None:
                 users = self.users_anywhere + sum(r.priority is Priority.USER for r in admitted)
             if background and users:
-                budget = self.limits.max_background_rows
+                budget = self.settings.max_background_rows
                 fits = fits and (budget is None or self._background_rows + request.rows <= budget)
                 fits = fits and time.perf_counter() >= self._background_after
-            if not fits or self.active_requests + len(admitted) >= self.limits.max_active:
+            if not fits or self.active_requests + len(admitted) >= self.settings.max_active_requests:
                 if background and users and not self.user_requests:
                     # held back by another captioner's users: nothing here will wake this loop when
                     # they leave, so look again shortly
@@ -384,7 +386,7 @@ class Scheduler:
     def _pace(self, request: Request) -> None:
         """After a background request held rows for t s while users decode, hold the next one back for
         t × (1/share − 1) s (and wake the loop then)."""
-        share = self.limits.background_share
+        share = self.settings.background_share
         if share >= 1.0 or not self.users_anywhere or not request.encode_start:
             return
         now = time.perf_counter()

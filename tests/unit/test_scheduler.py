@@ -20,17 +20,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-import service.engine.scheduler as scheduler_module
 from service.backends.base import BackendError
 from service.backends.onnxruntime import OnnxRuntimeBackend
 from service.engine.beam import Hypothesis
 from service.engine.engine import CaptionEngine, CaptionOutput
+from service.engine.limits import rows_for
 from service.engine.observer import StepEvent
 from service.engine.params import InvalidParameterError, OverloadedError, SearchParams
 from service.engine.request import Priority, Request, RequestStatus
 from service.engine.scheduler import QueueFullError
 from service.manifest import Manifest
-from service.settings import Settings
+from service.settings import EngineSettings, Settings
 from service.text.vocabulary import Vocabulary
 from tests.unit.test_beam_batch import backtrack
 
@@ -633,11 +633,11 @@ def test_background_requests_hold_at_most_their_row_budget_while_users_decode(
     assert all(r.status is S.FINISHED for r in made)
 
 
-def test_background_row_budget_is_validated() -> None:
+def test_background_row_budget_is_validated(tiny_repo: Path) -> None:
     with pytest.raises(ValueError, match="max_background_rows"):
-        scheduler_module.SchedulerLimits(8, 8, 8, 8, 8, max_background_rows=0)
-    limits = scheduler_module.SchedulerLimits(512, 8, 8, 100, 8, max_background_rows=128)
-    assert limits.rows_for(Priority.BACKGROUND) == 128 and limits.rows_for(Priority.USER) == 512
+        EngineSettings(repo=tiny_repo, max_background_rows=0)
+    settings = EngineSettings(repo=tiny_repo, max_rows_per_step=512, max_background_rows=128)
+    assert rows_for(settings, Priority.BACKGROUND) == 128 and rows_for(settings, Priority.USER) == 512
 
 
 def test_background_share_paces_background_requests_while_users_decode(
