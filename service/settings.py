@@ -298,39 +298,6 @@ class Settings(CompareSettings, ExplainSettings, ProbeSettings, GatewaySettings,
             raise ValueError("shadow_model: the compare feature is left out of COMPCAP_FEATURES")
         return self
 
-    @field_validator("probe_schedule")
-    @classmethod
-    def _schedule_parses(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        from service.probes.schedule import parse_schedule
-
-        parse_schedule(value)  # a ValueError names the field of the schedule at fault
-        return value
-
-    @field_validator("shadow_model")
-    @classmethod
-    def _shadow_parses(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        from service.compare.configs import parse_configuration
-
-        parse_configuration(value)  # a ConfigurationError (a ValueError) names the part at fault
-        return value
-
-    @model_validator(mode="after")
-    def _shadow_model_known(self) -> Self:
-        if self.shadow_model is None:
-            return self
-        from service.compare.configs import parse_configuration
-        from service.manifest import load_manifest
-
-        model = parse_configuration(self.shadow_model).model
-        names = [c.name for c in load_manifest(self.repo).captioners]
-        if model not in names:
-            raise ValueError(f"shadow_model: unknown captioner {model!r}; captioners: {', '.join(names)}")
-        return self
-
     @property
     def engine(self) -> EngineSettings:
         return EngineSettings.of(self)

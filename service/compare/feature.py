@@ -1,6 +1,7 @@
 """``install(app, runtime)``: the comparison as a feature of the gateway — the ``CompareService``,
 ``/v1/compare`` and its tag, and with ``COMPCAP_SHADOW_MODEL`` set the shadow comparison: a listener
-after caption responses, closed when the app stops."""
+after caption responses, closed when the app stops. ``COMPCAP_SHADOW_MODEL`` is parsed here, at
+start-up, against the repository's captioners: a bad one stops the start as any invalid setting does."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from fastapi import FastAPI
 
 from service.api.deps import Runtime
 from service.api.feature import add_tag
-from service.compare.configs import parse_configuration
+from service.compare.configs import Configuration, parse_configuration
 from service.compare.router import router
 from service.compare.service import CompareService
 from service.compare.shadow import ShadowComparer
+from service.manifest import Manifest
+from service.settings import CompareSettings, check_setting, invalid_setting
 
 TAG = {
     "name": "comparison",
@@ -23,14 +26,28 @@ TAG = {
 }
 
 
+def shadow_configuration(settings: CompareSettings, manifest: Manifest) -> Configuration | None:
+    """``COMPCAP_SHADOW_MODEL`` parsed (None: unset); a ``ValidationError`` names the part at fault
+    or the unknown captioner."""
+    if settings.shadow_model is None:
+        return None
+    configuration = check_setting("shadow_model", settings.shadow_model, parse_configuration)
+    names = [c.name for c in manifest.captioners]
+    if configuration.model not in names:
+        unknown = f"shadow_model: unknown captioner {configuration.model!r}; captioners: {', '.join(names)}"
+        raise invalid_setting((), ValueError(unknown), settings.shadow_model)
+    return configuration
+
+
 def install(app: FastAPI, runtime: Runtime) -> None:
     """Serve ``POST /v1/compare`` and ``GET /v1/compare/shadow``; feed the shadow, when one is set."""
     settings = runtime.settings
+    configuration = shadow_configuration(settings, runtime.manifest)
     app.state.compare = CompareService(settings.max_comparisons)
     app.state.shadow = None
-    if settings.shadow_model is not None:
+    if configuration is not None:
         shadow = ShadowComparer(
-            parse_configuration(settings.shadow_model),
+            configuration,
             settings.shadow_rate,
             runtime.metrics.registry,
             capacity=settings.shadow_reservoir_size,

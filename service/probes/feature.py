@@ -1,5 +1,7 @@
 """``install(app, runtime)``: the probes as a feature of the gateway — the ``ProbeService`` built from
-the settings, its routes, its tag, and, while the app runs, the restored history and the schedule."""
+the settings, its routes, its tag, and, while the app runs, the restored history and the schedule.
+``COMPCAP_PROBE_SCHEDULE`` is parsed here, at start-up: a bad one stops the start as any invalid
+setting does."""
 
 from __future__ import annotations
 
@@ -12,8 +14,9 @@ from fastapi import FastAPI
 from service.api.deps import Runtime
 from service.api.feature import add_tag
 from service.probes.router import router
-from service.probes.schedule import parse_schedule
+from service.probes.schedule import ProbeSchedule, parse_schedule
 from service.probes.service import ProbeService
+from service.settings import ProbeSettings, check_setting
 
 TAG = {
     "name": "probes",
@@ -21,16 +24,25 @@ TAG = {
 }
 
 
+def probe_schedule(settings: ProbeSettings) -> ProbeSchedule | None:
+    """``COMPCAP_PROBE_SCHEDULE`` parsed (None: unset); a ``ValidationError`` at ``probe_schedule``
+    names the part of the schedule at fault."""
+    if settings.probe_schedule is None:
+        return None
+    return check_setting("probe_schedule", settings.probe_schedule, parse_schedule)
+
+
 def install(app: FastAPI, runtime: Runtime) -> None:
     """Serve ``/v1/probes`` and ``/v1/probe-sets``; run the probe schedule while the app runs."""
     settings = runtime.settings
+    schedule = probe_schedule(settings)
     probes = ProbeService(
         settings.repo,
         runtime.manifest,
         runtime.metrics.registry,
         settings.max_probe_jobs,
         history=Path(settings.probe_history) if settings.probe_history else None,
-        schedule=parse_schedule(settings.probe_schedule) if settings.probe_schedule else None,
+        schedule=schedule,
     )
 
     @asynccontextmanager

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
+from pydantic import ValidationError
 
 from service.compare.ngsm import ngsm, ngsm_profile
 from service.gateway.app import create_app
@@ -181,7 +182,12 @@ def test_the_shadow_compares_live_requests_and_keeps_the_most_discrepant(tiny_re
 
 
 def test_shadow_settings_are_validated(tiny_repo: Path) -> None:
-    with pytest.raises(ValueError, match="shadow_model"):
-        Settings(repo=tiny_repo, shadow_model="nope")
+    """The compare feature parses its shadow as it installs: ``create_app`` fails naming the setting."""
+    with pytest.raises(
+        ValidationError, match="shadow_model: unknown captioner 'nope'; captioners: butr, butd"
+    ):
+        create_app(Settings(repo=tiny_repo, shadow_model="nope", intra_op_threads=1))
+    with pytest.raises(ValidationError, match=r"shadow_model\n  Value error, "):
+        create_app(Settings(repo=tiny_repo, shadow_model="X={not json", intra_op_threads=1))
     with pytest.raises(ValueError, match="shadow_rate"):
         Settings(repo=tiny_repo, shadow_model="butd", shadow_rate=1.5)

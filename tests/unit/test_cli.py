@@ -121,6 +121,34 @@ def test_serve_without_flags_or_environment_uses_the_defaults(
     assert (settings.host, settings.port) == ("127.0.0.1", 8080)
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("PROBE_SCHEDULE", "every=never", "probe_schedule: Value error, every: 'never' is not a duration"),
+        (
+            "SHADOW_MODEL",
+            "nope",
+            ": Value error, shadow_model: unknown captioner 'nope'; captioners: butr, butd",
+        ),
+        ("MAX_BEAM_SIZE", "101", "max_beam_size: Input should be less than or equal to 100"),
+    ],
+)
+def test_serve_exits_naming_a_bad_setting(
+    tiny_repo: Path, monkeypatch: pytest.MonkeyPatch, variable: str, value: str, message: str
+) -> None:
+    """A setting a feature parses at install (the schedule, the shadow) stops ``compcap serve`` with
+    the same message as one ``Settings`` refuses, before anything is served."""
+    from service.gateway import server
+
+    monkeypatch.setenv("COMPCAP_REPO", str(tiny_repo))
+    monkeypatch.setenv(f"COMPCAP_{variable}", value)
+    monkeypatch.setattr(server, "configure_logging", lambda *_: None)
+    monkeypatch.setattr(server.uvicorn, "run", lambda *_, **__: pytest.fail("served"))
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["serve"])
+    assert str(exit_.value).startswith(f"compcap serve: invalid settings: {message}")
+
+
 def test_command_tables_offer_the_split_kinds_of_the_pipeline() -> None:
     from export.commands import SPLIT_KINDS
     from export.data.splits import KINDS

@@ -3,8 +3,9 @@ functions and under ``if TYPE_CHECKING:`` included): service never imports expor
 (DESIGN.md: the one-way contract is model_repo/manifest.json); the HTTP kit (``service/api/``) never
 imports a feature package or the gateway above them; below the command line nothing imports the
 gateway; every feature package exposes ``install``; the engine knows nothing of the API or the feature
-packages; the backends know nothing of the engine or the API; and no import cycle among the modules of
-``service/``. The service must also import without torch (checked in a fresh interpreter)."""
+packages; settings import no feature, nor the kit, engine or gateway; the backends know nothing of the
+engine or the API; and no import cycle among the modules of ``service/``. The service must also import
+without torch (checked in a fresh interpreter)."""
 
 from __future__ import annotations
 
@@ -170,10 +171,15 @@ def test_the_kit_never_imports_a_feature_or_the_gateway() -> None:
 
 def test_text_and_evaluation_never_import_a_feature() -> None:
     """The vocabulary, the concept inventory and its word classes (``text``) and the metrics
-    (``evaluation``) sit below the features that use them. (``settings`` still reads two feature
-    parsers: settings in sections, issue 27 point 3.)"""
+    (``evaluation``) sit below the features that use them."""
     assert offenders("service.text", (GATEWAY, *FEATURES)) == []
     assert offenders("service.evaluation", (GATEWAY, *FEATURES)) == []
+
+
+def test_settings_never_import_a_feature() -> None:
+    """``settings`` sits below everything that reads it: each feature parses its own settings when it
+    installs (the probe schedule, the shadow configuration), and the engine takes only its section."""
+    assert offenders("service.settings", ("service.api", "service.engine", GATEWAY, *FEATURES)) == []
 
 
 def test_only_the_entry_points_import_the_gateway() -> None:

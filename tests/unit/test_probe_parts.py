@@ -9,11 +9,13 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from pydantic import ValidationError
 from starlette.requests import Request
 
 from service.api.auth import check_key
 from service.api.errors import ApiError
 from service.api.gate import BusyError
+from service.probes.feature import probe_schedule
 from service.probes.gauges import ProbeGauges
 from service.probes.history import ProbeHistory
 from service.probes.jobs import JobManager, JobStatus, ProbeJob
@@ -41,9 +43,14 @@ def test_schedule_parses_and_names_the_bad_field() -> None:
 
 
 def test_settings_reject_a_bad_schedule_and_short_keys(tmp_path: Path) -> None:
+    """The probes feature parses its schedule (at install); ``settings`` keeps the text."""
     (tmp_path / "manifest.json").write_text("{}")
-    with pytest.raises(ValueError, match="probe_schedule"):
-        Settings(repo=tmp_path, probe_schedule="every=never")
+    settings = Settings(repo=tmp_path, probe_schedule="every=never")
+    with pytest.raises(ValidationError, match=r"probe_schedule\n  Value error, every: 'never'"):
+        probe_schedule(settings)
+    assert probe_schedule(Settings(repo=tmp_path, probe_schedule=" ")) is None
+    schedule = probe_schedule(Settings(repo=tmp_path, probe_schedule="every=1h"))
+    assert schedule is not None and schedule.interval_s == 3600
     with pytest.raises(ValueError, match="api_keys"):
         Settings(repo=tmp_path, api_keys="short")
     s = Settings(repo=tmp_path, api_keys="key-one-1234,key-two-5678")
