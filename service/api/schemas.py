@@ -16,6 +16,7 @@ from service.settings import MAX_BEAM_SIZE
 _FALSE = {"false", "0", "no", "off", "none", "null"}
 _TRUE = {"true", "1", "yes", "on"}
 MAX_NAME = 64  # characters in a model, ranker or hook name (names are echoed in errors)
+MAX_IMAGE_CHARS = 16 * 1024 * 1024  # base64 characters of a JSON image (then COMPCAP_MAX_UPLOAD_BYTES)
 # an 8x8 PNG: the request examples caption a real image
 EXAMPLE_PNG = (
     "iVBORw0KGgoAAAANSUhEUgAAAAgAAAAICAIAAABLbSncAAAAFUlEQVR42mM8UaHBgA0wMeAAg1MCAB4nAXgllso1AAAAAElFTkSuQmCC"

@@ -14,14 +14,12 @@ from service.api.errors import ApiError
 from service.api.feature import error_responses, feature_router
 from service.api.parsing import b64_blob
 from service.api.requestlog import annotate
-from service.api.schemas import CaptionOptions
+from service.api.schemas import MAX_IMAGE_CHARS, CaptionOptions
 from service.api.uploads import decode_uploads
 from service.compare.configs import NAME_PATTERN, Configuration, ConfigurationError
 from service.compare.schemas import CompareResponse, ShadowResponse
 from service.compare.service import CompareService
 from service.compare.shadow import ShadowComparer
-
-MAX_IMAGE_CHARS = 16 * 1024 * 1024
 
 
 class ConfigurationSpec(CaptionOptions):

@@ -15,12 +15,10 @@ from service.api.deps import EngineDep, RuntimeDep, from_state
 from service.api.errors import ApiError
 from service.api.feature import error_responses, feature_router
 from service.api.requestlog import annotate
-from service.api.schemas import CaptionOptions
+from service.api.schemas import MAX_IMAGE_CHARS, CaptionOptions
 from service.explain.schemas import ExplainResponse
 from service.explain.service import METHODS, ExplainInput, ExplainService
 from service.images import decode_image
-
-MAX_IMAGE_CHARS = 16 * 1024 * 1024  # base64 characters; the settings' upload limit applies after decoding
 
 
 class ImageRef(BaseModel):
