@@ -30,8 +30,8 @@ import numpy as np
 from export.world.dataset import generate
 from service.backends.onnxruntime import OnnxRuntimeBackend
 from service.engine.engine import CaptionEngine
+from service.gateway.original import caption_with_original, resolve_with_original
 from service.manifest import Manifest, load_manifest
-from service.probes.substitution import caption_with_original, resolve_with_original
 from service.settings import Settings
 from service.text.vocabulary import Vocabulary
 

@@ -9,7 +9,10 @@ class in ``processors.py`` when it needs new maths), plus its test.
 
 ``resolve_hooks(specs, vocab)`` validates a request's specs into ``ResolvedHooks``: ``ban_words``
 (``words`` and/or ``ids``), ``no_repeat_ngram`` (``n``) and ``synonym_substitution`` (``pairs``:
-``[[from, to], ...]`` or ``{from: to}``, vocabulary words) become processors; ``min_length``
+``[[from, to], ...]`` or ``{from: to}``, vocabulary words, or the default synonym table of
+``service.text.synonyms`` in ``direction``, restricted to the vocabulary) become processors;
+``synonym_substitution``'s ``return_original`` (default true) sets ``compare_without``: the caller may
+decode the same request without that hook too (the gateway returns it as the original caption); ``min_length``
 (``min_words``) and ``diverse_beam`` (``groups``, [``diversity_penalty``, 0.5]) are search parameters
 that the JSON API keeps accepting as hooks. A bad spec raises ``HookError`` whose ``loc`` is where in
 the request body (``("hooks", 0, "params", "n")``).
@@ -23,6 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.engine.processors import BanWords, LogitsProcessor, NoRepeatNgram, SynonymSubstitution
+from service.text.concepts import load_concepts
+from service.text.synonyms import DIRECTIONS, substitution_pairs
 from service.text.vocabulary import SPECIALS, Vocabulary
 
 MAX_HOOKS = 16  # hooks in one request
@@ -60,6 +65,7 @@ class ResolvedHooks:
     groups: int = 1
     diversity_penalty: float = 0.0
     diverse_index: int | None = None
+    compare_without: int | None = None  # a hook asking for the captions without it too (its index)
 
     def check(self, beam_size: int, max_length: int) -> None:
         """Validate against the request's beam size and length; raises ``HookError``."""
@@ -211,19 +217,40 @@ def _min_length(p: HookParams, vocab: Vocabulary, out: ResolvedHooks) -> None:
 @hook(
     "synonym_substitution",
     "seed 001 substitutivity: when the most likely word is in S1, emit its S2 synonym instead",
-    {"pairs": "[[from, to], ...] or {from: to}, vocabulary words"},
+    {
+        "pairs": "[[from, to], ...] or {from: to} (default: the substitutivity synonym table)",
+        "direction": "default table only: to_category (default, 'puppy'->'dog') or to_fine",
+        "return_original": "bool, default true: also return the caption without substitution",
+    },
     repeatable=False,
 )
 def _synonym_substitution(p: HookParams, vocab: Vocabulary, out: ResolvedHooks) -> None:
-    entries = p.items("pairs")
-    if not entries:
-        raise p.error("pairs", "required: [[from, to], ...] vocabulary words")
+    direction = p.raw.get("direction")
+    if direction is not None and direction not in DIRECTIONS:
+        raise p.error("direction", f"must be one of {list(DIRECTIONS)}, got {direction!r}")
+    original = p.raw.get("return_original")
+    if original is not None and not isinstance(original, bool):
+        raise p.error("return_original", f"must be true or false, got {original!r}")
+    if p.has("pairs") and direction is not None:
+        raise p.error("direction", "applies to the default table only, not with pairs")
+    if p.has("pairs"):
+        entries = p.items("pairs")
+        if not entries:
+            raise p.error("pairs", "required: [[from, to], ...] vocabulary words")
+    else:
+        entries = [
+            list(e) for e in substitution_pairs(load_concepts(), direction or "to_category", vocab.index)
+        ]
+        if not entries:
+            raise p.error("pairs", "no pair of the default synonym table is in the model's vocabulary")
     pairs: list[tuple[int, int]] = []
     for entry in entries:
         if isinstance(entry, str | bytes) or not isinstance(entry, Sequence) or len(entry) != 2:
             raise p.error("pairs", f"each pair must be [from, to], got {entry!r}")
         pairs.append((p.word("pairs", entry[0], vocab), p.word("pairs", entry[1], vocab)))
     out.processors.append(p.processor("pairs", lambda: SynonymSubstitution(pairs)))
+    if original is not False:
+        out.compare_without = p.index
 
 
 @hook(

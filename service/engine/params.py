@@ -66,7 +66,9 @@ class SearchParams:
     ``beam_size`` finished beams for the ranker, orders them by cosine + ``rerank_weight`` ×
     normalised log-prob, then cuts to ``n_best`` (seed 000's BUTR+RR: beam 100, n-best 5).
     ``processors`` run on the request's rows in order; ``hook_names`` are the JSON hooks that asked
-    for them (and for ``min_length`` / ``groups``), for the response and the hook counter."""
+    for them (and for ``min_length`` / ``groups``), for the response and the hook counter;
+    ``compare_without`` is the index of a hook in the request's ``hooks`` that asks for the same search
+    without it too (``synonym_substitution``'s ``return_original``), for the caller to decode."""
 
     model: str
     beam_size: int = 5
@@ -80,6 +82,7 @@ class SearchParams:
     ranker: str | None = None
     rerank_weight: float = 0.0
     hook_names: tuple[str, ...] = ()
+    compare_without: int | None = None  # a hook that asks for the captions without it too (its index)
 
     def __post_init__(self) -> None:
         if self.beam_size < 1:
@@ -171,6 +174,7 @@ def resolve_params(
         ranker=ranker,
         rerank_weight=float(rerank_weight),
         hook_names=resolved.ordered_names,
+        compare_without=resolved.compare_without,
     )
 
 

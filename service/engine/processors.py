@@ -11,8 +11,8 @@ constraints (banned ids, no EOS before ``min_length`` words, only EOS at ``max_l
 * ``BanWords(ids)`` — the words never appear.
 * ``NoRepeatNgram(n)`` — no n-gram twice in a caption (``n=2`` also stops seed 003's "dog dog dog").
 * ``SynonymSubstitution(pairs)`` — seed 001 §4.3: per row, when the argmax word is in S1 its S2
-  synonym gets log-prob 0 and every other word ``-inf``. Which pairs to use (the substitutivity word
-  tables) is decided outside the engine (``service.probes.substitution``).
+  synonym gets log-prob 0 and every other word ``-inf``. Which pairs to use (explicit, or the
+  substitutivity word table of ``service.text.synonyms``) is the hook's business (``service.engine.hooks``).
 
 Which JSON hook builds which processor (and the hooks that are search parameters instead, such as
 ``min_length`` and ``diverse_beam``) is the hook registry's business: ``service.engine.hooks``.

@@ -1,6 +1,6 @@
 """The gateway's own routes: captions, models, hooks, health and metrics. Thin: parse the request,
-call the engine, shape the response. ``synonym_substitution``'s original caption and its catalogue
-entry come from ``service.probes.substitution``: the composition root joins them to the engine here."""
+call the engine, shape the response (with the original captions of a hook that asks for them,
+``service.gateway.original``)."""
 
 from __future__ import annotations
 
@@ -31,14 +31,9 @@ from service.api.uploads import decode_uploads
 from service.engine.engine import Caption, CaptionOutput
 from service.engine.hooks import hook_catalog
 from service.gateway.openapi import caption_operation
+from service.gateway.original import caption_with_original, resolve_with_original
 from service.gateway.shape import caption_response, models_response
 from service.images import check_uploads
-from service.probes.substitution import (
-    HOOK,
-    caption_with_original,
-    hook_catalog_entry,
-    resolve_with_original,
-)
 
 router = APIRouter()
 
@@ -117,8 +112,7 @@ async def models(runtime: RuntimeDep) -> ModelsResponse:
 @router.get("/v1/hooks", tags=["models"], response_model=HooksResponse)
 async def hooks() -> HooksResponse:
     """The decoding hooks a request may name in ``hooks``, with their parameters."""
-    catalog = [h if h["name"] != HOOK else hook_catalog_entry(h) for h in hook_catalog()]
-    return HooksResponse.model_validate({"hooks": catalog})
+    return HooksResponse.model_validate({"hooks": hook_catalog()})
 
 
 @router.get("/healthz", tags=["health"], response_model=HealthResponse)

@@ -16,7 +16,6 @@ from service.probes.parser import PairParser, lookup
 from service.probes.productivity import productivity_result
 from service.probes.sets import ProbeSet
 from service.probes.spec import ProbeSpec
-from service.probes.substitution import HOOK
 from service.probes.substitutivity import chosen_images, substituted_words, substitutivity_result
 from service.probes.systematicity import KS, systematicity_result
 from service.text.concepts import ConceptPair
@@ -130,7 +129,7 @@ async def substitutivity(
     progress.total += len(chosen)
     substituted: dict[int, str] = {}
     if chosen:
-        hook = {"name": HOOK, "params": {"pairs": [[a, b] for a, b in mapping.items()]}}
+        hook = {"name": "synonym_substitution", "params": {"pairs": [[a, b] for a, b in mapping.items()]}}
         s_params = engine.resolve(
             model=spec.params.model,
             beam_size=spec.params.beam_size,

@@ -1,7 +1,8 @@
 """Logits processors: each one's exact effect on hand-made log-prob matrices; ``resolve_hooks``, the
 registry that turns a request's JSON hooks into processors and search parameters (errors name the hook
-and the parameter); ``plan_substitution``, the ``synonym_substitution`` hook's default word table and
-its original (O) / substituted (S) pairing; ``resolve_params``, request options into ``SearchParams``."""
+and the parameter), the ``synonym_substitution`` hook's default word table and its request for the
+original (O) next to the substituted (S) captions; ``resolve_params``, request options into
+``SearchParams``."""
 
 from __future__ import annotations
 
@@ -32,8 +33,6 @@ from service.engine.params import (
 )
 from service.engine.processors import BanWords, LogitsProcessor, NoRepeatNgram, SynonymSubstitution
 from service.manifest import Manifest
-from service.probes.substitution import PARAMS as SUBSTITUTION_PARAMS
-from service.probes.substitution import hook_catalog_entry, plan_substitution
 from service.settings import Settings
 from service.text.concepts import load_concepts
 from service.text.synonyms import substitution_pairs
@@ -227,16 +226,7 @@ def test_synonym_substitution_from_json_takes_explicit_pairs() -> None:
     as_map = resolve_hooks([spec("synonym_substitution", pairs={"dog": "puppy"})], VOCAB)
     (sub,) = as_map.processors
     assert isinstance(sub, SynonymSubstitution) and sub.src.tolist() == [DOG] and sub.dst.tolist() == [PUPPY]
-    # the default table, direction and return_original are the probe's (plan_substitution), not the engine's
-    cases: list[tuple[dict[str, Any], str]] = [
-        ({}, "pairs"),
-        ({"direction": "to_fine"}, "direction"),
-        ({"pairs": {"dog": "puppy"}, "return_original": False}, "return_original"),
-    ]
-    for params, param in cases:
-        with pytest.raises(HookError) as err:
-            resolve_hooks([spec("synonym_substitution", **params)], VOCAB)
-        assert (err.value.hook, err.value.param) == ("synonym_substitution", param)
+    assert resolved.compare_without == 0 and as_map.compare_without == 0  # return_original: default true
 
 
 def test_diverse_beam_becomes_search_parameters_and_is_checked() -> None:
@@ -291,7 +281,6 @@ def test_ordered_names_put_diverse_beam_last() -> None:
         ([spec("min_length", min_words=-1)], "min_length", "min_words", ">= 0"),
         ([spec("min_length", min_words=True)], "min_length", "min_words", "integer"),
         ([spec("min_length", words=3)], "min_length", "words", "unknown parameter"),
-        ([spec("synonym_substitution")], "synonym_substitution", "pairs", "required"),
         ([spec("synonym_substitution", pairs=[])], "synonym_substitution", "pairs", "required"),
         ([spec("synonym_substitution", pairs=[["dog", "cat"]])], "synonym_substitution", "pairs", "'cat'"),
         ([spec("synonym_substitution", pairs=[["dog"]])], "synonym_substitution", "pairs", "[from, to]"),
@@ -307,8 +296,22 @@ def test_ordered_names_put_diverse_beam_last() -> None:
             [spec("synonym_substitution", pairs={"dog": "puppy"}, direction="to_fine")],
             "synonym_substitution",
             "direction",
-            "unknown parameter",
+            "default table",
         ),
+        ([spec("synonym_substitution", direction="up")], "synonym_substitution", "direction", "one of"),
+        (
+            [spec("synonym_substitution", return_original="yes")],
+            "synonym_substitution",
+            "return_original",
+            "true or false",
+        ),
+        (
+            [spec("synonym_substitution", return_original=1)],
+            "synonym_substitution",
+            "return_original",
+            "true or false",
+        ),
+        ([spec("synonym_substitution", colour="red")], "synonym_substitution", "colour", "unknown parameter"),
         (
             [spec("synonym_substitution", pairs={"dog": "puppy"})] * 2,
             "synonym_substitution",
@@ -396,61 +399,61 @@ def test_registry_limits_and_catalog() -> None:
     )
     assert set(catalog["diverse_beam"]["params"]) == {"groups", "diversity_penalty"}
     assert set(catalog["min_length"]["params"]) == {"min_words"}
-    assert set(catalog["synonym_substitution"]["params"]) == {"pairs"}
-    probe = hook_catalog_entry(catalog["synonym_substitution"])
-    assert probe["name"] == "synonym_substitution" and probe["description"]
-    assert set(probe["params"]) == set(SUBSTITUTION_PARAMS) == {"pairs", "direction", "return_original"}
+    # synonym_substitution's record holds all of its parameters, the default table's included
+    assert set(catalog["synonym_substitution"]["params"]) == {"pairs", "direction", "return_original"}
 
 
 # -------------------------------------------------------------------------------------------- substitution
-def pairs_of(hooks: list[dict[str, Any]], index: int) -> dict[str, str]:
-    assert hooks[index]["name"] == "synonym_substitution"
-    assert set(hooks[index]["params"]) == {"pairs"}  # explicit pairs only: what the engine accepts
-    return {a: b for a, b in hooks[index]["params"]["pairs"]}
+def substitution_of(resolved: Any) -> dict[str, str]:
+    """The word pairs of the request's one ``synonym_substitution`` processor."""
+    (sub,) = [p for p in resolved.processors if isinstance(p, SynonymSubstitution)]
+    return {VOCAB_WORDS[a]: VOCAB_WORDS[b] for a, b in zip(sub.src.tolist(), sub.dst.tolist(), strict=True)}
 
 
-def test_no_substitution_hook_no_plan() -> None:
-    assert plan_substitution(None, VOCAB) is None
-    assert plan_substitution([], VOCAB) is None
+VOCAB_WORDS = dict(enumerate(VOCAB.words))
+
+
+def test_no_substitution_hook_asks_for_no_original() -> None:
+    assert resolve_hooks(None, VOCAB).compare_without is None
+    assert resolve_hooks([], VOCAB).compare_without is None
     assert (
-        plan_substitution([spec("ban_words", words=["dog"]), spec("diverse_beam", groups=2)], VOCAB) is None
+        resolve_hooks(
+            [spec("ban_words", words=["dog"]), spec("diverse_beam", groups=2)], VOCAB
+        ).compare_without
+        is None
     )
 
 
 def test_default_table_follows_the_seed_and_is_restricted_to_the_vocabulary() -> None:
     # seed 001 Table 10: "we replace the generated fine-grained word with its synonym" (puppy -> dog)
-    plan = plan_substitution([spec("synonym_substitution")], VOCAB)
-    assert plan is not None
-    assert pairs_of(plan.hooks, 0) == {"puppy": "dog", "guy": "man"}
-    assert plan.original_hooks == []  # return_original defaults to true: O is the request without it
-    to_fine = plan_substitution([spec("synonym_substitution", direction="to_fine")], VOCAB)
-    assert to_fine is not None and pairs_of(to_fine.hooks, 0) == {"dog": "puppy", "man": "guy"}
-    to_category = plan_substitution([spec("synonym_substitution", direction="to_category")], VOCAB)
-    assert to_category is not None and to_category.hooks == plan.hooks
-    (sub,) = resolve_hooks(plan.hooks, VOCAB).processors
-    assert isinstance(sub, SynonymSubstitution)
-    assert dict(zip(sub.src.tolist(), sub.dst.tolist(), strict=True)) == {PUPPY: DOG, GUY: MAN}
+    default = resolve_hooks([spec("synonym_substitution")], VOCAB)
+    assert substitution_of(default) == {"puppy": "dog", "guy": "man"}
+    assert default.compare_without == 0  # return_original defaults to true: O is the request without it
+    to_fine = resolve_hooks([spec("synonym_substitution", direction="to_fine")], VOCAB)
+    assert substitution_of(to_fine) == {"dog": "puppy", "man": "guy"}
+    to_category = resolve_hooks([spec("synonym_substitution", direction="to_category")], VOCAB)
+    assert substitution_of(to_category) == substitution_of(default)
     table = substitution_pairs(load_concepts())
     assert ("puppies", "dogs") in table and ("man", "person") in table  # plurals; Table 10
     assert dict(table)["jet"] == "plane"  # each S1 word once
     # on a real vocabulary: every pair's two words are in it, plurals included
     big = Vocabulary((*SPECIALS, "puppy", "puppies", "dog", "dogs", "kitten", "cat", "person", "guy"))
-    plan = plan_substitution([spec("synonym_substitution")], big)
-    assert plan is not None
-    assert pairs_of(plan.hooks, 0) == {"puppy": "dog", "puppies": "dogs", "kitten": "cat"}
+    (sub,) = resolve_hooks([spec("synonym_substitution")], big).processors
+    assert isinstance(sub, SynonymSubstitution)
+    pairs = {big.words[a]: big.words[b] for a, b in zip(sub.src.tolist(), sub.dst.tolist(), strict=True)}
+    assert pairs == {"puppy": "dog", "puppies": "dogs", "kitten": "cat"}
 
 
-def test_plan_pairs_s_and_o_around_the_other_hooks() -> None:
+def test_return_original_names_the_hook_to_leave_out_among_the_others() -> None:
     hooks = [
         spec("ban_words", words=["grass"]),
         spec("synonym_substitution", pairs=[["dog", "puppy"]]),
         spec("diverse_beam", groups=2),
     ]
-    plan = plan_substitution(hooks, VOCAB)
-    assert plan is not None
-    assert plan.hooks == [hooks[0], spec("synonym_substitution", pairs=[["dog", "puppy"]]), hooks[2]]
-    assert plan.original_hooks == [hooks[0], hooks[2]]
-    s, o = resolve_hooks(plan.hooks, VOCAB), resolve_hooks(plan.original_hooks, VOCAB)
+    s = resolve_hooks(hooks, VOCAB)
+    assert s.compare_without == 1
+    o = resolve_hooks([h for i, h in enumerate(hooks) if i != s.compare_without], VOCAB)
+    assert o.compare_without is None
     assert [type(p) for p in s.processors] == [BanWords, SynonymSubstitution]
     assert [type(p) for p in o.processors] == [BanWords]
     assert (s.groups, s.diversity_penalty) == (o.groups, o.diversity_penalty) == (2, 0.5)
@@ -462,66 +465,20 @@ def test_plan_pairs_s_and_o_around_the_other_hooks() -> None:
     out_s, out_o = apply(s.processors, toks, lp), apply(o.processors, toks, lp)
     assert (out_s[:, PUPPY] == 0).all() and np.isneginf(out_s[:, DOG]).all()
     assert (out_o[:, DOG] == lp[:, DOG]).all() and np.isneginf(out_o[:, GRASS]).all()
-    assert plan_substitution([spec("synonym_substitution", return_original=True)], VOCAB) is not None
-    no_o = plan_substitution([hooks[0], spec("synonym_substitution", return_original=False)], VOCAB)
-    assert no_o is not None and no_o.original_hooks is None
-    assert pairs_of(no_o.hooks, 1) == {"puppy": "dog", "guy": "man"}
-    # a second synonym_substitution is left to the engine, which refuses it
-    twice = plan_substitution([spec("synonym_substitution"), spec("synonym_substitution")], VOCAB)
-    assert twice is not None
-    with pytest.raises(HookError, match="only once") as err:
-        resolve_hooks(twice.hooks, VOCAB)
-    assert err.value.loc == ("hooks", 1, "name")
-
-
-@pytest.mark.parametrize(
-    ("hooks", "field", "message"),
-    [
-        ([spec("synonym_substitution", direction="up")], "hooks.0.params.direction", "one of"),
-        (
-            [
-                spec("ban_words", words=["a"]),
-                spec("synonym_substitution", pairs={"dog": "puppy"}, direction="to_fine"),
-            ],
-            "hooks.1.params.direction",
-            "default table",
-        ),
-        (
-            [spec("synonym_substitution", return_original="yes")],
-            "hooks.0.params.return_original",
-            "true or false",
-        ),
-        (
-            [spec("synonym_substitution", return_original=1)],
-            "hooks.0.params.return_original",
-            "true or false",
-        ),
-        ([spec("synonym_substitution", colour="red")], "hooks.0.params.colour", "unknown parameter"),
-        (
-            [
-                spec("no_repeat_ngram", n=2),
-                spec("synonym_substitution", pairs=[["dog", "puppy"]], words=["x"]),
-            ],
-            "hooks.1.params.words",
-            "unknown parameter",
-        ),
-    ],
-)
-def test_substitution_errors_name_the_param(hooks: list[Any], field: str, message: str) -> None:
-    with pytest.raises(InvalidParameterError, match=message) as err:
-        plan_substitution(hooks, VOCAB)
-    assert err.value.field == field
-    assert err.value.code == "invalid_parameter"
+    assert resolve_hooks([spec("synonym_substitution", return_original=True)], VOCAB).compare_without == 0
+    no_o = resolve_hooks([hooks[0], spec("synonym_substitution", return_original=False)], VOCAB)
+    assert no_o.compare_without is None
+    assert substitution_of(no_o) == {"puppy": "dog", "guy": "man"}
 
 
 def test_substitution_error_when_no_default_pair_is_in_the_vocabulary() -> None:
     vocab = Vocabulary((*SPECIALS, "a", "dog"))
-    with pytest.raises(InvalidParameterError, match="default synonym table") as err:
-        plan_substitution([spec("no_repeat_ngram", n=2), spec("synonym_substitution")], vocab)
-    assert err.value.field == "hooks.1.params.pairs"
+    with pytest.raises(HookError, match="default synonym table") as err:
+        resolve_hooks([spec("no_repeat_ngram", n=2), spec("synonym_substitution")], vocab)
+    assert err.value.loc == ("hooks", 1, "params", "pairs")
     # explicit pairs need no table
-    plan = plan_substitution([spec("synonym_substitution", pairs=[["dog", "a"]])], vocab)
-    assert plan is not None and pairs_of(plan.hooks, 0) == {"dog": "a"}
+    (sub,) = resolve_hooks([spec("synonym_substitution", pairs=[["dog", "a"]])], vocab).processors
+    assert isinstance(sub, SynonymSubstitution) and (sub.src.tolist(), sub.dst.tolist()) == ([5], [4])
 
 
 # -------------------------------------------------------------------------------------------- resolve_params
@@ -611,7 +568,7 @@ def test_hooks_become_search_parameters(tiny_repo: Path, manifest: Manifest, tin
             "hooks.0.params.pairs",
         ),
         (
-            {"hooks": [spec("synonym_substitution", pairs=[["dog", "kitten"]], return_original=True)]},
+            {"hooks": [spec("synonym_substitution", pairs=[["dog", "kitten"]], return_original="yes")]},
             InvalidParameterError,
             "hooks.0.params.return_original",
         ),
