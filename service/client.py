@@ -6,7 +6,9 @@
   and returns a ``CaptionResult`` (dataclasses mirroring ``service.api.schemas.CaptionResponse``);
 - ``models()``, ``ready()``, ``health()``, ``metrics_text()``, ``wait_ready()``;
 - live probes: ``start_probe(kind, **fields) -> ProbeJob``, ``probe(id)``, ``probes()``,
-  ``cancel_probe(id)``, ``wait_probe(id, poll_s, timeout_s, on_progress)``, ``probe_sets()``.
+  ``cancel_probe(id)``, ``wait_probe(id, poll_s, timeout_s, on_progress)``, ``probe_sets()``,
+  ``probe_kinds()`` (the kinds the gateway runs: systematicity, productivity, substitutivity and any it
+  adds).
 
 Failures: a 4xx/5xx answer raises ``CompCapError(status, code, message)`` read from the gateway's
 error body (``{"error": {"code", "message", "details"?}}``); a request that never got an answer
@@ -39,7 +41,6 @@ import httpx
 DEFAULT_URL = "http://127.0.0.1:8080"
 RETRY_STATUSES = frozenset({429, 503})
 TERMINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
-ProbeKind = Literal["systematicity", "productivity", "substitutivity"]
 Rerank = bool | str | None
 
 
@@ -371,6 +372,7 @@ class ProbeJob:
     total: int = 0
     partial: dict[str, Any] | None = None
     result: dict[str, Any] | None = None
+    summary: str | None = None  # the kind's one-line summary of the result (so far)
     timings_s: dict[str, Any] = field(default_factory=dict)
     created_at: float | None = None
     started_at: float | None = None
@@ -409,6 +411,7 @@ class ProbeJob:
             total=int(progress.get("total", 0)),
             partial=d.get("partial"),
             result=d.get("result"),
+            summary=d.get("summary"),
             timings_s=dict(d.get("timings_s") or {}),
             created_at=opt_float("created_at"),
             started_at=opt_float("started_at"),
@@ -680,7 +683,7 @@ class CompCapClient(_Base):
 
     def start_probe(
         self,
-        kind: ProbeKind | str,
+        kind: str,
         *,
         model: str | None = None,
         rerank: str | Literal[False] | None = None,
@@ -717,6 +720,11 @@ class CompCapClient(_Base):
     def probe_sets(self) -> list[dict[str, Any]]:
         """``GET /v1/probe-sets``: the repository's probe sets (name, kind, images, pairs...)."""
         return list(_json(self._send(_Call("GET", "/v1/probe-sets")))["probe_sets"])
+
+    def probe_kinds(self) -> list[dict[str, Any]]:
+        """``GET /v1/probe-kinds``: the kinds of probe the gateway runs (name, description, the format of
+        the probe sets each reads, whether it takes pairs)."""
+        return list(_json(self._send(_Call("GET", "/v1/probe-kinds")))["kinds"])
 
     def cancel_probe(self, job_id: str) -> ProbeJob:
         """``DELETE /v1/probes/{id}``: the job, cancelled (or its final status if it had finished)."""
@@ -869,7 +877,7 @@ class AsyncCompCapClient(_Base):
 
     async def start_probe(
         self,
-        kind: ProbeKind | str,
+        kind: str,
         *,
         model: str | None = None,
         rerank: str | Literal[False] | None = None,
@@ -904,6 +912,9 @@ class AsyncCompCapClient(_Base):
 
     async def probe_sets(self) -> list[dict[str, Any]]:
         return list(_json(await self._send(_Call("GET", "/v1/probe-sets")))["probe_sets"])
+
+    async def probe_kinds(self) -> list[dict[str, Any]]:
+        return list(_json(await self._send(_Call("GET", "/v1/probe-kinds")))["kinds"])
 
     async def cancel_probe(self, job_id: str) -> ProbeJob:
         return ProbeJob.from_json(_json(await self._send(_Call("DELETE", _probe_path(job_id)))))

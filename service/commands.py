@@ -7,7 +7,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -74,12 +74,14 @@ def _triton(args: argparse.Namespace) -> int:
     return serve_forever(triton, ready_timeout=args.ready_timeout)
 
 
-PROBE_KINDS = ("systematicity", "productivity", "substitutivity")
-
-
 def _probe_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", required=True, help="the gateway, e.g. http://127.0.0.1:8080")
-    parser.add_argument("--kind", required=True, choices=PROBE_KINDS)
+    parser.add_argument(
+        "--kind",
+        required=True,
+        help="probe kind: systematicity, productivity, substitutivity or one the gateway adds "
+        "(GET /v1/probe-kinds)",
+    )
     parser.add_argument("--model", default=None, help="captioner (default: the gateway's default)")
     parser.add_argument(
         "--rerank", default=None, help="ranker name, or 'none' for plain beam search (default: its own)"
@@ -89,7 +91,7 @@ def _probe_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rerank-weight", type=float, default=None)
     parser.add_argument("--probe-set", default=None, help="probe set name (default: the first of the kind)")
     parser.add_argument(
-        "--pairs", default=None, help="systematicity: pairs to report, e.g. 'black cat,red bus'"
+        "--pairs", default=None, help="kinds that take pairs (systematicity): e.g. 'black cat,red bus'"
     )
     parser.add_argument("--images", type=int, default=None, help="at most N images per pair / bucket")
     parser.add_argument(
@@ -161,121 +163,9 @@ def _probe(args: argparse.Namespace) -> int:
 # -- probe result tables (plain text; any missing figure prints "-") --------------------------------
 
 
-def _cell(value: Any, scale: float = 1.0, digits: int = 1) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return f"{value * scale:.{digits}f}"
-    return str(value)
-
-
-def _get(d: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(d, Mapping):
-            return None
-        d = d.get(key)
-    return d
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Columns padded to their widest cell: the first left-aligned, the others right-aligned."""
-    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
-
-    def line(cells: Sequence[str]) -> str:
-        padded = [
-            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ]
-        return "  ".join(padded).rstrip()
-
-    return "\n".join([line(headers), *(line(r) for r in rows)])
-
-
-def _systematicity(result: Mapping[str, Any]) -> list[str]:
-    ks = [str(k) for k in (result.get("ks") or [1, 2, 3, 4, 5])]
-    fc = ["1", ks[-1]]
-    out = ["Recall@K of each pair (%) on its Test-Comb images; false composition (%) on Test-no-Comb"]
-    rows = [
-        [
-            _cell(_get(r, "pair")),
-            _cell(_get(r, "group")),
-            _cell(_get(r, "category")),
-            _cell(_get(r, "held_out")),
-            _cell(_get(r, "images")),
-            *(_cell(_get(r, "recall", k), 100) for k in ks),
-            _cell(_get(r, "no_comb_images")),
-            *(_cell(_get(r, "false_composition", k), 100) for k in fc),
-        ]
-        for r in result.get("pairs") or []
-    ]
-    headers = ["pair", "group", "category", "held out", "images", *(f"R@{k}" for k in ks), "no-comb"]
-    out.append(_table([*headers, *(f"FC@{k}" for k in fc)], rows))
-    summary = []
-    for name in ("held_out", "seen"):
-        part = result.get(name)
-        summary.append(
-            [
-                name.replace("_", " "),
-                _cell(_get(part, "pairs")),
-                *(_cell(_get(part, "recall", k), 100) for k in ks),
-            ]
-        )
-        for cat, recall in (_get(part, "per_category") or {}).items():
-            summary.append([f"  {cat}", "", *(_cell(_get(recall, k), 100) for k in ks)])
-    out += ["", "Mean Recall@K (%)", _table(["pairs", "n", *(f"R@{k}" for k in ks)], summary)]
-    out.append(
-        "false composition (%): "
-        + "  ".join(f"FC@{k} {_cell(_get(result, 'false_composition', k), 100)}" for k in fc)
-    )
-    return out
-
-
-def _productivity(result: Mapping[str, Any]) -> list[str]:
-    out: list[str] = []
-    for by, buckets in (result.get("by") or {}).items():
-        rows = [
-            [
-                _cell(name),
-                _cell(_get(b, "images")),
-                _cell(_get(b, "length"), digits=2),
-                _cell(_get(b, "reference_length"), digits=2),
-                _cell(_get(b, "nouns"), digits=2),
-                _cell(_get(b, "coverage"), 100),
-                _cell(_get(b, "cider_d"), 100),
-            ]
-            for name, b in (buckets or {}).items()
-        ]
-        if out:
-            out.append("")
-        out.append(f"by {by}: top-1 length, nouns named, object coverage (%), CIDEr-D (x100)")
-        out.append(_table([by, "images", "length", "ref length", "nouns", "coverage", "CIDEr-D"], rows))
-    return out or ["no buckets"]
-
-
-def _substitutivity(result: Mapping[str, Any]) -> list[str]:
-    rows = [
-        [
-            _cell(name),
-            _cell(_get(r, "bleu4"), 100),
-            _cell(_get(r, "meteor"), 100),
-            _cell(_get(r, "cider_d"), 100),
-            _cell(int(r["images"]) if isinstance(_get(r, "images"), float) else _get(r, "images")),
-        ]
-        for name, r in (result.get("rows") or {}).items()
-    ]
-    return [
-        "O: captions without substitution, S: with it, t: after the first substituted word (x100)",
-        _table(["", "BLEU-4", "METEOR", "CIDEr-D", "images"], rows),
-        f"images {_cell(result.get('images'))}, substituted {_cell(result.get('substituted'))}, "
-        f"exact replacement {_cell(result.get('exact_replacement'), 100)}%",
-    ]
-
-
 def probe_summary(job: Mapping[str, Any]) -> str:
-    """A finished job's header line and its result's table (``kind``'s shape; anything missing is "-")."""
+    """A finished job's header line and its result's table (the kind's ``table``, ``service.probes.kinds``;
+    JSON for a kind this install does not know; anything missing is "-")."""
     params = job.get("params") or {}
     started, finished = job.get("started_at"), job.get("finished_at")
     took = (
@@ -293,13 +183,10 @@ def probe_summary(job: Mapping[str, Any]) -> str:
         lines.append(f"error: {job['error']}")
     result = job.get("result")
     if isinstance(result, Mapping):
-        render = {
-            "systematicity": _systematicity,
-            "productivity": _productivity,
-            "substitutivity": _substitutivity,
-        }
-        kind = str(job.get("kind"))
-        lines += render[kind](result) if kind in render else [json.dumps(result, indent=2)]
+        from service.probes.kinds import KINDS
+
+        kind = KINDS.get(str(job.get("kind")))
+        lines += kind.table(result) if kind is not None and kind.table else [json.dumps(result, indent=2)]
     return "\n".join(lines)
 
 
@@ -309,7 +196,7 @@ COMMANDS: CommandTable = {
         "run a local Triton server (CPU, python-backend mirror) for a repository", _triton_arguments, _triton
     ),
     "probe": Command(
-        "run a live probe (systematicity, productivity, substitutivity) on a gateway and print its table",
+        "run a live probe (systematicity, productivity, substitutivity...) on a gateway, print its table",
         _probe_arguments,
         _probe,
     ),

@@ -13,15 +13,11 @@ from fastapi import FastAPI
 
 from service.api.deps import Runtime
 from service.api.feature import add_tag
+from service.probes.kinds import kind_names
 from service.probes.router import router
 from service.probes.schedule import ProbeSchedule, parse_schedule
 from service.probes.service import ProbeService
 from service.settings import ProbeSettings, check_setting
-
-TAG = {
-    "name": "probes",
-    "description": "Live compositional probes (systematicity, productivity, substitutivity) as jobs.",
-}
 
 
 def probe_schedule(settings: ProbeSettings) -> ProbeSchedule | None:
@@ -56,5 +52,6 @@ def install(app: FastAPI, runtime: Runtime) -> None:
 
     app.state.probes = probes
     app.include_router(router)
-    add_tag(app, TAG)
+    kinds = ", ".join(kind_names())
+    add_tag(app, {"name": "probes", "description": f"Live compositional probes ({kinds}) as jobs."})
     runtime.lifespans.append(running)

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.api.gate import BoundedGate
-from service.probes.run import Progress
-from service.probes.spec import ProbeSpec
+from service.probes.kind import ProbeSpec, Progress
+from service.probes.kinds import KINDS
 
 log = logging.getLogger(__name__)
 CANCELLED = "cancelled (DELETE /v1/probes/{id}, or the gateway shut down)"
@@ -60,6 +60,14 @@ class ProbeJob:
         rate = p.done / max(time.time() - self.started_at, 1e-6)
         return max(p.total - p.done, 0) / rate
 
+    def summary(self) -> str | None:
+        """The kind's one-line summary of the result (or of the partial result while it runs)."""
+        kind = KINDS.get(self.kind)
+        shown = self.result if self.result is not None else self.progress.partial
+        if kind is None or kind.summary is None or shown is None:
+            return None
+        return kind.summary(shown) or None
+
     def view(self, full: bool = True) -> dict[str, Any]:
         """The job's JSON body (``full``: with partial and final result)."""
         body: dict[str, Any] = {
@@ -75,6 +83,7 @@ class ProbeJob:
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "accepted_at": self.accepted_at,
+            "summary": self.summary(),
         }
         if full:
             body["partial"] = self.progress.partial if not self.status.terminal else None

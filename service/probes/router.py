@@ -1,5 +1,5 @@
-"""The probe routes (``/v1/probes``, ``/v1/probe-sets``): thin — validate, hand to ``ProbeService``,
-shape the job. Key-protected when ``COMPCAP_API_KEYS`` is set."""
+"""The probe routes (``/v1/probes``, ``/v1/probe-sets``, ``/v1/probe-kinds``): thin — validate, hand
+to ``ProbeService``, shape the job. Key-protected when ``COMPCAP_API_KEYS`` is set."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from service.api.errors import ApiError
 from service.api.feature import error_responses, feature_router
 from service.api.requestlog import annotate
 from service.probes.jobs import ProbeJob
+from service.probes.kinds import KINDS, kind_names
 from service.probes.service import ProbeService
 
 
@@ -21,7 +22,11 @@ class ProbeRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["systematicity", "productivity", "substitutivity"]
+    kind: str = Field(
+        max_length=64,
+        description="probe kind (GET /v1/probe-kinds)",
+        json_schema_extra=lambda schema: schema.update(enum=list(kind_names())),
+    )
     model: str | None = Field(default=None, description="captioner (default: the repository's default)")
     rerank: str | bool | None = Field(
         default=None, description="ranker name, or false for plain beam search (default: the captioner's own)"
@@ -37,7 +42,9 @@ class ProbeRequest(BaseModel):
         default=None, description="probe set name (default: the first of this kind)"
     )
     pairs: list[Annotated[str, Field(max_length=64)]] | None = Field(
-        default=None, max_length=64, description="systematicity: pair labels to report, e.g. 'black cat'"
+        default=None,
+        max_length=64,
+        description="kinds that take pairs: pair labels to report, e.g. 'black cat'",
     )
     images: int | None = Field(default=None, ge=1, description="at most this many images per pair / bucket")
 
@@ -64,6 +71,9 @@ class ProbeJobResponse(BaseModel):
     accepted_at: float | None = Field(
         default=None, description="when the result was accepted as the baseline alerts compare with"
     )
+    summary: str | None = Field(
+        default=None, description="the kind's one-line summary of the result (or of the result so far)"
+    )
     partial: dict[str, Any] | None = Field(default=None, description="the result so far, while it runs")
     result: dict[str, Any] | None = Field(default=None, description="the result (see README, Live probes)")
 
@@ -83,6 +93,17 @@ class ProbeSetInfo(BaseModel):
 
 class ProbeSetList(BaseModel):
     probe_sets: list[ProbeSetInfo]
+
+
+class ProbeKindInfo(BaseModel):
+    name: str
+    description: str
+    probe_sets: str = Field(description="the format of the probe sets it reads")
+    takes_pairs: bool = Field(description="whether a request may name pairs")
+
+
+class ProbeKindList(BaseModel):
+    kinds: list[ProbeKindInfo]
 
 
 ProbesDep = Annotated[ProbeService, Depends(from_state("probes"))]
@@ -167,10 +188,15 @@ async def probe_sets(probes: ProbesDep) -> dict[str, Any]:
             "scene_graphs": s.has_scene_graphs,
             "source": s.info.get("source"),
         }
-        if s.kind == "systematicity":
-            entry["pairs"] = [
-                {"pair": p.pair.label, "group": p.group, "comb": len(p.comb), "no_comb": len(p.no_comb)}
-                for p in s.pairs()
-            ]
+        for kind in KINDS.values():
+            if kind.sets == s.kind and kind.set_details is not None:
+                entry.update(kind.set_details(s))
         out.append(entry)
     return {"probe_sets": out}
+
+
+@router.get("/v1/probe-kinds", responses=_ERRORS, response_model=ProbeKindList)
+async def probe_kinds() -> dict[str, Any]:
+    """The kinds of probe this gateway runs: name, what it measures, the probe sets it reads, whether
+    a request may name pairs."""
+    return {"kinds": [kind.describe() for kind in KINDS.values()]}

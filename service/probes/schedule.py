@@ -5,7 +5,7 @@ Format: ``;``-separated ``key=value`` fields, e.g.
 ``every=15m;kinds=systematicity,substitutivity;models=butr+butr,butd;images=20``
 
 - ``every`` (required): ``90s``, ``15m``, ``1h`` or seconds;
-- ``kinds``: probe kinds (default: all three);
+- ``kinds``: probe kinds (default: every registered kind, ``service.probes.kinds``);
 - ``models``: captioner or ``captioner+ranker`` runs (default: the default captioner, plain);
 - ``images``: at most this many images per pair / bucket (default: all);
 - ``beam``: beam size of plain runs (default 5); ``rerank_beam``: beams a re-ranked run decodes and
@@ -15,9 +15,10 @@ Runs go one after another (never more than one scheduled probe at a time)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-KINDS = ("systematicity", "productivity", "substitutivity")
+from service.probes.kinds import kind_names
+
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smh]?)$")
 MIN_INTERVAL_S = 10.0
@@ -26,7 +27,7 @@ MIN_INTERVAL_S = 10.0
 @dataclass(frozen=True)
 class ProbeSchedule:
     interval_s: float
-    kinds: tuple[str, ...] = KINDS
+    kinds: tuple[str, ...] = field(default_factory=kind_names)
     runs: tuple[tuple[str | None, str | None], ...] = ((None, None),)  # (captioner, ranker); None: defaults
     images: int | None = None
     beam: int = 5
@@ -69,10 +70,11 @@ def parse_schedule(text: str) -> ProbeSchedule:
     interval = parse_duration(fields["every"])
     if interval < MIN_INTERVAL_S:
         raise ValueError(f"every: at least {MIN_INTERVAL_S:.0f} s, got {interval:g} s")
-    kinds = tuple(k.strip() for k in fields.get("kinds", ",".join(KINDS)).split(",") if k.strip())
+    known = kind_names()
+    kinds = tuple(k.strip() for k in fields.get("kinds", ",".join(known)).split(",") if k.strip())
     for k in kinds:
-        if k not in KINDS:
-            raise ValueError(f"kinds: {k!r} is not one of {', '.join(KINDS)}")
+        if k not in known:
+            raise ValueError(f"kinds: {k!r} is not one of {', '.join(known)}")
     runs: list[tuple[str | None, str | None]] = []
     for item in (m.strip() for m in fields.get("models", "").split(",")):
         if item:
@@ -89,7 +91,7 @@ def parse_schedule(text: str) -> ProbeSchedule:
                 raise ValueError(f"{key}: must be >= 1, got {numbers[key]}")
     return ProbeSchedule(
         interval_s=interval,
-        kinds=kinds or KINDS,
+        kinds=kinds or known,
         runs=tuple(runs) or ((None, None),),
         images=numbers.get("images"),
         beam=numbers.get("beam", 5),

@@ -19,11 +19,12 @@ from service.manifest import Manifest
 from service.probes.gauges import ProbeGauges
 from service.probes.history import ProbeHistory
 from service.probes.jobs import JobManager, JobStatus, ProbeJob
+from service.probes.kind import ProbeSpec
+from service.probes.kinds import KINDS
 from service.probes.parser import PairParser
-from service.probes.run import run_probe
 from service.probes.schedule import ProbeSchedule
 from service.probes.sets import ProbeSet, repo_probe_sets
-from service.probes.spec import ProbeSpec, build_spec
+from service.probes.spec import build_spec
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ class ProbeService:
 
         async def work(job: ProbeJob) -> dict[str, Any]:
             start = time.perf_counter()
-            result = await run_probe(engine, spec, probe_set, self.parser, job.progress)
+            result = await KINDS[spec.kind].run(engine, spec, probe_set, self.parser, job.progress)
             job.progress.timings_s["run"] = round(time.perf_counter() - start, 3)
             return result
 

@@ -4,58 +4,25 @@ rules into a frozen ``ProbeSpec`` (the probe's ``SearchParams`` included)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from service.api.gate import RequestError
 from service.engine.engine import CaptionEngine
-from service.engine.params import SearchParams
-from service.probes.sets import KINDS, ProbeSet
+from service.probes.kind import ProbeKind, ProbeSpec, invalid
+from service.probes.kinds import KINDS
+from service.probes.sets import ProbeSet
 
 
-@dataclass(frozen=True)
-class ProbeSpec:
-    kind: str
-    probe_set: str
-    params: SearchParams
-    pairs: tuple[str, ...] | None  # systematicity: the pair labels reported (None: all)
-    images: int | None  # at most this many images per pair / bucket (None: all)
-    scheduled: bool = False
-
-    @property
-    def model(self) -> str:
-        return self.params.model
-
-    @property
-    def ranker(self) -> str | None:
-        return self.params.ranker
-
-    def to_dict(self) -> dict[str, Any]:
-        p = self.params
-        return {
-            "kind": self.kind,
-            "probe_set": self.probe_set,
-            "model": p.model,
-            "rerank": p.ranker or False,
-            "beam_size": p.beam_size,
-            "n_best": p.n_best,
-            "rerank_weight": p.rerank_weight,
-            "pairs": list(self.pairs) if self.pairs is not None else None,
-            "images": self.images,
-            "scheduled": self.scheduled,
-        }
-
-
-def choose_probe_set(kind: str, name: str | None, sets: Mapping[str, ProbeSet]) -> ProbeSet:
-    """The probe set ``name`` (or the first of ``kind``), checked to fit ``kind``."""
+def choose_probe_set(kind: ProbeKind, name: str | None, sets: Mapping[str, ProbeSet]) -> ProbeSet:
+    """The probe set ``name`` (or the first of ``kind``'s format), checked to fit ``kind``."""
     if name is None:
-        found = [s for s in sets.values() if s.kind == kind]
+        found = [s for s in sets.values() if s.kind == kind.sets]
         if not found:
             raise RequestError(
                 404,
                 "unknown_probe_set",
-                f"the repository has no {kind} probe set (add them with `compcap probesets --repo REPO`, "
-                "or `make probesets`)",
+                f"the repository has no {kind.sets} probe set (add them with "
+                "`compcap probesets --repo REPO`, or `make probesets`)",
                 field="probe_set",
             )
         return found[0]
@@ -65,39 +32,20 @@ def choose_probe_set(kind: str, name: str | None, sets: Mapping[str, ProbeSet]) 
             404, "unknown_probe_set", f"unknown probe set {name!r} (known: {known})", field="probe_set"
         )
     chosen = sets[name]
-    if chosen.kind != kind:
-        raise RequestError(
-            422, "invalid_probe", f"probe set {name!r} is a {chosen.kind} set, not {kind}", field="probe_set"
-        )
-    if kind == "productivity" and chosen.objects() is None:
-        raise RequestError(
-            422,
-            "invalid_probe",
-            f"probe set {name!r} has no scene graphs (nor instance annotations): productivity's object "
-            "coverage needs the objects of each scene",
-            field="probe_set",
-        )
+    if chosen.kind != kind.sets:
+        raise invalid(f"probe set {name!r} is a {chosen.kind} set, not {kind.sets}", "probe_set")
     return chosen
 
 
-def check_pairs(pairs: Sequence[str] | None, kind: str, probe_set: ProbeSet) -> tuple[str, ...] | None:
+def check_pairs(pairs: Sequence[str] | None, kind: ProbeKind) -> tuple[str, ...] | None:
+    """``pairs`` without repeats, for a kind that takes them."""
     if pairs is None:
         return None
-    if kind != "systematicity":
-        raise RequestError(
-            422, "invalid_probe", f"pairs applies to systematicity probes, not {kind}", field="pairs"
-        )
-    known = {p.pair.label for p in probe_set.pairs()}
-    for n, label in enumerate(pairs):
-        if label not in known:
-            raise RequestError(
-                422,
-                "invalid_probe",
-                f"unknown pair {label!r} (known: {', '.join(sorted(known))})",
-                field=f"pairs.{n}",
-            )
+    if not kind.takes_pairs:
+        takes = [k.name for k in KINDS.values() if k.takes_pairs]
+        raise invalid(f"pairs applies to {' and '.join(takes) or 'no'} probes, not {kind.name}", "pairs")
     if not pairs:
-        raise RequestError(422, "invalid_probe", "pairs is empty; leave it out for every pair", field="pairs")
+        raise invalid("pairs is empty; leave it out for every pair", "pairs")
     return tuple(dict.fromkeys(pairs))
 
 
@@ -114,15 +62,16 @@ def build_spec(
     """Validate a probe request; ``search``: the engine options (model, rerank, beam_size, n_best,
     rerank_weight). Raises the kit's ``RequestError`` (404 ``unknown_probe_set``, 422
     ``invalid_probe``) or the engine's ``EngineError``, naming the field."""
-    if kind not in KINDS:
-        raise RequestError(
-            422, "invalid_probe", f"kind must be one of {list(KINDS)}, got {kind!r}", field="kind"
-        )
+    record = KINDS.get(kind)
+    if record is None:
+        raise invalid(f"kind must be one of {list(KINDS)}, got {kind!r}", "kind")
     if images is not None and images < 1:
-        raise RequestError(422, "invalid_probe", f"images must be >= 1, got {images}", field="images")
+        raise invalid(f"images must be >= 1, got {images}", "images")
     params = engine.resolve(**{k: v for k, v in search.items() if v is not None})
-    chosen = choose_probe_set(kind, probe_set, sets)
-    return ProbeSpec(kind, chosen.name, params, check_pairs(pairs, kind, chosen), images, scheduled)
+    chosen = choose_probe_set(record, probe_set, sets)
+    checked = check_pairs(pairs, record)
+    record.check(chosen, checked)
+    return ProbeSpec(kind, chosen.name, params, checked, images, scheduled)
 
 
 __all__ = ["ProbeSpec", "build_spec", "choose_probe_set"]

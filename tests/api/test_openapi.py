@@ -88,6 +88,7 @@ def test_every_route_has_typed_responses_and_a_tag(spec: dict[str, Any]) -> None
         "/v1/probes",
         "/v1/probes/{job_id}",
         "/v1/probes/{job_id}/accept",
+        "/v1/probe-kinds",
         "/v1/probe-sets",
         "/v1/explain",
         "/v1/compare",

@@ -5,7 +5,6 @@
 (() => {
   const $ = (id) => document.getElementById(id);
   const KEY_STORE = "compcap.apiKey";
-  const PROBE_DETAILS = 8; // succeeded jobs whose results are fetched for their figures
   const METHOD_NAMES = {
     attention: "attention",
     saliency: "saliency",
@@ -589,45 +588,6 @@
 
   // ---------------------------------------------------------------- probes
 
-  function recallAt(summary, k) {
-    return summary && summary.recall ? summary.recall[String(k)] : null;
-  }
-
-  function probeFigures(kind, r) {
-    if (!r) return "";
-    if (kind === "systematicity") {
-      const ks = r.ks || [1, 5];
-      const last = ks[ks.length - 1];
-      const fc = r.false_composition || {};
-      const held = r.held_out || {};
-      return (
-        `held-out pairs (${held.pairs ?? 0}): R@1 ${num(recallAt(held, 1), 2)}, R@${last} ${num(recallAt(held, last), 2)}` +
-        ` · seen: R@${last} ${num(recallAt(r.seen, last), 2)}` +
-        ` · false composition @1 ${num(fc["1"], 2)}`
-      );
-    }
-    if (kind === "productivity") {
-      const buckets = (r.by && r.by.density) || {};
-      const parts = Object.entries(buckets).map(([name, b]) => {
-        const value = b.coverage ?? b.cider_d;
-        return `${name}: ${num(value, 2)}`;
-      });
-      const first = Object.values(buckets)[0] || {};
-      const metric = first.coverage !== null && first.coverage !== undefined ? "coverage" : "CIDEr-D";
-      return parts.length ? `${metric} by objects in the image — ${parts.join(", ")}` : "";
-    }
-    if (kind === "substitutivity") {
-      const rows = r.rows || {};
-      const cider = (name) => (rows[name] ? num(rows[name].cider_d, 3) : "—");
-      return (
-        `substituted ${r.substituted ?? 0}/${r.images ?? 0} images` +
-        ` · S = O with words replaced: ${num(r.exact_replacement, 2)}` +
-        ` · CIDEr-D O vs GT ${cider("O vs GT")}, S vs GT ${cider("S vs GT")}`
-      );
-    }
-    return "";
-  }
-
   function when(seconds) {
     if (typeof seconds !== "number") return "—";
     return new Date(seconds * 1000).toLocaleString(undefined, { dateStyle: "short", timeStyle: "medium" });
@@ -667,7 +627,9 @@
       idCell.append(link);
       const p = job.params || {};
       const ranker = p.rerank === false || p.rerank === null ? "no ranker" : p.rerank;
-      const figures = el("td", job.error || "", job.error ? "figures error-text" : "figures");
+      // each kind's one-line summary comes from the gateway (its probe-kind record)
+      const shown = job.status === "running" && job.summary ? `so far: ${job.summary}` : job.summary || "";
+      const figures = el("td", job.error || shown, job.error ? "figures error-text" : "figures");
       row.append(
         idCell,
         el("td", job.kind),
@@ -677,21 +639,9 @@
         figures,
         el("td", when(job.finished_at), "nowrap"),
       );
-      return { job, row, figures };
+      return row;
     });
-    body.replaceChildren(...rows.map((r) => r.row));
-    const details = rows.filter((r) => r.job.status === "succeeded" || r.job.status === "running");
-    await Promise.all(
-      details.slice(0, PROBE_DETAILS).map(async ({ job, figures }) => {
-        try {
-          const full = await api(`v1/probes/${encodeURIComponent(job.id)}`);
-          const text = probeFigures(job.kind, full.result || full.partial);
-          figures.textContent = full.result ? text : text && `so far: ${text}`;
-        } catch (problem) {
-          figures.textContent = problem.message;
-        }
-      }),
-    );
+    body.replaceChildren(...rows);
     if (jobs.some((j) => j.status === "queued" || j.status === "running")) {
       state.probeTimer = setTimeout(loadProbes, 3000);
     }

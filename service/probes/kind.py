@@ -1,0 +1,157 @@
+"""The probe-kind record: everything one kind of live probe is, in one place. The router validates a
+request with it, the job runs it, the gauges record its result, the schedule, ``compcap probe`` (its
+table), the client and the web page (its one-line summary) read it; ``service.probes.kinds`` holds the
+registry. Adding a kind is one module with its record, its line in ``service.probes.kinds``, and its
+test.
+
+A kind reads probe sets of one format (``sets``: ``systematicity``, ``productivity`` or
+``substitutivity``, see ``service.probes.sets``) and decodes them through the engine with ``decode``
+(background priority, the same ``caption_many`` path the offline studies use), reporting its progress
+(images decoded of the total) and, where it has one, a partial result as it goes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from service.api.gate import RequestError
+from service.engine.params import SearchParams
+from service.engine.request import Priority
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from service.engine.engine import CaptionEngine
+    from service.probes.parser import PairParser
+    from service.probes.sets import ProbeSet
+
+
+@dataclass
+class Progress:
+    """What a running probe reports: images decoded of ``total``, and a partial result."""
+
+    total: int = 0
+    done: int = 0
+    partial: dict[str, Any] | None = None
+    timings_s: dict[str, float] = field(default_factory=dict)
+
+    def advance(self, n: int) -> None:
+        self.done += n
+
+
+class KindGauges(Protocol):
+    """A kind's Prometheus gauges: set from every succeeded result, and from an accepted one."""
+
+    def record(self, model: str, ranker: str, result: Mapping[str, Any]) -> None: ...
+
+    def accept(self, model: str, ranker: str, result: Mapping[str, Any]) -> None: ...
+
+
+Runner = Callable[
+    ["CaptionEngine", "ProbeSpec", "ProbeSet", "PairParser", Progress], Awaitable[dict[str, Any]]
+]
+Check = Callable[["ProbeSet", "tuple[str, ...] | None"], None]
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    kind: str
+    probe_set: str
+    params: SearchParams
+    pairs: tuple[str, ...] | None  # kinds that take pairs: the pair labels reported (None: all)
+    images: int | None  # at most this many images per pair / bucket (None: all)
+    scheduled: bool = False
+
+    @property
+    def model(self) -> str:
+        return self.params.model
+
+    @property
+    def ranker(self) -> str | None:
+        return self.params.ranker
+
+    def to_dict(self) -> dict[str, Any]:
+        p = self.params
+        return {
+            "kind": self.kind,
+            "probe_set": self.probe_set,
+            "model": p.model,
+            "rerank": p.ranker or False,
+            "beam_size": p.beam_size,
+            "n_best": p.n_best,
+            "rerank_weight": p.rerank_weight,
+            "pairs": list(self.pairs) if self.pairs is not None else None,
+            "images": self.images,
+            "scheduled": self.scheduled,
+        }
+
+
+def no_check(probe_set: ProbeSet, pairs: tuple[str, ...] | None) -> None:
+    """A kind that takes any set of its format and no ``pairs``."""
+
+
+@dataclass(frozen=True)
+class ProbeKind:
+    """One kind of live probe.
+
+    - ``run(engine, spec, probe_set, parser, progress)``: the result (a JSON-able dict);
+    - ``sets``: the probe-set format it reads (default: its own name);
+    - ``takes_pairs``: whether a request may name ``pairs`` (labels of the set's concept pairs);
+    - ``check(probe_set, pairs)``: what else a request must satisfy (raises the kit's ``RequestError``);
+    - ``gauges(registry)``: its gauges on the gateway's registry (None: only the common ones);
+    - ``table(result)``: ``compcap probe``'s lines; ``summary(result)``: one line for job listings
+      and the web page;
+    - ``set_details(probe_set)``: extra fields of its sets in ``GET /v1/probe-sets``."""
+
+    name: str
+    description: str
+    run: Runner
+    sets: str = ""
+    takes_pairs: bool = False
+    check: Check = no_check
+    gauges: Callable[[CollectorRegistry], KindGauges] | None = None
+    table: Callable[[Mapping[str, Any]], list[str]] | None = None
+    summary: Callable[[Mapping[str, Any]], str] | None = None
+    set_details: Callable[[ProbeSet], dict[str, Any]] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.replace("_", "").isalnum() or not self.name.islower():
+            raise ValueError(f"name must be lower-case letters, digits and '_', got {self.name!r}")
+        if not self.sets:
+            object.__setattr__(self, "sets", self.name)
+
+    def describe(self) -> dict[str, Any]:
+        """``GET /v1/probe-kinds``'s entry."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "probe_sets": self.sets,
+            "takes_pairs": self.takes_pairs,
+        }
+
+
+def cap(ids: Sequence[int], n: int | None) -> list[int]:
+    """The first ``n`` of ``ids`` (all when ``n`` is None)."""
+    return list(ids if n is None else ids[:n])
+
+
+async def decode(
+    engine: CaptionEngine, probe_set: ProbeSet, ids: Sequence[int], params: SearchParams, progress: Progress
+) -> dict[int, list[str]]:
+    """Image id -> captions in final order, decoded at background priority."""
+    if not ids:
+        return {}
+    image = engine.manifest.image
+    pixels = await asyncio.to_thread(probe_set.images, list(ids), image.height, image.width)
+    out = await engine.caption_many(pixels, params, priority=Priority.BACKGROUND, progress=progress.advance)
+    return {i: [c.text for c in per] for i, per in zip(ids, out, strict=True)}
+
+
+def invalid(message: str, field: str) -> RequestError:
+    """A 422 ``invalid_probe`` naming ``field``."""
+    return RequestError(422, "invalid_probe", message, field=field)
+
+
+__all__ = ["KindGauges", "ProbeKind", "ProbeSpec", "Progress", "cap", "decode", "invalid", "no_check"]

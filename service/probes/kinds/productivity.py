@@ -1,0 +1,115 @@
+"""The productivity probe (seed 001 §4.2): the top-1 caption's length, nouns, object coverage and
+CIDEr-D per density (objects in the scene) and length bucket; the maths is
+``service.probes.productivity``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Gauge
+
+from service.probes.kind import ProbeKind, ProbeSpec, Progress, cap, decode, invalid
+from service.probes.productivity import productivity_result
+from service.probes.tables import cell, fixed, get, table
+
+if TYPE_CHECKING:
+    from service.engine.engine import CaptionEngine
+    from service.probes.parser import PairParser
+    from service.probes.sets import ProbeSet
+
+
+async def run(
+    engine: CaptionEngine, spec: ProbeSpec, probe_set: ProbeSet, parser: PairParser, progress: Progress
+) -> dict[str, Any]:
+    """Decode every bucket's images once, score each bucket's top-1 captions."""
+    buckets = {
+        by: {name: cap(ids, spec.images) for name, ids in probe_set.buckets(by).items()}
+        for by in ("density", "length")
+        if probe_set.info.get(by) is not None
+    }
+    ids = sorted({i for named in buckets.values() for v in named.values() for i in v})
+    progress.total = len(ids)
+    generated = await decode(engine, probe_set, ids, spec.params, progress)
+    top1 = {i: caps[0] if caps else "" for i, caps in generated.items()}
+    # every bucket draws from the decoded images: a cap per bucket keeps both bucketings' images
+    return productivity_result(buckets, top1, probe_set.captions, probe_set.objects(), probe_set.cider())
+
+
+def check(probe_set: ProbeSet, pairs: tuple[str, ...] | None) -> None:
+    """Object coverage needs each scene's objects."""
+    if probe_set.objects() is None:
+        raise invalid(
+            f"probe set {probe_set.name!r} has no scene graphs (nor instance annotations): productivity's "
+            "object coverage needs the objects of each scene",
+            "probe_set",
+        )
+
+
+class Gauges:
+    """CIDEr-D of the top-1 caption per bucket."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.cider = Gauge(
+            "compcap_probe_productivity_cider_d",
+            "Live productivity probe: CIDEr-D of the top-1 caption per density / length bucket",
+            ["model", "ranker", "by", "bucket"],
+            registry=registry,
+        )
+
+    def record(self, model: str, ranker: str, result: Mapping[str, Any]) -> None:
+        for by, buckets in result.get("by", {}).items():
+            for bucket, figures in buckets.items():
+                if figures.get("cider_d") is not None:
+                    self.cider.labels(model, ranker, by, bucket).set(figures["cider_d"])
+
+    def accept(self, model: str, ranker: str, result: Mapping[str, Any]) -> None:
+        """No baseline gauge yet."""
+
+
+def lines(result: Mapping[str, Any]) -> list[str]:
+    """One table per bucketing: length, nouns, coverage and CIDEr-D of each bucket."""
+    out: list[str] = []
+    for by, buckets in (result.get("by") or {}).items():
+        rows = [
+            [
+                cell(name),
+                cell(get(b, "images")),
+                cell(get(b, "length"), digits=2),
+                cell(get(b, "reference_length"), digits=2),
+                cell(get(b, "nouns"), digits=2),
+                cell(get(b, "coverage"), 100),
+                cell(get(b, "cider_d"), 100),
+            ]
+            for name, b in (buckets or {}).items()
+        ]
+        if out:
+            out.append("")
+        out.append(f"by {by}: top-1 length, nouns named, object coverage (%), CIDEr-D (x100)")
+        out.append(table([by, "images", "length", "ref length", "nouns", "coverage", "CIDEr-D"], rows))
+    return out or ["no buckets"]
+
+
+def summary(result: Mapping[str, Any]) -> str:
+    """Coverage (or CIDEr-D) per density bucket."""
+    buckets = get(result, "by", "density") or {}
+    if not buckets:
+        return ""
+    parts = [
+        f"{name}: {fixed(b.get('coverage') if b.get('coverage') is not None else b.get('cider_d'), 2)}"
+        for name, b in buckets.items()
+    ]
+    first = next(iter(buckets.values()))
+    metric = "coverage" if first.get("coverage") is not None else "CIDEr-D"
+    return f"{metric} by objects in the image — {', '.join(parts)}"
+
+
+KIND = ProbeKind(
+    name="productivity",
+    description="seed 001: length, nouns, object coverage and CIDEr-D of the top-1 caption per scene density",
+    run=run,
+    check=check,
+    gauges=Gauges,
+    table=lines,
+    summary=summary,
+)

@@ -1,0 +1,119 @@
+"""The substitutivity probe (seed 001 §4.3, Table 6): each image's caption O, and S decoded with the
+``synonym_substitution`` hook on the S1 words O generated; the maths is
+``service.probes.substitutivity``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Gauge
+
+from service.probes.kind import ProbeKind, ProbeSpec, Progress, cap, decode
+from service.probes.substitutivity import chosen_images, substituted_words, substitutivity_result
+from service.probes.tables import cell, fixed, get, table
+
+if TYPE_CHECKING:
+    from service.engine.engine import CaptionEngine
+    from service.probes.parser import PairParser
+    from service.probes.sets import ProbeSet
+
+
+async def run(
+    engine: CaptionEngine, spec: ProbeSpec, probe_set: ProbeSet, parser: PairParser, progress: Progress
+) -> dict[str, Any]:
+    """O for every image; S (``synonym_substitution`` on the S1 words O generated, restricted to the
+    model's vocabulary) for the images whose O holds one; Table 6 rows."""
+    ids = sorted({i for _, _, images in probe_set.substitution_pairs() for i in cap(images, spec.images)})
+    progress.total = len(ids)
+    original = {
+        i: caps[0] for i, caps in (await decode(engine, probe_set, ids, spec.params, progress)).items()
+    }
+    words = set(engine.vocab.index)
+    pairs = [(a, b) for a, b in probe_set.substitutions() if a in words and b in words]
+    kept = substituted_words(original, pairs)
+    mapping = {a: b for a, b in pairs if a in kept}
+    chosen = chosen_images(original, set(mapping))
+    progress.total += len(chosen)
+    substituted: dict[int, str] = {}
+    if chosen:
+        hook = {"name": "synonym_substitution", "params": {"pairs": [[a, b] for a, b in mapping.items()]}}
+        s_params = engine.resolve(
+            model=spec.params.model,
+            beam_size=spec.params.beam_size,
+            n_best=spec.params.n_best,
+            rerank=spec.params.ranker or False,
+            rerank_weight=spec.params.rerank_weight,
+            hooks=[hook],
+        )
+        decoded = await decode(engine, probe_set, chosen, s_params, progress)
+        substituted = {i: caps[0] for i, caps in decoded.items()}
+    result = await asyncio.to_thread(
+        substitutivity_result, original, substituted, mapping, probe_set.captions, probe_set.cider()
+    )
+    return {**result, "table": [[a, b] for a, b in pairs], "generated_counts": kept}
+
+
+class Gauges:
+    """BLEU-4 of S against O."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.bleu4 = Gauge(
+            "compcap_probe_substitution_bleu4",
+            "Live substitutivity probe: BLEU-4 of S against O (seed 001 Table 6, O vs S)",
+            ["model", "ranker"],
+            registry=registry,
+        )
+
+    def record(self, model: str, ranker: str, result: Mapping[str, Any]) -> None:
+        bleu = get(result, "rows", "O vs S", "bleu4")
+        if bleu is not None:
+            self.bleu4.labels(model, ranker).set(bleu)
+
+    def accept(self, model: str, ranker: str, result: Mapping[str, Any]) -> None:
+        """No baseline gauge yet."""
+
+
+def lines(result: Mapping[str, Any]) -> list[str]:
+    """Table 6's rows (BLEU-4, METEOR, CIDEr-D), then how many images were substituted."""
+    rows = [
+        [
+            cell(name),
+            cell(get(r, "bleu4"), 100),
+            cell(get(r, "meteor"), 100),
+            cell(get(r, "cider_d"), 100),
+            cell(int(r["images"]) if isinstance(get(r, "images"), float) else get(r, "images")),
+        ]
+        for name, r in (result.get("rows") or {}).items()
+    ]
+    return [
+        "O: captions without substitution, S: with it, t: after the first substituted word (x100)",
+        table(["", "BLEU-4", "METEOR", "CIDEr-D", "images"], rows),
+        f"images {cell(result.get('images'))}, substituted {cell(result.get('substituted'))}, "
+        f"exact replacement {cell(result.get('exact_replacement'), 100)}%",
+    ]
+
+
+def summary(result: Mapping[str, Any]) -> str:
+    """Images substituted, exact replacements, CIDEr-D of O and S against the references."""
+    rows = result.get("rows") or {}
+
+    def cider(name: str) -> str:
+        return fixed(get(rows, name, "cider_d"), 3) if name in rows else "—"
+
+    return (
+        f"substituted {result.get('substituted') or 0}/{result.get('images') or 0} images"
+        f" · S = O with words replaced: {fixed(result.get('exact_replacement'), 2)}"
+        f" · CIDEr-D O vs GT {cider('O vs GT')}, S vs GT {cider('S vs GT')}"
+    )
+
+
+KIND = ProbeKind(
+    name="substitutivity",
+    description="seed 001: captions O next to S, decoded with fine-grained words replaced by their synonyms",
+    run=run,
+    gauges=Gauges,
+    table=lines,
+    summary=summary,
+)

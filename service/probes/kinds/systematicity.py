@@ -1,0 +1,207 @@
+"""The systematicity probe (seed 000 §3): Recall@K of each concept pair on its Test-Comb images and
+false composition on its Test-no-Comb images; the maths is ``service.probes.systematicity``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Gauge
+
+from service.probes.kind import ProbeKind, ProbeSpec, Progress, cap, decode, invalid
+from service.probes.parser import lookup
+from service.probes.systematicity import KS, systematicity_result
+from service.probes.tables import cell, fixed, get, table
+from service.text.concepts import ConceptPair
+
+if TYPE_CHECKING:
+    from service.engine.engine import CaptionEngine
+    from service.probes.parser import PairParser
+    from service.probes.sets import ProbeSet
+
+
+async def run(
+    engine: CaptionEngine, spec: ProbeSpec, probe_set: ProbeSet, parser: PairParser, progress: Progress
+) -> dict[str, Any]:
+    """Group by group: decode its Test-Comb images (every pair of the group, as ``compcap evaluate``
+    does) and the Test-no-Comb images of the reported pairs, parse, score; partial result after each."""
+    entries = probe_set.pairs()
+    wanted = set(spec.pairs) if spec.pairs is not None else {e.pair.label for e in entries}
+    reported = [e for e in entries if e.pair.label in wanted]
+    groups = sorted({e.group for e in reported})
+    members = {g: [e for e in entries if e.group == g] for g in groups}
+    comb = {g: sorted({i for e in members[g] for i in cap(e.comb, spec.images)}) for g in groups}
+    no_comb = {e.pair.label: cap(e.no_comb, spec.images) for e in reported}
+    progress.total = sum(len(comb[g]) for g in groups) + sum(len(v) for v in no_comb.values())
+    held_out = [
+        ConceptPair(p.kind, p.modifier, p.noun)
+        for p in engine.manifest.captioner(spec.model).training.held_out_pairs
+    ]
+    generated: dict[int, list[str]] = {}
+    parsed: dict[str, frozenset[ConceptPair]] = {}
+    result: dict[str, Any] = {}
+    for n, g in enumerate(groups, 1):
+        group_reported = [e.pair for e in reported if e.group == g]
+        ids = [i for i in dict.fromkeys([*comb[g], *(i for p in group_reported for i in no_comb[p.label])])]
+        generated.update(
+            await decode(engine, probe_set, [i for i in ids if i not in generated], spec.params, progress)
+        )
+        done_groups = groups[:n]
+        texts = [c for i in ids for c in generated[i][: KS[-1]]]
+        texts += [r for i in comb[g] for r in probe_set.captions[i]]
+        parsed.update(await parser.pairs([t for t in texts if t not in parsed]))
+        result = systematicity_result(
+            {g2: [e.pair for e in members[g2]] for g2 in done_groups},
+            {g2: comb[g2] for g2 in done_groups},
+            no_comb,
+            [e.pair for e in reported if e.group in done_groups],
+            held_out,
+            generated,
+            probe_set.captions,
+            lookup(parsed),
+        )
+        if n < len(groups):
+            progress.partial = result
+    return result
+
+
+def check(probe_set: ProbeSet, pairs: tuple[str, ...] | None) -> None:
+    """Every label of ``pairs`` is one of the set's pairs."""
+    if pairs is None:
+        return
+    known = {p.pair.label for p in probe_set.pairs()}
+    for n, label in enumerate(pairs):
+        if label not in known:
+            raise invalid(f"unknown pair {label!r} (known: {', '.join(sorted(known))})", f"pairs.{n}")
+
+
+def recall_means(result: Mapping[str, Any]) -> Iterator[tuple[str, str, float]]:
+    """(held_out label "true"/"false", K, mean Recall@K) of a systematicity result, where defined."""
+    for held, key in (("true", "held_out"), ("false", "seen")):
+        for k, value in result.get(key, {}).get("recall", {}).items():
+            if value is not None:
+                yield held, k, value
+
+
+class Gauges:
+    """Recall@K per pair and its held-out / seen means, the accepted baseline, false composition."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.recall = Gauge(
+            "compcap_probe_recall_at_k",
+            "Live systematicity probe: Recall@K of a concept pair (seed 000 Eq. 1)",
+            ["model", "ranker", "pair", "category", "k", "held_out"],
+            registry=r,
+        )
+        self.recall_mean = Gauge(
+            "compcap_probe_recall_at_k_mean",
+            "Live systematicity probe: mean Recall@K over the held-out (held_out=true) or seen pairs",
+            ["model", "ranker", "k", "held_out"],
+            registry=r,
+        )
+        self.accepted_recall_mean = Gauge(
+            "compcap_probe_accepted_recall_at_k_mean",
+            "The accepted baseline of compcap_probe_recall_at_k_mean (POST /v1/probes/{id}/accept)",
+            ["model", "ranker", "k", "held_out"],
+            registry=r,
+        )
+        self.false_composition = Gauge(
+            "compcap_probe_false_composition",
+            "Share of Test-no-Comb images whose top-1 caption attaches the pair though the image does not",
+            ["model", "ranker", "pair"],
+            registry=r,
+        )
+
+    def record(self, model: str, ranker: str, result: Mapping[str, Any]) -> None:
+        for row in result.get("pairs", []):
+            for k, value in row["recall"].items():
+                if value is not None:
+                    self.recall.labels(
+                        model, ranker, row["pair"], row["category"] or "", k, str(row["held_out"]).lower()
+                    ).set(value)
+            rate = row["false_composition"].get("1")
+            if rate is not None:
+                self.false_composition.labels(model, ranker, row["pair"]).set(rate)
+        for held, k, value in recall_means(result):
+            self.recall_mean.labels(model, ranker, k, held).set(value)
+
+    def accept(self, model: str, ranker: str, result: Mapping[str, Any]) -> None:
+        for held, k, value in recall_means(result):
+            self.accepted_recall_mean.labels(model, ranker, k, held).set(value)
+
+
+def lines(result: Mapping[str, Any]) -> list[str]:
+    """Recall@K and false composition per pair, then the held-out / seen means per category."""
+    ks = [str(k) for k in (result.get("ks") or [1, 2, 3, 4, 5])]
+    fc = ["1", ks[-1]]
+    out = ["Recall@K of each pair (%) on its Test-Comb images; false composition (%) on Test-no-Comb"]
+    rows = [
+        [
+            cell(get(r, "pair")),
+            cell(get(r, "group")),
+            cell(get(r, "category")),
+            cell(get(r, "held_out")),
+            cell(get(r, "images")),
+            *(cell(get(r, "recall", k), 100) for k in ks),
+            cell(get(r, "no_comb_images")),
+            *(cell(get(r, "false_composition", k), 100) for k in fc),
+        ]
+        for r in result.get("pairs") or []
+    ]
+    headers = ["pair", "group", "category", "held out", "images", *(f"R@{k}" for k in ks), "no-comb"]
+    out.append(table([*headers, *(f"FC@{k}" for k in fc)], rows))
+    summary = []
+    for name in ("held_out", "seen"):
+        part = result.get(name)
+        summary.append(
+            [
+                name.replace("_", " "),
+                cell(get(part, "pairs")),
+                *(cell(get(part, "recall", k), 100) for k in ks),
+            ]
+        )
+        for cat, recall in (get(part, "per_category") or {}).items():
+            summary.append([f"  {cat}", "", *(cell(get(recall, k), 100) for k in ks)])
+    out += ["", "Mean Recall@K (%)", table(["pairs", "n", *(f"R@{k}" for k in ks)], summary)]
+    out.append(
+        "false composition (%): "
+        + "  ".join(f"FC@{k} {cell(get(result, 'false_composition', k), 100)}" for k in fc)
+    )
+    return out
+
+
+def summary(result: Mapping[str, Any]) -> str:
+    """Held-out R@1 and R@K, seen R@K, false composition @1."""
+    ks = result.get("ks") or [1, 5]
+    last = str(ks[-1])
+    held = result.get("held_out") or {}
+    return (
+        f"held-out pairs ({held.get('pairs') or 0}): R@1 {fixed(get(held, 'recall', '1'), 2)}, "
+        f"R@{last} {fixed(get(held, 'recall', last), 2)}"
+        f" · seen: R@{last} {fixed(get(result, 'seen', 'recall', last), 2)}"
+        f" · false composition @1 {fixed(get(result, 'false_composition', '1'), 2)}"
+    )
+
+
+def set_details(probe_set: ProbeSet) -> dict[str, Any]:
+    """Each pair of the set with its group and its Test-Comb / Test-no-Comb image counts."""
+    return {
+        "pairs": [
+            {"pair": p.pair.label, "group": p.group, "comb": len(p.comb), "no_comb": len(p.no_comb)}
+            for p in probe_set.pairs()
+        ]
+    }
+
+
+KIND = ProbeKind(
+    name="systematicity",
+    description="seed 000: Recall@K of held-out concept pairs on their Test-Comb images, false composition",
+    run=run,
+    takes_pairs=True,
+    check=check,
+    gauges=Gauges,
+    table=lines,
+    summary=summary,
+    set_details=set_details,
+)
