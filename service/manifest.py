@@ -7,7 +7,7 @@ variable sizes, as in Triton's ``config.pbtxt``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -115,7 +115,9 @@ class VocabularySpec(BaseModel):
     unk_id: int = 3
 
 
-ProbeKind = Literal["systematicity", "productivity", "substitutivity"]
+# the formats of probe sets on disk (``service.probes.sets``); a probe kind reads one of them
+ProbeSetFormat = Literal["systematicity", "productivity", "substitutivity"]
+PROBE_SET_FORMATS: tuple[str, ...] = get_args(ProbeSetFormat)
 
 
 class ProbeSetEntry(BaseModel):
@@ -123,7 +125,7 @@ class ProbeSetEntry(BaseModel):
     on-disk format is ``service.probes.sets``)."""
 
     name: str
-    kind: ProbeKind
+    kind: ProbeSetFormat
     path: str = Field(description="folder relative to the repository, e.g. 'probes/systematicity'")
     images: int = Field(ge=0)
     scene_graphs: bool = False

@@ -13,9 +13,11 @@
 
 from __future__ import annotations
 
+from service.manifest import PROBE_SET_FORMATS
+
 PROBE_SEED_OFFSET = 104729  # the 10000th prime; build.TEST_SEED_OFFSET is 7919 (the 1000th)
 ZOO_EVAL_SEED = 20270313  # export.zoo.EVAL_SEED (not imported here: export.zoo imports torch)
-KINDS = ("systematicity", "productivity", "substitutivity")  # each set is named after its kind by default
+KINDS = PROBE_SET_FORMATS  # each set is named after its kind by default
 
 
 def probe_seed(seed: int) -> int:

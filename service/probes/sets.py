@@ -38,11 +38,11 @@ import numpy as np
 
 from service.evaluation.cider import CiderD
 from service.images import ImageError, decode_image
-from service.manifest import Manifest
+from service.manifest import PROBE_SET_FORMATS, Manifest
 from service.text.concepts import ConceptPair
 
 FORMAT = 1
-KINDS = ("systematicity", "productivity", "substitutivity")
+KINDS = PROBE_SET_FORMATS  # the formats of probe sets (a probe kind reads one: service.probes.kinds)
 PROBE_FILE = "probe.json"
 CAPTIONS_FILE = "captions.json"
 SCENES_FILE = "scene_graphs.json"
