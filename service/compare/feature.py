@@ -41,7 +41,7 @@ def shadow_configuration(settings: CompareSettings, manifest: Manifest) -> Confi
 
 def install(app: FastAPI, runtime: Runtime) -> None:
     """Serve ``POST /v1/compare`` and ``GET /v1/compare/shadow``; feed the shadow, when one is set."""
-    settings = runtime.settings
+    settings = runtime.settings.compare  # its own section
     configuration = shadow_configuration(settings, runtime.manifest)
     app.state.compare = CompareService(settings.max_comparisons)
     app.state.shadow = None

@@ -20,9 +20,9 @@ TAG = {
 
 def install(app: FastAPI, runtime: Runtime) -> None:
     """Serve ``POST /v1/explain``."""
-    settings = runtime.settings
+    settings = runtime.settings.explain  # its own section
     app.state.explain = ExplainService(
-        settings.repo,
+        runtime.settings.engine.repo,
         runtime.manifest,
         runtime.vocab,
         settings.max_explanations,

@@ -30,10 +30,10 @@ def probe_schedule(settings: ProbeSettings) -> ProbeSchedule | None:
 
 def install(app: FastAPI, runtime: Runtime) -> None:
     """Serve ``/v1/probes`` and ``/v1/probe-sets``; run the probe schedule while the app runs."""
-    settings = runtime.settings
+    settings = runtime.settings.probes  # its own section
     schedule = probe_schedule(settings)
     probes = ProbeService(
-        settings.repo,
+        runtime.settings.engine.repo,
         runtime.manifest,
         runtime.metrics.registry,
         settings.max_probe_jobs,
