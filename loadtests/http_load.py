@@ -7,12 +7,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -20,8 +19,11 @@ from urllib.parse import urlencode
 
 import httpx
 import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from loadtests.cpu import CpuMeter
+from service.metrics import BEAM_ROWS, MODEL_CALL
 
 
 def free_port() -> int:
@@ -80,25 +82,31 @@ class Gateway(AbstractContextManager["Gateway"]):
         self.log.close()
 
 
+def samples(metrics_text: str, name: str) -> Iterator[Sample]:
+    """The samples called ``name`` in a Prometheus exposition (``BEAM_ROWS + "_sum"``, ``ABANDONED +
+    "_total"``: a counter's family drops the ``_total`` its samples carry), parsed by prometheus_client."""
+    for family in text_string_to_metric_families(metrics_text):
+        yield from (sample for sample in family.samples if sample.name == name)
+
+
 def histogram_totals(metrics_text: str, histogram: str, model: str) -> tuple[float, float]:
     """(sum, count) of the gateway's ``histogram`` (a Prometheus name) for ``model``; (0, 0) if absent."""
     values = {}
     for kind in ("sum", "count"):
-        pattern = rf'^{re.escape(histogram)}_{kind}\{{model="{re.escape(model)}"\}} (\S+)$'
-        match = re.search(pattern, metrics_text, re.MULTILINE)
-        values[kind] = float(match.group(1)) if match else 0.0
+        found = samples(metrics_text, f"{histogram}_{kind}")
+        values[kind] = sum((s.value for s in found if s.labels.get("model") == model), 0.0)
     return values["sum"], values["count"]
 
 
 def step_rows(metrics_text: str, step_model: str) -> tuple[float, float]:
     """(sum, count) of the gateway's rows-per-decoder-call histogram for ``step_model``."""
-    return histogram_totals(metrics_text, "compcap_beam_rows_per_decoder_call", step_model)
+    return histogram_totals(metrics_text, BEAM_ROWS, step_model)
 
 
 def step_call_seconds(metrics_text: str, step_model: str) -> tuple[float, float]:
     """(sum, count) of the gateway's model-call time histogram for ``step_model`` (wall time of each
     step call, as the server saw it under load)."""
-    return histogram_totals(metrics_text, "compcap_model_call_seconds", step_model)
+    return histogram_totals(metrics_text, MODEL_CALL, step_model)
 
 
 BOUNDARY = "compcapbench7f3a"
@@ -274,6 +282,7 @@ __all__ = [
     "histogram_totals",
     "multipart_body",
     "request_head",
+    "samples",
     "step_call_seconds",
     "step_rows",
 ]

@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import re
 import statistics
 import time
 from collections import Counter
@@ -39,8 +38,9 @@ from rich.table import Table
 
 from loadtests.bench import bench_images, png_bytes, print_and_save
 from loadtests.cpu import CpuMeter
-from loadtests.http_load import BOUNDARY, Gateway, RawConnection, request_head, step_rows
+from loadtests.http_load import BOUNDARY, Gateway, RawConnection, request_head, samples, step_rows
 from service.manifest import load_manifest
+from service.metrics import ABANDONED, PACED_ABANDONERS
 
 console = Console(stderr=True)
 JUNK = b"this is not an image" * 8
@@ -257,21 +257,16 @@ async def run_scenario(
     }
 
 
-_ABANDONED = re.compile(r"^compcap_abandoned_requests_total\{([^}]*)\} (\S+)$", re.M)
-_PACED = re.compile(r"^compcap_paced_abandoner_requests_total (\S+)$", re.M)
-
-
 def abandoned_by_stage(metrics_text: str) -> dict[str, float]:
-    """``compcap_abandoned_requests_total`` summed by stage (waiting, encoding, decoding, ranking),
-    and as ``paced`` the requests held back before any work by abandon pacing
-    (``compcap_paced_abandoner_requests_total``)."""
+    """The gateway's abandoned-requests counter (``compcap_abandoned_requests_total``) summed by stage
+    (waiting, encoding, decoding, ranking), and as ``paced`` the requests held back before any work by
+    abandon pacing (``compcap_paced_abandoner_requests_total``)."""
     out: dict[str, float] = {}
-    for labels, value in _ABANDONED.findall(metrics_text):
-        stage = re.search(r'stage="(\w+)"', labels)
-        if stage:
-            out[stage.group(1)] = out.get(stage.group(1), 0.0) + float(value)
-    if paced := _PACED.search(metrics_text):
-        out["paced"] = float(paced.group(1))
+    for sample in samples(metrics_text, f"{ABANDONED}_total"):
+        if stage := sample.labels.get("stage"):
+            out[stage] = out.get(stage, 0.0) + sample.value
+    for sample in samples(metrics_text, f"{PACED_ABANDONERS}_total"):
+        out["paced"] = sample.value
     return out
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,19 +21,26 @@ from rich.console import Console
 from rich.table import Table
 
 from loadtests.bench import bench_images, png_bytes, print_and_save
-from loadtests.http_load import Gateway, closed_loop
+from loadtests.http_load import Gateway, closed_loop, samples
+from service.compare.shadow import SHADOW_REQUESTS
 from service.manifest import load_manifest
 
 console = Console(stderr=True)
-_SHADOW = re.compile(r'^compcap_shadow_requests_total\{outcome="(\w+)",[^}]*\} ([0-9.e+]+)$', re.M)
+
+
+def shadow_outcomes(metrics_text: str) -> dict[str, float]:
+    """The shadow's requests counter (``compcap_shadow_requests_total``) by outcome, summed over the
+    other labels."""
+    counts: dict[str, float] = {}
+    for sample in samples(metrics_text, f"{SHADOW_REQUESTS}_total"):
+        if outcome := sample.labels.get("outcome"):
+            counts[outcome] = counts.get(outcome, 0.0) + sample.value
+    return counts
 
 
 def shadow_counts(url: str) -> dict[str, float]:
-    """``compcap_shadow_requests_total`` by outcome, summed over labels."""
-    counts: dict[str, float] = {}
-    for outcome, value in _SHADOW.findall(httpx.get(f"{url}/metrics", timeout=10).text):
-        counts[outcome] = counts.get(outcome, 0.0) + float(value)
-    return counts
+    """``shadow_outcomes`` of the gateway at ``url``."""
+    return shadow_outcomes(httpx.get(f"{url}/metrics", timeout=10).text)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -135,4 +141,4 @@ def shadow_load(args: argparse.Namespace) -> int:
     return print_and_save(result, summary(result), args.json)
 
 
-__all__ = ["add_arguments", "main", "shadow_counts", "shadow_load"]
+__all__ = ["add_arguments", "main", "shadow_counts", "shadow_load", "shadow_outcomes"]

@@ -4,6 +4,28 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+# The metric names, which the load tests read the gateway's /metrics by. prometheus_client names a
+# counter's family without ``_total`` and its samples with it (``ABANDONED + "_total"``); a histogram's
+# samples are ``_bucket``, ``_sum`` and ``_count``.
+REQUEST_LATENCY = "compcap_request_latency_seconds"
+CAPTIONS_SERVED = "compcap_captions_served"
+ERRORS = "compcap_errors"
+BEAM_ROWS = "compcap_beam_rows_per_decoder_call"
+MODEL_CALL = "compcap_model_call_seconds"
+BACKEND_ERRORS = "compcap_backend_errors"
+ITERATIONS_PER_REQUEST = "compcap_iterations_per_request"
+QUEUE_WAIT = "compcap_queue_wait_seconds"
+ACTIVE_REQUESTS = "compcap_active_requests"
+QUEUE_LENGTH = "compcap_queue_length"
+DECODED_TOKENS = "compcap_decoded_tokens"
+HOOK_APPLICATIONS = "compcap_hook_applications"
+ABANDONED = "compcap_abandoned_requests"
+PACED_ERRORS = "compcap_paced_error_answers"
+PACED_ABANDONERS = "compcap_paced_abandoner_requests"
+READY = "compcap_ready"
+QUEUE_CAPACITY = "compcap_queue_capacity"
+REQUEST_DEADLINE = "compcap_request_deadline_seconds"
+
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 7.5, 10.0)
 ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 MODEL_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -16,90 +38,88 @@ class Metrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         self.request_latency = Histogram(
-            "compcap_request_latency_seconds",
+            REQUEST_LATENCY,
             "HTTP request latency",
             ["route", "method", "status"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self.captions_served = Counter("compcap_captions_served", "Images captioned", ["model"], registry=r)
-        self.errors = Counter("compcap_errors", "Failed requests by reason", ["reason"], registry=r)
+        self.captions_served = Counter(CAPTIONS_SERVED, "Images captioned", ["model"], registry=r)
+        self.errors = Counter(ERRORS, "Failed requests by reason", ["reason"], registry=r)
         self.beam_rows = Histogram(
-            "compcap_beam_rows_per_decoder_call",
+            BEAM_ROWS,
             "Rows in one <cap>_step call",
             ["model"],
             buckets=ROW_BUCKETS,
             registry=r,
         )
         self.model_call = Histogram(
-            "compcap_model_call_seconds",
+            MODEL_CALL,
             "Backend model call time",
             ["model"],
             buckets=MODEL_BUCKETS,
             registry=r,
         )
         self.backend_errors = Counter(
-            "compcap_backend_errors", "Backend failures by model and reason", ["model", "reason"], registry=r
+            BACKEND_ERRORS, "Backend failures by model and reason", ["model", "reason"], registry=r
         )
         self.iterations_per_request = Histogram(
-            "compcap_iterations_per_request",
+            ITERATIONS_PER_REQUEST,
             "Step calls a request took part in",
             ["model"],
             buckets=(1, 2, 4, 8, 12, 16, 20, 24, 32, 48, 64, 128),
             registry=r,
         )
         self.queue_wait = Histogram(
-            "compcap_queue_wait_seconds",
+            QUEUE_WAIT,
             "Time from submission to admission (encoding start)",
             ["model"],
             buckets=MODEL_BUCKETS,
             registry=r,
         )
         self.active_requests = Gauge(
-            "compcap_active_requests", "Requests being encoded or decoded", ["model"], registry=r
+            ACTIVE_REQUESTS, "Requests being encoded or decoded", ["model"], registry=r
         )
-        self.queue_length = Gauge(
-            "compcap_queue_length", "Requests waiting for admission", ["model"], registry=r
-        )
+        self.queue_length = Gauge(QUEUE_LENGTH, "Requests waiting for admission", ["model"], registry=r)
         self.decoded_tokens = Counter(
-            "compcap_decoded_tokens",
+            DECODED_TOKENS,
             "Beam rows evaluated by step calls (one candidate token each); rate() = tokens per second",
             ["model"],
             registry=r,
         )
         self.hook_applications = Counter(
-            "compcap_hook_applications",
+            HOOK_APPLICATIONS,
             "Decoding-hook applications (one per hook per request per step)",
             ["hook"],
             registry=r,
         )
         self.abandoned = Counter(
-            "compcap_abandoned_requests",
+            ABANDONED,
             "Requests whose caller left (disconnect, deadline) by the stage they were in: waiting (no work "
             "done), encoding (the encoder call finished for nothing), decoding, ranking",
             ["model", "stage", "reason"],
             registry=r,
         )
         self.paced_errors = Counter(
-            "compcap_paced_error_answers",
+            PACED_ERRORS,
             "4xx answers delayed because their connection kept sending bad requests (error_pace_*)",
             registry=r,
         )
         self.paced_abandoners = Counter(
-            "compcap_paced_abandoner_requests",
+            PACED_ABANDONERS,
             "requests held back because their client kept closing the connection before its answer "
             "(abandon_pace_*)",
             registry=r,
         )
-        self.ready = Gauge("compcap_ready", "1 once the models are loaded", registry=r)
+        self.ready = Gauge(READY, "1 once the models are loaded", registry=r)
         # settings, exported so that alerts compare with the limits this process runs under
         self.queue_capacity = Gauge(
-            "compcap_queue_capacity",
+            QUEUE_CAPACITY,
             "Requests a captioner's queue holds before it answers 503 (max_queue)",
             registry=r,
         )
         self.request_deadline = Gauge(
-            "compcap_request_deadline_seconds",
+            REQUEST_DEADLINE,
             "Deadline of a caption request (request_deadline_s)",
             registry=r,
         )

@@ -35,6 +35,9 @@ log = logging.getLogger("compcap.shadow")
 SIMILARITY_BUCKETS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.999, 1.0)
 THUMBNAIL_PX = 64
 SHADOW_TIMEOUT_S = 120.0  # a shadow decode waits behind users; past this it is given up (outcome=failed)
+# metric names (the load tests read /metrics by them); the counter's samples are SHADOW_REQUESTS + "_total"
+SHADOW_SIMILARITY = "compcap_shadow_similarity"
+SHADOW_REQUESTS = "compcap_shadow_requests"
 
 
 def png_base64(image: np.ndarray, max_side: int | None) -> str:
@@ -71,14 +74,14 @@ class ShadowComparer:
         self._params: SearchParams | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.similarity = Histogram(
-            "compcap_shadow_similarity",
+            SHADOW_SIMILARITY,
             "NGSM (seed 003 Eq. 4) of the primary's best caption against the shadow configuration's",
             ["primary", "shadow"],
             buckets=SIMILARITY_BUCKETS,
             registry=registry,
         )
         self.requests = Counter(
-            "compcap_shadow_requests_total",
+            SHADOW_REQUESTS,
             "Caption requests offered to the shadow: compared, busy (skipped, max_pending reached), "
             "failed (the shadow decode failed or timed out), unsampled",
             ["primary", "shadow", "outcome"],

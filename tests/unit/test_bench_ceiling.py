@@ -4,6 +4,7 @@ import pytest
 
 from loadtests.ceiling import ceiling_of_limit, step_ms_alone, step_rows_per_s
 from loadtests.http_load import step_call_seconds, step_rows
+from service.metrics import BEAM_ROWS, MODEL_CALL
 
 CURVE = [
     {"rows": 10, "ms_per_call": 1.0, "rows_per_s": 10_000.0},
@@ -42,13 +43,13 @@ def test_step_ms_alone_is_the_curve_time_per_call_at_those_rows() -> None:
     assert step_ms_alone(CURVE, 150) == pytest.approx(4.5)
 
 
-METRICS = """# HELP compcap_model_call_seconds Backend model call time
-compcap_model_call_seconds_count{model="cap_step"} 40.0
-compcap_model_call_seconds_sum{model="cap_step"} 0.36
-compcap_model_call_seconds_count{model="cap_step2"} 7.0
-compcap_model_call_seconds_sum{model="cap_step2"} 9.0
-compcap_beam_rows_per_decoder_call_count{model="cap_step"} 40.0
-compcap_beam_rows_per_decoder_call_sum{model="cap_step"} 4000.0
+METRICS = f"""# HELP {MODEL_CALL} Backend model call time
+{MODEL_CALL}_count{{model="cap_step"}} 40.0
+{MODEL_CALL}_sum{{model="cap_step"}} 0.36
+{MODEL_CALL}_count{{model="cap_step2"}} 7.0
+{MODEL_CALL}_sum{{model="cap_step2"}} 9.0
+{BEAM_ROWS}_count{{model="cap_step"}} 40.0
+{BEAM_ROWS}_sum{{model="cap_step"}} 4000.0
 """
 
 
