@@ -1,7 +1,7 @@
 """The reference oracle: beam search of ONE request, readable, in numpy (the pre-redesign engine's
 per-request search). ``service.engine.beam_batch.BeamBatch`` — the engine's only beam search — is
-checked against it token for token (``tests/unit/test_beam_batch.py``), and it is checked against
-exhaustive search on a toy model (``tests/unit/test_beam.py``).
+checked against it token for token (``tests/unit/engine/test_beam_batch.py``), and it is checked against
+exhaustive search on a toy model (``tests/unit/engine/test_beam.py``).
 
 Layout: a request with ``I`` images and beam size ``K`` owns a fixed grid of ``I * K`` rows; row ``r``
 is beam ``r % K`` of image ``r // K``. Dead rows carry a cumulative log-prob of ``-inf``. Every live

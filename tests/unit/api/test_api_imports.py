@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-SERVICE = Path(__file__).resolve().parents[2] / "service"
+SERVICE = Path(__file__).resolve().parents[3] / "service"
 
 
 def package_imports(path: Path, package: str) -> set[str]:

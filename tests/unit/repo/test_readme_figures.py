@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 LABEL = {"cider_d": "CIDEr-D", "tuple_f1": "tuple F1"}
 NUMBER = r"−?\d[\d ]*(?:\.\d+)?"  # as the README prints them: "5 000", "0.786", "−0.4"

@@ -32,7 +32,7 @@ from service.engine.scheduler import QueueFullError
 from service.manifest import Manifest
 from service.settings import EngineSettings, Settings
 from service.text.vocabulary import Vocabulary
-from tests.unit.test_beam_batch import backtrack
+from tests.unit.engine.test_beam_batch import backtrack
 
 S = RequestStatus
 

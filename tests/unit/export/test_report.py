@@ -11,7 +11,7 @@ import pytest
 
 from export.studies.report import write_report
 
-REPORTS = Path(__file__).resolve().parents[2] / "reports"
+REPORTS = Path(__file__).resolve().parents[3] / "reports"
 
 
 def _headings_and_tables(text: str) -> list[str]:

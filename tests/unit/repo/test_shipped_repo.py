@@ -20,7 +20,7 @@ from service.text.vocabulary import Vocabulary
 from tests.api.conftest import wait_ready
 from tests.api.test_captions_api import png
 
-REPO = Path(os.environ.get("COMPCAP_SHIPPED_REPO", Path(__file__).resolve().parents[2] / "model_repo"))
+REPO = Path(os.environ.get("COMPCAP_SHIPPED_REPO", Path(__file__).resolve().parents[3] / "model_repo"))
 ORT_DTYPES = {"UINT8": "tensor(uint8)", "FP32": "tensor(float)", "INT64": "tensor(int64)"}
 
 pytestmark = pytest.mark.skipif(

@@ -17,7 +17,7 @@ from service import cli
 from service.cli_table import Command
 from service.commands import serve_settings
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EVERY_COMMAND = {
     "world", "train", "build", "splits", "evaluate", "models", "report", "serve", "triton", "substitutivity",
     "productivity", "explain-report", "bench", "probeset", "probesets", "probe", "probe-load", "shadow-load",

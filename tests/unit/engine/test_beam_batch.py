@@ -22,7 +22,7 @@ from service.engine.observer import StepEvent, StepObserver
 from service.engine.params import SearchParams
 from service.engine.processors import BanWords, NoRepeatNgram, SynonymSubstitution
 from tests.beam_oracle import BeamSearch
-from tests.unit.test_beam import BANNED, BOS, EOS, WORDS, V, compose, model_logprob, toy_logprobs
+from tests.unit.engine.test_beam import BANNED, BOS, EOS, WORDS, V, compose, model_logprob, toy_logprobs
 
 M = 3  # memory slots of the toy model: slot 0 carries the toy image id
 S = 2  # state width
