@@ -13,10 +13,12 @@ from typing import Any
 import numpy as np
 import torch
 from rich.console import Console
+from torch import nn
 
 from export.data.coco import load_folder
 from export.data.splits import Split, build_split, split_dir_for, write_split
-from export.package import TrainedCaptioner, TrainedRanker, export_repository
+from export.models.architectures import ARCHITECTURES, Architecture
+from export.package import TrainedRanker, architecture_entries, export_repository
 from export.presets import Preset, get_preset
 from export.probesets.repo import preset_probe_sets
 from export.quality import evaluate_repository
@@ -24,7 +26,7 @@ from export.train import (
     TrainLog,
     Validation,
     extract_regions,
-    train_butr,
+    train_captioner,
     train_visual_encoder,
     train_vsepp,
 )
@@ -158,26 +160,47 @@ def _train_all(
     rows = np.array([position[i] for i in split.sets["train"]])
     regions, captions = all_regions[rows], [captions[i] for i in rows]
     vocab = Vocabulary.build(c for caps in captions for c in caps)
-    butd, butd_log = train_butr(regions, captions, vocab, p, seed + 1, rank=False, desc="butd", val=val)
-    butr, butr_log = train_butr(regions, captions, vocab, p, seed + 2, rank=True, desc="butr", val=val)
+    butd, butr = ARCHITECTURES["butd"], ARCHITECTURES["butr"]
+    butd_model, butd_log = _train(butd, regions, captions, vocab, p, seed + 1, val)
+    butr_model, butr_log = _train(butr, regions, captions, vocab, p, seed + 2, val)
     vsepp, vsepp_log = train_vsepp(regions, captions, vocab, p, seed + 3)
 
     def record(log: TrainLog) -> Training:
         return training_record(split, len(captions), log, dataset)
 
+    butr_captioner, butr_rankers = architecture_entries(butr, butr.name, butr_model, record(butr_log))
+    butd_captioner, butd_rankers = architecture_entries(butd, butd.name, butd_model, record(butd_log))
     return {
         "vocab": vocab,
         "encoder": encoder,
-        "captioners": [
-            TrainedCaptioner("butr", "BUTR", butr, "last_token", record(butr_log), ranker="butr"),
-            TrainedCaptioner("butd", "BUTD", butd, "last_token", record(butd_log)),
-        ],
+        "captioners": [butr_captioner, butd_captioner],
         "rankers": [
-            TrainedRanker("butr", "BUTR ranking head", butr, record(butr_log), joint_with="butr"),
+            *butr_rankers,
+            *butd_rankers,
             TrainedRanker("vsepp", "VSE++", vsepp, record(vsepp_log)),
         ],
         "logs": {"visual_encoder": enc_log, "butd": butd_log, "butr": butr_log, "vsepp": vsepp_log},
     }
+
+
+def _train(
+    arch: Architecture,
+    regions: torch.Tensor,
+    captions: list[list[str]],
+    vocab: Vocabulary,
+    p: Preset,
+    seed: int,
+    val: Validation,
+) -> tuple[nn.Module, TrainLog]:
+    """A fresh ``arch`` captioner (initialised with ``seed``) trained on ``regions`` [N, R, D] and their
+    ``captions``, selected on ``val``; its progress bar and log are named after the architecture."""
+    torch.manual_seed(seed)
+    model = arch.build(len(vocab), regions.size(-1), regions.size(1), p)
+    rate = arch.learning_rate(p)
+    log = train_captioner(
+        model, regions, captions, vocab, p, seed, arch.name, rank=arch.ranks, learning_rate=rate, val=val
+    )
+    return model, log
 
 
 def build_repo(out: Path, preset: str = "default", seed: int = 0, work: str | Path | None = None) -> Manifest:

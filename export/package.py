@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
 from torch import nn
 
+from export.models.architectures import Architecture, Reads
 from export.models.visual_encoder import VisualEncoder
 from export.onnx import GraphSpec, export_graph, parity
 from export.presets import Preset
@@ -45,7 +45,7 @@ class TrainedCaptioner:
     name: str
     architecture: str
     model: nn.Module
-    reads: Literal["last_token", "prefix"]
+    reads: Reads
     training: Training
     ranker: str | None = None
 
@@ -59,6 +59,18 @@ class TrainedRanker:
     model: nn.Module
     training: Training
     joint_with: str | None = None
+
+
+def architecture_entries(
+    arch: Architecture, name: str, model: nn.Module, training: Training
+) -> tuple[TrainedCaptioner, list[TrainedRanker]]:
+    """A trained ``arch`` captioner called ``name`` as the repository lists it, and the rankers it brings:
+    its ranking head, a ranker of the same name joint with it, when the architecture ranks (else none)."""
+    ranker = name if arch.ranks else None
+    captioner = TrainedCaptioner(name, arch.display, model, arch.reads, training, ranker=ranker)
+    if not arch.ranks:
+        return captioner, []
+    return captioner, [TrainedRanker(name, arch.ranker_display, model, training, joint_with=name)]
 
 
 class _Exporter:

@@ -212,30 +212,6 @@ def _caption_pairs(
     return torch.from_numpy(image_ids), torch.from_numpy(tokens), torch.from_numpy(lengths)
 
 
-def train_butr(
-    regions: torch.Tensor,
-    captions: Sequence[Sequence[str]],
-    vocab: Vocabulary,
-    preset: Preset,
-    seed: int,
-    rank: bool,
-    desc: str,
-    val: Validation | None = None,
-) -> tuple[BUTR, TrainLog]:
-    """Train BUTR (``rank=True``: captioning + ranking with GradNorm) or BUTD (``rank=False``), selected on
-    ``val`` when given."""
-    torch.manual_seed(seed)
-    model = BUTR(
-        len(vocab),
-        regions.size(-1),
-        preset.word_dim,
-        preset.hidden_dim,
-        preset.joint_dim,
-        preset.attention_dim,
-    )
-    return model, train_captioner(model, regions, captions, vocab, preset, seed, desc, rank=rank, val=val)
-
-
 @dataclass(frozen=True)
 class EpochSnapshot:
     """Where a captioner's training saves its whole state after every epoch (weights, optimiser and

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,9 +34,9 @@ from export.build import (
 )
 from export.data.coco import load_folder
 from export.data.splits import Split, build_split, split_dir_for, write_split
-from export.models.factory import ARCHITECTURES, captioner_factory
+from export.models.architectures import ARCHITECTURES
 from export.models.visual_encoder import VisualEncoder
-from export.package import TrainedCaptioner, TrainedRanker, export_repository
+from export.package import TrainedCaptioner, TrainedRanker, architecture_entries, export_repository
 from export.presets import Preset, get_preset
 from export.probesets.repo import preset_probe_sets, write_manifest
 from export.resume import Checkpoints, fingerprint
@@ -60,10 +60,15 @@ console = Console(stderr=True)
 
 
 def zoo_plan(groups: Sequence[int] = GROUPS, extra_group: int = 1) -> list[tuple[str, int | None]]:
-    """(architecture, group or None for FULL) of every captioner the zoo trains."""
-    plan: list[tuple[str, int | None]] = [(arch, g) for g in groups for arch in ("butd", "butr")]
-    plan += [(arch, extra_group) for arch in ("sat", "transformer", "m2")]
-    plan.append(("butd", None))
+    """(architecture, group or None for FULL) of every captioner the zoo trains, in training order (the
+    k-th is initialised with seed + k): per group the "every_group" architectures of ``ARCHITECTURES``,
+    then the "extra_group" ones on ``extra_group``, then the FULL ones (``zoo_full``)."""
+    archs = ARCHITECTURES.values()
+    plan: list[tuple[str, int | None]] = [
+        (a.name, g) for g in groups for a in archs if a.zoo == "every_group"
+    ]
+    plan += [(a.name, extra_group) for a in archs if a.zoo == "extra_group"]
+    plan += [(a.name, None) for a in archs if a.zoo_full]
     return plan
 
 
@@ -139,14 +144,14 @@ def build_zoo(
     trained: list[TrainedCaptioner] = []
     rankers: list[TrainedRanker] = []
     logs: dict[str, TrainLog] = {"visual_encoder": enc_log}
-    for arch, group in zoo_plan(groups):
+    for kind, group in zoo_plan(groups):
+        arch = ARCHITECTURES[kind]
         split = splits[group] if group is not None else full
         rows = np.array([position[i] for i in split.sets["train"]])
         val = validation_set(split, position, regions, captions, p.val_images)
-        name = f"{arch}_g{group}" if group is not None else f"{arch}_full"
+        name = f"{kind}_g{group}" if group is not None else f"{kind}_full"
         torch.manual_seed(seed + len(trained))
-        model = captioner_factory(arch, vocab, regions.size(-1), regions.size(1), p)()
-        lr = p.transformer_learning_rate if arch in ("transformer", "m2") else None
+        model = arch.build(len(vocab), regions.size(-1), regions.size(1), p)
         snapshot = EpochSnapshot(checkpoints.folder / f"{name}.epoch.pt", checkpoints.key)
         train = partial(
             train_captioner,
@@ -156,28 +161,19 @@ def build_zoo(
             preset=p,
             seed=seed,
             desc=name,
-            rank=arch == "butr",
-            learning_rate=lr,
+            rank=arch.ranks,
+            learning_rate=arch.learning_rate(p),
             val=val,
             snapshot=snapshot,
         )
         log = checkpoints.trained(name, model, train)
         snapshot.clear()  # the finished model's checkpoint supersedes its last epoch's
         logs[name] = log
-        training = training_record(split, len(rows), log, dataset)
-        reads: Literal["last_token", "prefix"] = "prefix" if arch in ("transformer", "m2") else "last_token"
-        trained.append(
-            TrainedCaptioner(
-                name,
-                ARCHITECTURES[arch],
-                model,
-                reads,
-                training,
-                ranker=name if arch == "butr" else None,
-            )
+        captioner, joint = architecture_entries(
+            arch, name, model, training_record(split, len(rows), log, dataset)
         )
-        if arch == "butr":
-            rankers.append(TrainedRanker(name, "BUTR ranking head", model, training, joint_with=name))
+        trained.append(captioner)
+        rankers += joint
     first = splits[groups[0]]
     rows = np.array([position[i] for i in first.sets["train"]])
     vsepp, vlog = train_vsepp(regions[rows], [captions[i] for i in rows], vocab, p, seed + 3)

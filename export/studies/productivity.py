@@ -39,9 +39,9 @@ from torch import nn
 from export.build import training_record, validation_set
 from export.data.coco import load_folder
 from export.data.splits import Split, build_split, write_split
-from export.models.factory import captioner_factory
+from export.models.architectures import ARCHITECTURES
 from export.models.visual_encoder import VisualEncoder
-from export.package import TrainedCaptioner, export_repository
+from export.package import architecture_entries, export_repository
 from export.presets import Preset, get_preset
 from export.studies.evaluate import evaluate
 from export.train import extract_regions, train_captioner
@@ -184,13 +184,27 @@ def run_productivity(
 
     t0 = time.perf_counter()
     torch.manual_seed(seed)
-    model = captioner_factory("butd", vocab, regions.size(-1), regions.size(1), p)()
-    log = train_captioner(model, regions[rows], [captions[i] for i in rows], vocab, p, seed, name, val=val)
+    arch = ARCHITECTURES["butd"]
+    model = arch.build(len(vocab), regions.size(-1), regions.size(1), p)
+    log = train_captioner(
+        model,
+        regions[rows],
+        [captions[i] for i in rows],
+        vocab,
+        p,
+        seed,
+        name,
+        rank=arch.ranks,
+        learning_rate=arch.learning_rate(p),
+        val=val,
+    )
     dataset = f"sceneworld({train_data}, images={len(images)})"
     training = training_record(train_split, len(rows), log, dataset).model_copy(
         update={"split": f"productivity/{by}"}
     )
     timings["train"] = time.perf_counter() - t0
+
+    entry, rankers = architecture_entries(arch, name, model, training)  # BUTD: no ranker
 
     t0 = time.perf_counter()
     repo = work_dir / "repo"
@@ -202,8 +216,8 @@ def run_productivity(
         p,
         encoder,
         vocab,
-        [TrainedCaptioner(name, "BUTD", model, "last_token", training)],
-        [],
+        [entry],
+        rankers,
         eval_images,
         default_captioner=name,
         programs=False,

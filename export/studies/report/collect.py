@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from export.models.architectures import ARCHITECTURES
 from export.studies.evaluate import evaluate
 from export.studies.rerank_select import Entry
 from service.manifest import Manifest, load_manifest
@@ -15,22 +16,28 @@ from service.manifest import Manifest, load_manifest
 SETS = {"test": "Test Comb (held-out pairs)", "test_no_comb": "Test no Comb (in-distribution)"}
 
 
+def row_specs() -> list[tuple[str, str, bool]]:
+    """(table row, architecture, re-ranked) in the table's order: per architecture of ``ARCHITECTURES`` its
+    display name, then "<display>+RR" (re-ranked by its own ranking head) when it ranks."""
+    specs = []
+    for arch in ARCHITECTURES.values():
+        specs.append((arch.display, arch.name, False))
+        if arch.ranks:
+            specs.append((f"{arch.display}+RR", arch.name, True))
+    return specs
+
+
 def rows_for(manifest: Manifest, groups: Sequence[int]) -> dict[str, list[tuple[int, str, str | None]]]:
-    """Table row → [(group, captioner, ranker)] whose results are averaged into it."""
+    """Table row → [(group, captioner, ranker)] whose results are averaged into it; last, "FULL": the zoo's
+    captioner trained with nothing held out, evaluated on every group's sets."""
     names = {c.name for c in manifest.captioners}
     rows: dict[str, list[tuple[int, str, str | None]]] = {}
-    for label, arch, rerank in (
-        ("SAT", "sat", False),
-        ("BUTD", "butd", False),
-        ("BUTR", "butr", False),
-        ("BUTR+RR", "butr", True),
-        ("Transformer", "transformer", False),
-        ("M2", "m2", False),
-    ):
+    for label, arch, rerank in row_specs():
         rows[label] = [
             (g, f"{arch}_g{g}", f"{arch}_g{g}" if rerank else None) for g in groups if f"{arch}_g{g}" in names
         ]
-    rows["FULL"] = [(g, "butd_full", None) for g in groups] if "butd_full" in names else []
+    full = [f"{a.name}_full" for a in ARCHITECTURES.values() if a.zoo_full and f"{a.name}_full" in names]
+    rows["FULL"] = [(g, full[0], None) for g in groups] if full else []
     return {k: v for k, v in rows.items() if v}
 
 

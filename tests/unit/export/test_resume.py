@@ -84,7 +84,7 @@ def test_a_captioner_cut_off_mid_training_resumes_at_its_last_epoch_bit_for_bit(
     weights, the log and the selected epoch (the resumed run trains epochs 2-3 only)."""
     from dataclasses import replace
 
-    from export.models.factory import captioner_factory
+    from export.models.architectures import ARCHITECTURES
     from export.presets import get_preset
     from export.train import EpochSnapshot, Validation, train_captioner
     from service.text.vocabulary import Vocabulary
@@ -98,9 +98,18 @@ def test_a_captioner_cut_off_mid_training_resumes_at_its_last_epoch_bit_for_bit(
 
     def run(snapshot: EpochSnapshot | None) -> tuple[nn.Module, TrainLog]:
         torch.manual_seed(5)
-        model = captioner_factory(arch, vocab, 16, 4, p)()
+        model = ARCHITECTURES[arch].build(len(vocab), 16, 4, p)
         log = train_captioner(
-            model, regions, captions, vocab, p, 0, "t", rank=arch == "butr", val=val, snapshot=snapshot
+            model,
+            regions,
+            captions,
+            vocab,
+            p,
+            0,
+            "t",
+            rank=ARCHITECTURES[arch].ranks,
+            val=val,
+            snapshot=snapshot,
         )
         return model, log
 
