@@ -1,7 +1,14 @@
-"""The model contract: ``model_repo/manifest.json``, written by ``export.repo`` and read by the service.
+"""The model contract: ``model_repo/manifest.json``, written by ``export.repo`` (and ``compcap import``)
+and read by the service.
 
 Tensor dims exclude the implicit batch dimension for models with ``max_batch_size > 0`` and use -1 for
 variable sizes, as in Triton's ``config.pbtxt``.
+
+Version 2 adds what an imported captioner has of its own (README, "Bring your own model"): its visual
+encoder (``init`` names a ``captioner_encoder`` model that reads the image, not the shared
+``visual_encoder``'s regions) with the image preprocessing it was trained with (``image``), and its
+subword tokenizer (``tokens``: a ``tokenizer.json``, ids of its start, end and padding tokens).
+Without them a captioner is read as in version 1, so repositories written before load unchanged.
 """
 
 from __future__ import annotations
@@ -12,9 +19,12 @@ from typing import Literal, get_args
 from pydantic import BaseModel, Field, model_validator
 
 MANIFEST_NAME = "manifest.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # what a build writes: every captioner on the shared encoder and the word vocabulary
+FORMAT_VERSIONS = (1, 2)  # 2: with captioners of their own encoder or tokenizer (compcap import)
 
-Role = Literal["visual_encoder", "captioner_init", "captioner_step", "ranker_image", "ranker_text"]
+Role = Literal[
+    "visual_encoder", "captioner_init", "captioner_encoder", "captioner_step", "ranker_image", "ranker_text"
+]
 DType = Literal["UINT8", "FP32", "INT64"]
 
 # The tensors each role exchanges with the runner (``service.engine.runner``): inputs, outputs it reads.
@@ -22,6 +32,7 @@ DType = Literal["UINT8", "FP32", "INT64"]
 ROLE_TENSORS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "visual_encoder": (("image",), ("regions",)),
     "captioner_init": (("regions",), ("memory", "state")),
+    "captioner_encoder": (("image",), ("memory", "state")),
     "captioner_step": (("memory", "image_index", "tokens", "length", "state"), ("logprobs", "state_out")),
     "ranker_image": (("regions",), ("embedding",)),
     "ranker_text": (("tokens", "length"), ("embedding",)),
@@ -74,18 +85,55 @@ class Training(BaseModel):
     val_images: int = 0
 
 
+class TokenizerSpec(BaseModel):
+    """A subword captioner's tokens (version 2): ``file`` a ``tokenizers`` ``tokenizer.json`` relative to
+    the repository; every prefix starts with ``bos_id`` (the decoder start token), a caption ends at
+    ``eos_id``, ``pad_id`` pads. Caption text is the tokenizer's decoding."""
+
+    kind: Literal["subword"] = "subword"
+    file: str
+    size: int = Field(gt=0)
+    bos_id: int = Field(ge=0)
+    eos_id: int = Field(ge=0)
+    pad_id: int = Field(ge=0)
+
+
+class Preprocessing(BaseModel):
+    """A captioner's own image preprocessing (version 2): images are resized to ``height`` × ``width``
+    with ``resample`` before its encoder; the rescale and mean/std normalisation (from the snapshot's
+    image processor, recorded here) run inside the encoder graph."""
+
+    height: int = Field(gt=0)
+    width: int = Field(gt=0)
+    resample: Literal["nearest", "bilinear", "bicubic"] = "bilinear"
+    rescale: float = 1 / 255
+    mean: list[float] = Field(default_factory=lambda: [0.0, 0.0, 0.0])
+    std: list[float] = Field(default_factory=lambda: [1.0, 1.0, 1.0])
+
+
 class CaptionerEntry(BaseModel):
     name: str
     architecture: str
-    init: str
+    init: str = Field(description="its captioner_init model (regions) or captioner_encoder model (images)")
     step: str
     reads: Literal["last_token", "prefix"] = Field(description="what <cap>_step reads from `tokens`")
     memory_dims: list[int] = Field(description="[M, Dm]")
     state_dim: int
-    max_length: int = Field(description="longest caption in words the model was trained for")
+    max_length: int = Field(
+        description="longest caption the model was trained for: words, or tokens for a subword captioner"
+    )
     ranker: str | None = Field(default=None, description="jointly trained ranking head, if any")
     training: Training
     quality: dict[str, float] = Field(default_factory=dict, description="BLEU-4, CIDEr-D, ... on test")
+    image: Preprocessing | None = Field(
+        default=None, description="version 2: its own encoder's preprocessing (None: the shared encoder)"
+    )
+    tokens: TokenizerSpec | None = Field(
+        default=None, description="version 2: its subword tokenizer (None: the repository's word vocabulary)"
+    )
+    source: str = Field(
+        default="", description="where it came from: '' (trained here) or the snapshot it was imported from"
+    )
 
 
 class RankerEntry(BaseModel):
@@ -147,10 +195,18 @@ class Manifest(BaseModel):
     @model_validator(mode="after")
     def _references_resolve(self) -> Manifest:
         names = {m.name for m in self.models}
+        if self.format_version not in FORMAT_VERSIONS:
+            raise ValueError(f"format_version {self.format_version} is not one of {FORMAT_VERSIONS}")
+        roles = {m.name: m.role for m in self.models}
         for cap in self.captioners:
             for ref in (cap.init, cap.step):
                 if ref not in names:
                     raise ValueError(f"captioner {cap.name!r} names unknown model {ref!r}")
+            wanted = "captioner_encoder" if cap.image is not None else "captioner_init"
+            if roles[cap.init] != wanted:
+                raise ValueError(f"captioner {cap.name!r}: init model {cap.init!r} must be a {wanted}")
+            if (cap.image is not None or cap.tokens is not None) and self.format_version < 2:
+                raise ValueError(f"captioner {cap.name!r} has version 2 fields but format_version is 1")
             if cap.ranker is not None and cap.ranker not in {r.name for r in self.rankers}:
                 raise ValueError(f"captioner {cap.name!r} names unknown ranker {cap.ranker!r}")
         for rk in self.rankers:

@@ -27,9 +27,11 @@ from service.engine.request import Priority
 from service.engine.rerank import Caption, order_captions
 from service.engine.runner import ModelRunner
 from service.engine.scheduler import Scheduler
+from service.engine.tokens import banned_ids, load_subword
 from service.manifest import Manifest, load_manifest
 from service.metrics import Metrics
 from service.settings import EngineSettings
+from service.text.subword import TokenVocabulary
 from service.text.vocabulary import Vocabulary
 
 
@@ -60,8 +62,11 @@ class CaptionEngine:
         self.settings = EngineSettings.of(settings)  # the engine's section, even of a whole Settings
         self.metrics = metrics
         self.runner = ModelRunner(backend, manifest)
-        spec = manifest.vocabulary
-        self.banned = tuple(sorted({spec.pad_id, spec.bos_id, spec.unk_id} - {spec.eos_id}))
+        # each captioner's tokens: the repository's words, or its own subword tokenizer (contract v2)
+        self.vocabs: dict[str, TokenVocabulary] = {
+            c.name: vocab if c.tokens is None else load_subword(self.settings.repo, c.tokens)
+            for c in manifest.captioners
+        }
         self._schedulers: dict[str, Scheduler] = {}
         self._owns_backend = False
 
@@ -109,7 +114,7 @@ class CaptionEngine:
             self.runner,
             self.manifest.captioner(captioner),
             self.settings,
-            self.banned,
+            banned_ids(self.manifest, captioner),
             self.metrics,
             users_anywhere=self.user_requests,
         )
@@ -123,7 +128,7 @@ class CaptionEngine:
         """Validate request options (``model``, ``beam_size``, ``max_length``, ``n_best``, ``rerank``,
         ``length_penalty``, ``hooks``, ``rerank_weight``) into ``SearchParams``; ``EngineError`` names
         the option at fault."""
-        return resolve_params(self.manifest, self.vocab, self.settings, **options)
+        return resolve_params(self.manifest, self.vocabs, self.settings, **options)
 
     async def caption(
         self,
@@ -159,7 +164,10 @@ class CaptionEngine:
             self.metrics.captions_served.labels(model=params.model).inc(len(images))
         results = [
             order_captions(
-                per, None if done.ranker_scores is None else done.ranker_scores[i], params, self.vocab.decode
+                per,
+                None if done.ranker_scores is None else done.ranker_scores[i],
+                params,
+                self.vocabs[params.model].decode,
             )
             for i, per in enumerate(done.hypotheses)
         ]

@@ -27,8 +27,9 @@ from typing import Any
 
 from service.engine.processors import BanWords, LogitsProcessor, NoRepeatNgram, SynonymSubstitution
 from service.text.concepts import load_concepts
+from service.text.subword import TokenVocabulary
 from service.text.synonyms import DIRECTIONS, substitution_pairs
-from service.text.vocabulary import SPECIALS, Vocabulary
+from service.text.vocabulary import SPECIALS
 
 MAX_HOOKS = 16  # hooks in one request
 MAX_WORDS = 1000  # words / ids / pairs per hook
@@ -132,8 +133,12 @@ class HookParams:
             raise self.error(key, f"at most {MAX_WORDS} entries, got {len(value)}")
         return list(value)
 
-    def word(self, key: str, value: Any, vocab: Vocabulary) -> int:
+    def word(self, key: str, value: Any, vocab: TokenVocabulary) -> int:
         """The id of a vocabulary word (not a special token)."""
+        if vocab.subword:
+            raise self.error(
+                key, "words on a subword captioner are not supported yet (a word may be several tokens)"
+            )
         if not isinstance(value, str):
             raise self.error(key, f"words must be strings, got {value!r}")
         word = value.strip().lower()
@@ -143,11 +148,15 @@ class HookParams:
             raise self.error(key, f"unknown word {value!r} (not in the model's vocabulary)")
         return vocab.index[word]
 
-    def word_id(self, key: str, value: Any, vocab: Vocabulary) -> int:
+    def word_id(self, key: str, value: Any, vocab: TokenVocabulary) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.error(key, f"ids must be integers, got {value!r}")
-        if not len(SPECIALS) <= value < len(vocab):
-            raise self.error(key, f"id {value} is not a word id (must be in [{len(SPECIALS)}, {len(vocab)}))")
+        if not 0 <= value < len(vocab) or value in vocab.special_ids:
+            specials = sorted(vocab.special_ids)
+            raise self.error(
+                key,
+                f"id {value} is not a word id (must be in [0, {len(vocab)}), not a special token {specials})",
+            )
         return int(value)
 
     def processor(self, param: str, make: Callable[[], LogitsProcessor]) -> LogitsProcessor:
@@ -158,7 +167,7 @@ class HookParams:
             raise self.error(param, str(exc)) from exc
 
 
-Build = Callable[[HookParams, Vocabulary, ResolvedHooks], None]
+Build = Callable[[HookParams, TokenVocabulary, ResolvedHooks], None]
 
 
 @dataclass(frozen=True)
@@ -193,7 +202,7 @@ def hook(
 
 # ------------------------------------------------------------------------------------------ the hooks
 @hook("ban_words", "never emit these words", {"words": "list of vocabulary words", "ids": "list of word ids"})
-def _ban_words(p: HookParams, vocab: Vocabulary, out: ResolvedHooks) -> None:
+def _ban_words(p: HookParams, vocab: TokenVocabulary, out: ResolvedHooks) -> None:
     ids = [p.word("words", w, vocab) for w in p.items("words")]
     ids += [p.word_id("ids", i, vocab) for i in p.items("ids")]
     if not ids:
@@ -202,13 +211,13 @@ def _ban_words(p: HookParams, vocab: Vocabulary, out: ResolvedHooks) -> None:
 
 
 @hook("no_repeat_ngram", "no n-gram twice in a caption", {"n": "n-gram size, >= 1 (2 stops 'dog dog dog')"})
-def _no_repeat_ngram(p: HookParams, vocab: Vocabulary, out: ResolvedHooks) -> None:
+def _no_repeat_ngram(p: HookParams, vocab: TokenVocabulary, out: ResolvedHooks) -> None:
     n = p.integer("n", 1)
     out.processors.append(p.processor("n", lambda: NoRepeatNgram(n)))
 
 
 @hook("min_length", "no end of caption before min_words words", {"min_words": "integer >= 0, <= max_length"})
-def _min_length(p: HookParams, vocab: Vocabulary, out: ResolvedHooks) -> None:
+def _min_length(p: HookParams, vocab: TokenVocabulary, out: ResolvedHooks) -> None:
     min_words = p.integer("min_words", 0)
     if min_words > out.min_words or out.min_words_index is None:
         out.min_words, out.min_words_index = max(out.min_words, min_words), p.index
@@ -224,7 +233,7 @@ def _min_length(p: HookParams, vocab: Vocabulary, out: ResolvedHooks) -> None:
     },
     repeatable=False,
 )
-def _synonym_substitution(p: HookParams, vocab: Vocabulary, out: ResolvedHooks) -> None:
+def _synonym_substitution(p: HookParams, vocab: TokenVocabulary, out: ResolvedHooks) -> None:
     direction = p.raw.get("direction")
     if direction is not None and direction not in DIRECTIONS:
         raise p.error("direction", f"must be one of {list(DIRECTIONS)}, got {direction!r}")
@@ -238,6 +247,8 @@ def _synonym_substitution(p: HookParams, vocab: Vocabulary, out: ResolvedHooks) 
         if not entries:
             raise p.error("pairs", "required: [[from, to], ...] vocabulary words")
     else:
+        if vocab.subword:
+            raise p.error("pairs", "the default table is of words: give a subword captioner explicit pairs")
         entries = [
             list(e) for e in substitution_pairs(load_concepts(), direction or "to_category", vocab.index)
         ]
@@ -262,7 +273,7 @@ def _synonym_substitution(p: HookParams, vocab: Vocabulary, out: ResolvedHooks) 
     },
     repeatable=False,
 )
-def _diverse_beam(p: HookParams, vocab: Vocabulary, out: ResolvedHooks) -> None:
+def _diverse_beam(p: HookParams, vocab: TokenVocabulary, out: ResolvedHooks) -> None:
     out.groups = p.integer("groups", 1)
     out.diversity_penalty = p.number("diversity_penalty", DEFAULT_DIVERSITY_PENALTY, 0.0)
     out.diverse_index = p.index
@@ -294,7 +305,7 @@ def spec_parts(spec: Any, index: int) -> tuple[str, Mapping[str, Any]]:
     return name, params
 
 
-def resolve_hooks(specs: Sequence[Any] | None, vocab: Vocabulary) -> ResolvedHooks:
+def resolve_hooks(specs: Sequence[Any] | None, vocab: TokenVocabulary) -> ResolvedHooks:
     """Validate ``specs`` (dicts or pydantic models with ``name`` and ``params``) and resolve them;
     raises ``HookError`` on the first bad spec."""
     out = ResolvedHooks()

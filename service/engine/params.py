@@ -6,7 +6,7 @@ Errors name the option at fault (``EngineError.field``) so the API can answer 4x
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +14,7 @@ from service.engine.hooks import HookError, resolve_hooks
 from service.engine.processors import LogitsProcessor
 from service.manifest import Manifest
 from service.settings import EngineSettings
-from service.text.vocabulary import Vocabulary
+from service.text.subword import TokenVocabulary
 
 MAX_RERANK_WEIGHT = 10.0
 MAX_LENGTH_PENALTY = 2.0
@@ -117,7 +117,7 @@ class SearchParams:
 
 def resolve_params(
     manifest: Manifest,
-    vocab: Vocabulary,
+    vocab: TokenVocabulary | Mapping[str, TokenVocabulary],
     settings: EngineSettings,
     model: str | None = None,
     beam_size: int | None = None,
@@ -128,7 +128,8 @@ def resolve_params(
     hooks: Sequence[Any] | None = None,
     rerank_weight: float = 0.0,
 ) -> SearchParams:
-    """Validate request options; defaults come from ``settings`` and the manifest (README, API)."""
+    """Validate request options; defaults come from ``settings`` and the manifest (README, API).
+    ``vocab``: the captioners' tokens, by captioner (or one vocabulary for all)."""
     name = model or manifest.default_captioner
     try:
         cap = manifest.captioner(name)
@@ -148,6 +149,11 @@ def resolve_params(
     if not 0.0 <= length_penalty <= MAX_LENGTH_PENALTY:
         raise InvalidParameterError("length_penalty", f"length_penalty must be in [0, {MAX_LENGTH_PENALTY}]")
     ranker = _ranker(manifest, cap.name, cap.ranker, rerank)
+    tokens = vocab[cap.name] if isinstance(vocab, Mapping) else vocab
+    if ranker is not None and tokens.subword:
+        raise InvalidParameterError(
+            "rerank", f"{cap.name} is a subword captioner: re-ranking its captions is not supported yet"
+        )
     try:
         check_rerank_weight(rerank_weight)
     except ValueError as exc:
@@ -157,7 +163,7 @@ def resolve_params(
             "rerank_weight", "rerank_weight weighs a ranker's order, but this request is not re-ranked"
         )
     try:
-        resolved = resolve_hooks(hooks, vocab)
+        resolved = resolve_hooks(hooks, tokens)
         resolved.check(beam, length)
     except HookError as exc:
         raise InvalidParameterError(".".join(str(p) for p in exc.loc), str(exc)) from None

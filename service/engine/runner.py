@@ -2,6 +2,8 @@
 (DESIGN.md "The model contract") and builds model inputs.
 
 - ``encode``: ``visual_encoder`` (uint8 images → regions) then ``<cap>_init`` (regions → memory, state);
+  a captioner with an encoder of its own (contract v2) gets the images, resized to its preprocessing's
+  size, and no regions;
 - ``step``: one ``<cap>_step`` call for rows of many images: ``memory`` once per image and a row →
   image index; LSTM captioners (``reads == "last_token"``) get only each row's last real token,
   Transformer captioners the right-padded prefix (padded to a fixed T where the model has one);
@@ -26,7 +28,7 @@ from service.manifest import CaptionerEntry, Manifest, RankerEntry
 class Encoded:
     """Per-image tensors of ``I`` images."""
 
-    regions: np.ndarray  # float32 [I, R, D]
+    regions: np.ndarray  # float32 [I, R, D] ([I, 0, 0] for a captioner with its own encoder)
     memory: np.ndarray  # float32 [I, M, Dm]
     state: np.ndarray  # float32 [I, S]
 
@@ -54,6 +56,19 @@ def text_batch(
     return tokens, length
 
 
+def resize_images(images: np.ndarray, height: int, width: int, resample: str = "bilinear") -> np.ndarray:
+    """uint8 [I, H, W, 3] → uint8 [I, height, width, 3] with PIL's ``resample`` filter (unchanged when
+    the size is already right)."""
+    if images.shape[1:3] == (height, width):
+        return images
+    from PIL import Image
+
+    mode = {"nearest": Image.Resampling.NEAREST, "bilinear": Image.Resampling.BILINEAR}.get(
+        resample, Image.Resampling.BICUBIC
+    )
+    return np.stack([np.asarray(Image.fromarray(im).resize((width, height), mode)) for im in images])
+
+
 def fixed_dim(manifest: Manifest, model: str, tensor: str, axis: int) -> int | None:
     """The fixed size of ``tensor``'s ``axis`` (manifest dims, batch excluded) or None if variable."""
     for spec in manifest.model(model).inputs:
@@ -68,7 +83,8 @@ class ModelRunner:
     def __init__(self, backend: Backend, manifest: Manifest) -> None:
         self.backend, self.manifest = backend, manifest
         vocab = manifest.vocabulary
-        self.bos, self.pad = vocab.bos_id, vocab.pad_id
+        self.bos, self.pad = vocab.bos_id, vocab.pad_id  # the word rankers' text
+        self._pad = {c.name: c.tokens.pad_id if c.tokens else vocab.pad_id for c in manifest.captioners}
         self._last_token = {c.name: c.reads == "last_token" for c in manifest.captioners}
         self._fixed_t = {c.name: fixed_dim(manifest, c.step, "tokens", 1) for c in manifest.captioners}
 
@@ -88,6 +104,13 @@ class ModelRunner:
         return memory, np.ascontiguousarray(out["state"], dtype=np.float32)
 
     async def encode(self, captioner: str, images: np.ndarray) -> Encoded:
+        own = self.captioner(captioner).image
+        if own is not None:  # its own encoder reads the images (contract v2)
+            pixels = await asyncio.to_thread(resize_images, images, own.height, own.width, own.resample)
+            out = await self.backend.infer(self.captioner(captioner).init, {"image": pixels})
+            memory = np.ascontiguousarray(out["memory"], dtype=np.float32)
+            state = np.ascontiguousarray(out["state"], dtype=np.float32)
+            return Encoded(np.zeros((len(images), 0, 0), dtype=np.float32), memory, state)
         regions = await self.encode_images(images)
         memory, state = await self.init(captioner, regions)
         return Encoded(regions, memory, state)
@@ -113,7 +136,7 @@ class ModelRunner:
         else:
             fixed = self._fixed_t[captioner]
             if fixed is not None and tokens.shape[1] < fixed:
-                padded = np.full((tokens.shape[0], fixed), self.pad, dtype=np.int64)
+                padded = np.full((tokens.shape[0], fixed), self._pad[captioner], dtype=np.int64)
                 padded[:, : tokens.shape[1]] = tokens
                 tokens = padded
         return {

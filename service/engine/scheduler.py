@@ -34,6 +34,7 @@ from service.engine.params import SearchParams
 from service.engine.request import DecodeResult, Priority, Request, RequestStatus
 from service.engine.rerank import rank_finished
 from service.engine.runner import Encoded, ModelRunner, StepOutput
+from service.engine.tokens import token_ids
 from service.manifest import CaptionerEntry
 from service.metrics import Metrics
 from service.settings import EngineSettings
@@ -59,12 +60,10 @@ class Scheduler:
         background request yields to users of another captioner as to its own. None: this one only."""
         self.runner, self.cap, self.settings, self.metrics = runner, captioner, settings, metrics
         self._users_anywhere = users_anywhere
-        vocab = runner.manifest.vocabulary
+        ids = token_ids(runner.manifest, captioner.name)
         length = min(settings.max_length_cap, captioner.max_length)
         cohorts = COHORT_BOUNDS if settings.beam_cohorts else ()  # (): one array as wide as the widest
-        self._batch = CohortBatch(
-            settings.max_beam_size, length, vocab.bos_id, vocab.eos_id, banned_ids, cohorts
-        )
+        self._batch = CohortBatch(settings.max_beam_size, length, ids.bos, ids.eos, banned_ids, cohorts)
         self._waiting: list[tuple[int, int, Request]] = []  # heap of (priority, key, request)
         self._encoding_requests: list[Request] = []
         self._encoded: list[Request] = []

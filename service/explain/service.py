@@ -84,6 +84,15 @@ class ExplainService:
         """Validate ``spec`` before any work; the client caption's word ids (None: the engine captions)."""
         if spec.method not in METHODS:
             raise RequestError(422, "invalid_method", f"method must be one of {METHODS}", field="method")
+        imported = self.manifest.captioner(spec.params.model)
+        if imported.image is not None or imported.tokens is not None:
+            raise RequestError(
+                422,
+                "unsupported_model",
+                f"{imported.name} is an imported captioner ({imported.architecture}): explanations of "
+                "imported captioners are not supported yet",
+                field="model",
+            )
         if spec.attribute_to not in INPUTS:
             raise RequestError(
                 422, "invalid_parameter", f"attribute_to must be one of {INPUTS}", field="attribute_to"

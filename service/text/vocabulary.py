@@ -39,6 +39,8 @@ class Vocabulary:
     bos_id = 1
     eos_id = 2
     unk_id = 3
+    subword = False  # a word vocabulary: ``index`` maps every word to its id
+    special_ids = frozenset(range(len(SPECIALS)))
 
     def __len__(self) -> int:
         return len(self.words)
