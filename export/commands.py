@@ -141,7 +141,44 @@ def _probesets(args: argparse.Namespace) -> int:
     return 0
 
 
+def _import_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("source", choices=["hf"], help="hf: a Hugging Face transformers snapshot")
+    parser.add_argument("snapshot", help="the snapshot directory (what save_pretrained wrote)")
+    parser.add_argument("--name", required=True, help="the captioner's name in the repository")
+    parser.add_argument("--repo", required=True, help="the model repository to add it to")
+    parser.add_argument(
+        "--role", choices=["captioner"], default="captioner", help="captioner (rankers: not yet)"
+    )
+    parser.add_argument(
+        "--held-out-pairs",
+        default=None,
+        help="JSON list of {kind, modifier, noun}: concept pairs its training data never showed",
+    )
+
+
+def _import(args: argparse.Namespace) -> int:
+    import sys
+
+    from export.hf.importer import HfImportError, import_hf
+    from export.hf.snapshot import SnapshotError
+
+    try:
+        held = Path(args.held_out_pairs) if args.held_out_pairs else None
+        report = import_hf(args.snapshot, args.name, args.repo, held)
+    except (SnapshotError, HfImportError, FileNotFoundError) as exc:
+        print(f"compcap import: {exc}", file=sys.stderr)
+        return 2
+    print(f"imported {report.name} ({report.architecture}) into {args.repo}")
+    for graph, diff in report.parity.items():
+        print(f"  {graph}: transformers vs onnxruntime max abs diff {diff:.1e}")
+    print("  files: " + ", ".join(report.files))
+    return 0
+
+
 COMMANDS: CommandTable = {
+    "import": Command(
+        "add your own transformers captioner (a local snapshot) to a repository", _import_arguments, _import
+    ),
     "world": Command("generate a SceneWorld COCO-format dataset", _world_arguments, _world),
     "train": Command("train the encoder, captioners and rankers on a dataset", _train_arguments, _train),
     "build": Command(

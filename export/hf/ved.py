@@ -1,0 +1,75 @@
+"""A transformers ``VisionEncoderDecoderModel`` (e.g. ViT + GPT-2) in CompCap's model contract, version 2
+(DESIGN.md): two graphs around the unchanged transformers module.
+
+- ``Encoder``: ``image`` uint8 [B, H, W, 3] at the image processor's size → ``memory`` float32 [B, M, D]
+  (the vision encoder's last hidden states, projected to the decoder's width where the model does so)
+  and ``state`` float32 [B, 1] (unused: the decoder reads the whole prefix). The image processor's
+  rescale and mean/std normalisation run inside the graph; resizing to its size is the gateway's.
+- ``Step``: ``memory`` [I, M, D] once per image, ``image_index`` int64 [N], ``tokens`` int64 [N, T]
+  (right-padded prefixes starting with the decoder start token), ``length`` int64 [N], ``state``
+  [N, 1] → ``logprobs`` float32 [N, V] of the next token after each row's last real token,
+  ``state_out`` (``state`` unchanged) and ``attention`` float32 [N, M]: the last decoder layer's
+  cross-attention from that position, averaged over its heads (the layer closest to the words, as
+  seed 002 reads its attention maps; every head counts equally because none is singled out as the
+  grounding one)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+
+class Encoder(nn.Module):
+    """uint8 images → (memory, state) of a ``VisionEncoderDecoderModel`` (see module docstring)."""
+
+    def __init__(self, model: nn.Module, rescale: float, mean: Sequence[float], std: Sequence[float]) -> None:
+        super().__init__()
+        self.model: Any = model
+        self.rescale = float(rescale)
+        self.register_buffer("mean", torch.tensor(list(mean), dtype=torch.float32).view(1, -1, 1, 1))
+        self.register_buffer("std", torch.tensor(list(std), dtype=torch.float32).view(1, -1, 1, 1))
+
+    def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = image.permute(0, 3, 1, 2).to(torch.float32) * self.rescale
+        mean, std = self.get_buffer("mean"), self.get_buffer("std")
+        x = (x - mean) / std
+        hidden = self.model.encoder(pixel_values=x).last_hidden_state
+        project = getattr(self.model, "enc_to_dec_proj", None)
+        if project is not None:
+            hidden = project(hidden)
+        return hidden, torch.zeros(hidden.shape[0], 1, dtype=torch.float32)
+
+
+class Step(nn.Module):
+    """One decoding step for rows of many images (see module docstring)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model: Any = model
+
+    def forward(
+        self,
+        memory: torch.Tensor,
+        image_index: torch.Tensor,
+        tokens: torch.Tensor,
+        length: torch.Tensor,
+        state: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        encoder_states = memory.index_select(0, image_index)
+        positions = torch.arange(tokens.shape[1], device=tokens.device).unsqueeze(0)
+        mask = (positions < length.unsqueeze(1)).to(torch.int64)
+        out = self.model.decoder(
+            input_ids=tokens,
+            attention_mask=mask,
+            encoder_hidden_states=encoder_states,
+            output_attentions=True,
+            use_cache=False,
+        )
+        rows = torch.arange(tokens.shape[0], device=tokens.device)
+        last = length - 1
+        logprobs = torch.log_softmax(out.logits[rows, last].to(torch.float32), dim=-1)
+        attention = out.cross_attentions[-1][rows, :, last].mean(dim=1)
+        return logprobs, state, attention

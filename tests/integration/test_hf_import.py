@@ -1,0 +1,209 @@
+"""``compcap import hf`` on a tiny random ViT + GPT-2 ``VisionEncoderDecoderModel`` made in the test:
+the import exports and checks its graphs, adds it to a copy of the tiny repository (model contract
+version 2) and the engine and the gateway serve it next to the built-in captioners; what the engine
+computes at a step is what transformers computes; a failed or refused import leaves the repository as
+it was; nothing reaches the network (every connection but loopback is refused)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import shutil
+import socket
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from export.hf.importer import PARITY_TOLERANCE, HfImportError, import_hf
+from export.hf.snapshot import SnapshotError
+from service.cli import main as cli
+from service.engine.engine import CaptionEngine
+from service.engine.runner import resize_images
+from service.gateway.app import create_app
+from service.manifest import load_manifest
+from service.settings import Settings
+from tests.api.conftest import wait_ready
+from tests.hf_tiny import vit_gpt2
+
+NAME = "vitgpt2"
+
+
+@pytest.fixture(autouse=True)
+def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any connection to an address other than loopback fails, as it would on a machine offline."""
+    real = socket.socket.connect
+
+    def connect(self: socket.socket, address: Any) -> Any:
+        host = address[0] if isinstance(address, tuple) else address
+        if (
+            isinstance(host, str)
+            and host not in ("127.0.0.1", "::1", "localhost")
+            and self.family != socket.AF_UNIX
+        ):
+            raise OSError(f"network refused by the test: {address}")
+        return real(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+
+
+def tree_digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # 64 x 64: not the repository's 96, so the engine resizes for it
+    return vit_gpt2(tmp_path_factory.mktemp("hf") / "vit-gpt2", image_size=64)
+
+
+@pytest.fixture(scope="module")
+def repo(tiny_repo: Path, snapshot: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("imported") / "model_repo"
+    shutil.copytree(tiny_repo, out)
+    report = import_hf(snapshot, NAME, out)
+    assert set(report.parity) == {f"{NAME}_encoder", f"{NAME}_step"}
+    assert all(diff <= PARITY_TOLERANCE for diff in report.parity.values()), report.parity
+    return out
+
+
+def test_the_manifest_names_its_own_encoder_and_tokenizer(repo: Path, tiny_repo: Path) -> None:
+    manifest = load_manifest(repo)
+    assert manifest.format_version == 2
+    cap = manifest.captioner(NAME)
+    assert cap.image is not None and (cap.image.height, cap.image.width) == (64, 64)
+    assert (cap.image.mean, cap.image.std) == ([0.5] * 3, [0.5] * 3)
+    assert cap.tokens is not None and (repo / cap.tokens.file).is_file()
+    assert (cap.tokens.bos_id, cap.tokens.eos_id, cap.tokens.pad_id) == (0, 0, 1)
+    assert manifest.model(cap.init).role == "captioner_encoder" and cap.reads == "prefix"
+    for model in (cap.init, cap.step):
+        assert manifest.model(model).path(repo).is_file() and (repo / model / "config.pbtxt").is_file()
+    # the built-in captioners are as they were
+    before = load_manifest(tiny_repo)
+    assert [c for c in manifest.captioners if c.name != NAME] == before.captioners
+
+
+def test_the_engine_computes_what_transformers_computes(repo: Path, snapshot: Path) -> None:
+    from transformers import VisionEncoderDecoderModel
+
+    model = VisionEncoderDecoderModel.from_pretrained(snapshot, local_files_only=True).eval()
+    images = np.random.default_rng(3).integers(0, 256, (4, 96, 96, 3), dtype=np.uint8)
+
+    async def engine_first_step() -> tuple[np.ndarray, list[Any]]:
+        async with await CaptionEngine.from_repo(repo, max_beam_size=8) as engine:
+            enc = await engine.runner.encode(NAME, images)
+            tokens = np.zeros((4, 1), dtype=np.int64)  # the decoder start token
+            out = await engine.runner.step(NAME, enc.memory, np.arange(4), tokens, np.ones(4), enc.state)
+            captions = await engine.caption(images, engine.resolve(model=NAME, beam_size=3, n_best=3))
+            greedy = await engine.caption(images, engine.resolve(model=NAME, beam_size=1))
+            return out.logprobs, captions.results, [r[0].tokens for r in greedy.results]
+
+    logprobs, results, greedy = asyncio.run(engine_first_step())
+    pixels = torch.from_numpy(resize_images(images, 64, 64)).permute(0, 3, 1, 2).float() / 255
+    with torch.no_grad():
+        logits = model(
+            pixel_values=(pixels - 0.5) / 0.5, decoder_input_ids=torch.zeros(4, 1, dtype=torch.long)
+        ).logits
+    expected = torch.log_softmax(logits[:, -1], -1).numpy()
+    assert np.abs(logprobs - expected).max() <= PARITY_TOLERANCE
+    # one beam follows generate's argmax path; where it ends differs (README, "Bring your own model"):
+    # the engine may end at an earlier end-token candidate, generate only where the end token is argmax
+    with torch.no_grad():
+        reference = model.generate(pixel_values=(pixels - 0.5) / 0.5, num_beams=1, do_sample=False)
+    for ours, row in zip(greedy, reference[:, 1:].tolist(), strict=True):
+        theirs = row[: row.index(0)] if 0 in row else row  # up to its end token (then padding)
+        n = min(len(ours), len(theirs))
+        assert n >= 1 and ours[:n] == theirs[:n], (ours, theirs)
+    tokenizer = json.loads((repo / "tokenizers" / f"{NAME}.json").read_text())
+    assert tokenizer["model"]["type"] == "BPE"
+    for per_image in results:
+        assert len(per_image) == 3
+        for caption in per_image:
+            assert caption.tokens and 0 not in caption.tokens  # ended by the end token, not holding it
+            assert caption.text.strip() and "▁" not in caption.text  # the tokenizer's decoding
+
+
+def test_the_gateway_serves_it_with_the_request_options(repo: Path) -> None:
+    with TestClient(create_app(Settings(repo=repo, intra_op_threads=1, max_beam_size=8))) as client:
+        wait_ready(client)
+        models = {m["name"]: m for m in client.get("/v1/models").json()["captioners"]}
+        assert NAME in models and "butr" in models
+        image = np.random.default_rng(0).integers(0, 256, (96, 96, 3), dtype=np.uint8)
+        from io import BytesIO
+
+        from PIL import Image
+
+        buf = BytesIO()
+        Image.fromarray(image).save(buf, format="PNG")
+        files = {"image": ("x.png", buf.getvalue(), "image/png")}
+        ok = client.post(f"/v1/captions?model={NAME}&beam_size=4&n_best=2", files=files)
+        assert ok.status_code == 200, ok.text
+        body = ok.json()
+        first = body["results"][0]["captions"]
+        assert len(first) == 2 and all(c["text"] for c in first)
+        banned = first[0]["tokens"][0]
+        hooks = json.dumps(
+            [
+                {"name": "ban_words", "params": {"ids": [banned]}},
+                {"name": "no_repeat_ngram", "params": {"n": 2}},
+            ]
+        )
+        hooked = client.post(
+            f"/v1/captions?model={NAME}&beam_size=4&n_best=2", files=files, data={"hooks": hooks}
+        )
+        assert hooked.status_code == 200, hooked.text
+        for caption in hooked.json()["results"][0]["captions"]:
+            assert banned not in caption["tokens"]
+        words = json.dumps([{"name": "ban_words", "params": {"words": ["dog"]}}])
+        refused = client.post(f"/v1/captions?model={NAME}", files=files, data={"hooks": words})
+        assert refused.status_code == 422 and "subword" in refused.text
+        reranked = client.post(f"/v1/captions?model={NAME}&rerank=vsepp", files=files)
+        assert reranked.status_code == 422 and "subword" in reranked.json()["error"]["message"]
+        builtin = client.post("/v1/captions?model=butr", files=files)
+        assert builtin.status_code == 200  # the built-in captioners serve as before
+        b64 = base64.b64encode(buf.getvalue()).decode()
+        configurations = [{"name": "imported", "model": NAME}, {"name": "builtin", "model": "butd"}]
+        compared = client.post("/v1/compare", json={"images": [b64], "configurations": configurations})
+        assert compared.status_code == 200, compared.text
+        assert set(compared.json()["images"][0]["captions"]) == {"imported", "builtin"}
+        explained = client.post("/v1/explain", json={"model": NAME, "image": b64, "method": "attention"})
+        assert explained.status_code == 422 and explained.json()["error"]["code"] == "unsupported_model"
+
+
+def test_importing_again_replaces_it(repo: Path, snapshot: Path) -> None:
+    before = load_manifest(repo)
+    import_hf(snapshot, NAME, repo)
+    after = load_manifest(repo)
+    assert [m.name for m in after.models] == [m.name for m in before.models]
+    assert [c.name for c in after.captioners] == [c.name for c in before.captioners]
+    assert not any(p.name.startswith(".import") for p in repo.iterdir())
+
+
+def test_a_refused_import_leaves_the_repository_as_it_was(
+    repo: Path, snapshot: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    digest = tree_digest(repo)
+    broken = tmp_path / "no-tokenizer"
+    shutil.copytree(snapshot, broken)
+    (broken / "tokenizer.json").unlink()
+    with pytest.raises(SnapshotError, match=r"tokenizer\.json"):
+        import_hf(broken, "other", repo)
+    with pytest.raises(HfImportError, match="already"):
+        import_hf(snapshot, "butr", repo)
+    bert = tmp_path / "bert"
+    bert.mkdir()
+    (bert / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    assert cli(["import", "hf", str(bert), "--name", "x", "--repo", str(repo)]) == 2
+    assert "importable: VisionEncoderDecoderModel" in capsys.readouterr().err
+    (bert / "config.json").write_text(json.dumps({"model_type": "blip"}))
+    assert cli(["import", "hf", str(bert), "--name", "x", "--repo", str(repo)]) == 2
+    assert "not importable yet" in capsys.readouterr().err
+    assert tree_digest(repo) == digest
