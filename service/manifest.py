@@ -134,6 +134,12 @@ class CaptionerEntry(BaseModel):
     source: str = Field(
         default="", description="where it came from: '' (trained here) or the snapshot it was imported from"
     )
+    search: Literal["compcap", "transformers"] = Field(
+        default="compcap",
+        description="version 2: which beam search it decodes with: CompCap's (the seed papers') or that of "
+        "transformers' generate() (an imported captioner: its captions are those of its own library)",
+    )
+    early_stopping: bool = Field(default=False, description="transformers search: its early_stopping")
 
 
 class RankerEntry(BaseModel):

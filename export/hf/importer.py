@@ -146,6 +146,7 @@ def _export(
         raise SnapshotError(f"{snapshot.path}: no tokenizer.json (CompCap reads fast tokenizers only)")
     pre = _preprocessing(snapshot)
     start, eos, pad, max_tokens = _token_ids(model)
+    early = model.generation_config.early_stopping  # True, False or "never" (read as False)
     vocab_size = int(model.config.decoder.vocab_size)
     report = ImportReport(name, snapshot.architecture)
     rng = np.random.default_rng(seed)
@@ -244,7 +245,9 @@ def _export(
         reads="prefix",
         memory_dims=[m, d],
         state_dim=1,
-        max_length=max(1, max_tokens - 2),  # generate's max_length counts the start and end tokens
+        max_length=max(1, max_tokens - 1),  # generate's max_length counts the start token
+        search="transformers",
+        early_stopping=early is True,
         training=Training(
             split="external", held_out_pairs=held, dataset=f"transformers snapshot {snapshot.path.name}"
         ),

@@ -121,6 +121,28 @@ def grouped_beam_step(
     )
 
 
+def transformers_finishing(
+    sel_cum: np.ndarray, eos_cum: np.ndarray, beam: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``generate()``'s beam search: of the 2K best continuations only those ranked in the first K may
+    finish. ``sel_cum`` [I, C]: the K best non-end continuations (sorted, ``-inf`` past K); ``eos_cum``
+    [I, C]: each beam's end continuation; ``beam`` [I]: K per image. The K best of all continuations
+    are the K best of those 2K. Returns (``eos_cum`` with the end continuations outside the K best
+    ``-inf``, the K-th best continuation per image [I]). Pure function."""
+    union = np.concatenate([sel_cum, eos_cum], axis=1)
+    kth = -np.sort(-union, axis=1)[np.arange(union.shape[0]), beam - 1]
+    return np.where(eos_cum >= kth[:, None], eos_cum, NEG_INF), kth
+
+
+def transformers_done(
+    pool_full: np.ndarray, best_possible: np.ndarray, worst: np.ndarray, early_stopping: np.ndarray
+) -> np.ndarray:
+    """``generate()``'s stop per image [I]: with ``early_stopping`` as soon as K captions are finished;
+    without, once they are and the best live beam's score at its current length (``best_possible``)
+    cannot beat the worst of them (its heuristic: a later, longer caption is not looked for). Pure."""
+    return np.where(early_stopping, pool_full, pool_full & (best_possible <= worst))
+
+
 def pool_hypotheses(
     fin_tokens: np.ndarray,
     fin_len: np.ndarray,

@@ -15,6 +15,15 @@ length_penalty``), or when no live beam is left. At ``max_length`` words only EO
 ``groups`` G > 1 the image starts from G live rows (one per group, the same prefix), and the pool keeps
 each caption once. The per-request reference, ``tests/beam_oracle.py``, computes the same thing for one
 request alone; the tests check them token for token.
+
+An image whose request decodes with transformers' search (``SearchParams.search``: an imported
+captioner) follows ``generate()`` instead, in the same arrays and calls: of the 2K best continuations
+(end token included) only those ranked in the first K finish — an end token there, or, at the step
+that writes the ``max_length``-th token, any token; a finished caption scores ``sum / (tokens + 1) **
+length_penalty`` (the end token counted, or the last token at ``max_length``); the image is done when
+its pool is full (``early_stopping``) or when the best live beam divided by its current length to the
+power of the penalty can no longer beat the pool's worst (transformers' heuristic), or after its
+``max_length``-th token; it may end a caption at its first token.
 """
 
 from __future__ import annotations
@@ -24,12 +33,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from service.engine.beam import NEG_INF, Hypothesis, beam_step, grouped_beam_step, pool_hypotheses
+from service.engine.beam import (
+    NEG_INF,
+    Hypothesis,
+    beam_step,
+    grouped_beam_step,
+    pool_hypotheses,
+    transformers_done,
+    transformers_finishing,
+)
 from service.engine.observer import StepEvent, StepObserver
 from service.engine.params import SearchParams
 from service.engine.processors import LogitsProcessor
 
-_PER_IMAGE = ("key", "beam", "groups", "diversity", "max_length", "min_length", "length_penalty", "t", "done")
+_PER_IMAGE = (
+    "key", "beam", "groups", "diversity", "max_length", "min_length", "length_penalty", "t", "done",
+    "hf", "early",
+)  # fmt: skip
 _PER_BEAM = ("tokens", "cum", "state", "fin_tokens", "fin_len", "fin_cum", "fin_score")
 
 
@@ -88,6 +108,8 @@ class BeamBatch:
         self.max_length = np.zeros(0, dtype=np.int64)
         self.min_length = np.zeros(0, dtype=np.int64)
         self.length_penalty = np.zeros(0, dtype=np.float64)
+        self.hf = np.zeros(0, dtype=bool)  # the image decodes with transformers' search
+        self.early = np.zeros(0, dtype=bool)  # transformers' early_stopping
         self.t = np.zeros(0, dtype=np.int64)  # words in every live beam of the image
         self.done = np.zeros(0, dtype=bool)
         self._grouped = np.zeros(0, dtype=np.int64)  # images of diverse requests (kept with membership)
@@ -147,6 +169,8 @@ class BeamBatch:
             "max_length": np.asarray([x.max_length for x in p], dtype=np.int64),
             "min_length": np.asarray([x.min_length for x in p], dtype=np.int64),
             "length_penalty": np.asarray([x.length_penalty for x in p], dtype=np.float64),
+            "hf": np.asarray([x.search == "transformers" for x in p], dtype=bool),
+            "early": np.asarray([x.early_stopping for x in p], dtype=bool),
         }
         fresh = self.n_images == 0
         for name, values in new.items():
@@ -255,7 +279,7 @@ class BeamBatch:
         early = t_row < self.min_length[image]
         if early.any():
             logprobs[early, self.eos] = NEG_INF
-        at_max = t_row >= self.max_length[image]
+        at_max = (t_row >= self.max_length[image]) & ~self.hf[image]  # transformers' ends otherwise
         if at_max.any():
             eos_col = logprobs[at_max, self.eos].copy()
             logprobs[at_max] = NEG_INF
@@ -327,7 +351,9 @@ class BeamBatch:
         sel_cum = np.where(beyond, NEG_INF, sel_cum)
         eos_cum = np.where(beyond, NEG_INF, eos_cum)
         t_before = self.t
-
+        last, kth = np.zeros(i, dtype=bool), np.zeros(i)
+        if self.hf.any():  # transformers' search: only the K best of the 2K continuations may finish
+            eos_cum, last, kth = self._hf_candidates(sel_cum, eos_cum)
         self._add_finished(eos_cum, beyond)
         grid = np.arange(i)[:, None]
         self.tokens = self.tokens[grid, parent]
@@ -339,6 +365,8 @@ class BeamBatch:
             )
         self.state = self.state[grid, parent]
         self.cum = sel_cum
+        if last.any():  # at max_length every continuation of the K best finishes, not only an end token
+            self._add_live_finished(last, kth, beyond)
         self.t = self.t + 1
         for key in np.unique(row_key).tolist():
             self.steps[key] += 1
@@ -372,6 +400,25 @@ class BeamBatch:
         update.finished = [k for k in self.steps if k not in update.failed and self.done[self.key == k].all()]
         return update
 
+    def _hf_candidates(
+        self, sel_cum: np.ndarray, eos_cum: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Transformers' search on its images (``beam.transformers_finishing``): (``eos_cum`` with the end
+        continuations outside the K best ``-inf``, the images at the step that writes their last token,
+        each image's K-th best continuation)."""
+        kept, kth = transformers_finishing(sel_cum, eos_cum, self.beam)
+        last = self.hf & (self.t + 1 >= self.max_length)
+        return np.where(self.hf[:, None], kept, eos_cum), last, kth
+
+    def _add_live_finished(self, last: np.ndarray, kth: np.ndarray, beyond: np.ndarray) -> None:
+        """Transformers' search at ``max_length``: the live beams among the K best continuations (their
+        ``t + 1``-th token just written) join the pools of the ``last`` images, scored as an end token
+        would be, and go no further."""
+        cand = np.where(last[:, None] & (self.cum >= kth[:, None]), self.cum, NEG_INF)
+        score = cand / self._norm(self.t)[:, None]
+        self._merge(cand, score, self.tokens[:, :, 1:], self.t + 1, beyond)
+        self.cum = np.where(last[:, None], NEG_INF, self.cum)
+
     def _add_finished(self, eos_cum: np.ndarray, beyond: np.ndarray) -> None:
         """Merge each beam's EOS continuation (``t`` words) into the pools, keeping each image's best;
         in diverse requests a caption already offered by an earlier beam this step is not offered again."""
@@ -386,18 +433,28 @@ class BeamBatch:
             real = np.isfinite(new_score[grouped])[:, None, :]
             repeat = (same & earlier & real).any(axis=2)
             new_score[grouped] = np.where(repeat, NEG_INF, new_score[grouped])
-        score = np.concatenate([self.fin_score, new_score], axis=1)  # [I, 2C]
-        order = np.argsort(-score, axis=1, kind="stable")[:, :c]
-        grid = np.arange(self.n_images)[:, None]
-        self.fin_score = np.where(beyond, NEG_INF, score[grid, order])
-        self.fin_cum = np.concatenate([self.fin_cum, eos_cum], axis=1)[grid, order]
-        t_full = np.broadcast_to(self.t[:, None], self.fin_len.shape)
-        self.fin_len = np.concatenate([self.fin_len, t_full], axis=1)[grid, order]
-        self.fin_tokens = np.concatenate([self.fin_tokens, new_tokens], axis=1)[grid, order]
+        self._merge(eos_cum, new_score, new_tokens, self.t, beyond)
 
-    def _norm(self, length: np.ndarray) -> np.ndarray:
-        """``max(length, 1) ** length_penalty`` per image."""
-        return np.maximum(length, 1).astype(np.float64) ** self.length_penalty
+    def _merge(
+        self, cum: np.ndarray, score: np.ndarray, tokens: np.ndarray, length: np.ndarray, beyond: np.ndarray
+    ) -> None:
+        """Merge candidates (``cum``/``score`` [I, C], ``tokens`` [I, C, L], ``length`` words [I]) into
+        the pools, keeping each image's best."""
+        c = self.capacity
+        merged = np.concatenate([self.fin_score, score], axis=1)  # [I, 2C]
+        order = np.argsort(-merged, axis=1, kind="stable")[:, :c]
+        grid = np.arange(self.n_images)[:, None]
+        self.fin_score = np.where(beyond, NEG_INF, merged[grid, order])
+        self.fin_cum = np.concatenate([self.fin_cum, cum], axis=1)[grid, order]
+        t_full = np.broadcast_to(length[:, None], self.fin_len.shape)
+        self.fin_len = np.concatenate([self.fin_len, t_full], axis=1)[grid, order]
+        self.fin_tokens = np.concatenate([self.fin_tokens, tokens], axis=1)[grid, order]
+
+    def _norm(self, length: np.ndarray, hf_offset: int = 1) -> np.ndarray:
+        """``max(length, 1) ** length_penalty`` per image; for transformers' search ``(length +
+        hf_offset) ** length_penalty`` (a finished caption's length counts its end token)."""
+        counted = np.where(self.hf, length + hf_offset, np.maximum(length, 1)).astype(np.float64)
+        return np.maximum(counted, 1.0) ** self.length_penalty
 
     def _update_done(self) -> None:
         live = np.isfinite(self.cum)
@@ -405,4 +462,11 @@ class BeamBatch:
         bound = best_live / self._norm(self.max_length)
         worst = self.fin_score[np.arange(self.n_images), self.beam - 1]
         pool_full = np.isfinite(worst)
+        if self.hf.any():  # transformers' search: its early_stopping, or its heuristic on the length so far
+            norm = self._norm(self.t, hf_offset=0)
+            hf_done = transformers_done(pool_full, best_live / norm, worst, self.early)
+            hf_done |= self.t >= self.max_length
+            bound_done = pool_full & (bound <= worst)
+            self.done |= ~live.any(axis=1) | np.where(self.hf, hf_done, bound_done)
+            return
         self.done |= ~live.any(axis=1) | (pool_full & (bound <= worst))

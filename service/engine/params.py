@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from service.engine.hooks import HookError, resolve_hooks
 from service.engine.processors import LogitsProcessor
@@ -82,6 +82,8 @@ class SearchParams:
     ranker: str | None = None
     rerank_weight: float = 0.0
     hook_names: tuple[str, ...] = ()
+    search: Literal["compcap", "transformers"] = "compcap"  # the captioner's beam search (README)
+    early_stopping: bool = False  # transformers search: stop at n finished captions
     compare_without: int | None = None  # a hook that asks for the captions without it too (its index)
 
     def __post_init__(self) -> None:
@@ -172,7 +174,8 @@ def resolve_params(
         beam_size=beam,
         n_best=best,
         max_length=length,
-        min_length=max(1, resolved.min_words),
+        # CompCap's search never ends a caption before its first word; transformers' may (min_length 0)
+        min_length=resolved.min_words if cap.search == "transformers" else max(1, resolved.min_words),
         length_penalty=float(length_penalty),
         groups=resolved.groups,
         diversity_penalty=resolved.diversity_penalty,
@@ -181,6 +184,8 @@ def resolve_params(
         rerank_weight=float(rerank_weight),
         hook_names=resolved.ordered_names,
         compare_without=resolved.compare_without,
+        search=cap.search,
+        early_stopping=cap.early_stopping or beam == 1,  # one beam: generate's greedy search
     )
 
 

@@ -14,7 +14,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.engine.beam import LogitsHookFn, beam_step, grouped_beam_step
+from service.engine.beam import (
+    NEG_INF,
+    LogitsHookFn,
+    beam_step,
+    grouped_beam_step,
+    transformers_done,
+    transformers_finishing,
+)
 from service.engine.hooks import resolve_hooks
 from service.engine.processors import BanWords, LogitsProcessor, NoRepeatNgram, SynonymSubstitution
 from service.text.vocabulary import SPECIALS, Vocabulary
@@ -495,3 +502,25 @@ def test_diverse_search_has_more_distinct_first_words() -> None:
 def test_diverse_arguments_validated(kwargs: dict, name: str) -> None:
     with pytest.raises(ValueError, match=name):
         BeamSearch(1, 4, 3, BOS, EOS, np.zeros((1, 1), np.float32), **kwargs)
+
+
+def test_transformers_finishing_keeps_end_tokens_ranked_in_the_k_best() -> None:
+    # K = 2: live continuations -1.0, -2.0; end continuations -1.5 (2nd best overall) and -2.5 (4th)
+    sel = np.array([[-1.0, -2.0, NEG_INF]])
+    eos = np.array([[-1.5, -2.5, NEG_INF]])
+    kept, kth = transformers_finishing(sel, eos, np.array([2]))
+    assert kth.tolist() == [-1.5]
+    assert kept[0, 0] == -1.5 and np.isneginf(kept[0, 1:]).all()
+    # K = 1 (generate's greedy): the end token finishes only as the argmax
+    kept, _ = transformers_finishing(np.array([[-0.5]]), np.array([[-0.7]]), np.array([1]))
+    assert np.isneginf(kept).all()
+    kept, _ = transformers_finishing(np.array([[-0.9]]), np.array([[-0.2]]), np.array([1]))
+    assert kept.tolist() == [[-0.2]]
+
+
+def test_transformers_done_follows_early_stopping_or_the_heuristic() -> None:
+    full = np.array([True, True, False, True])
+    best = np.array([-3.0, -1.0, -0.1, -1.0])  # best live beam's score at its current length
+    worst = np.array([-2.0, -2.0, NEG_INF, -2.0])
+    early = np.array([False, False, False, True])
+    assert transformers_done(full, best, worst, early).tolist() == [True, False, False, True]
