@@ -179,9 +179,13 @@ async def _compute_limit(
         wall_s, cpu_s = await _timed(call)
         ms[name], cpu[name] = wall_s / n * 1e3, cpu_s / n * 1e3
 
-    await per_caption("visual_encoder", lambda: runner.encode_images(batch))
-    regions = await runner.encode_images(batch)
-    await per_caption(cap.init, lambda: runner.init(cap.name, regions))
+    if cap.image is not None:  # its own encoder reads the images (an imported captioner)
+        await per_caption(cap.init, lambda: runner.encode(cap.name, batch))
+        regions = np.zeros((n, 0, 0), dtype=np.float32)
+    else:
+        await per_caption("visual_encoder", lambda: runner.encode_images(batch))
+        regions = await runner.encode_images(batch)
+        await per_caption(cap.init, lambda: runner.init(cap.name, regions))
     ms[cap.step] = 1e3 / step_captions_per_s
     if params.ranker is not None:
         ranker = manifest.ranker(params.ranker)
@@ -239,7 +243,8 @@ async def _step_curve(
         n = rows // BEAM_SIZE
         memory = np.ascontiguousarray(enc.memory[:n])
         image_index = np.repeat(np.arange(n), BEAM_SIZE).astype(np.int64)
-        tokens = rng.integers(4, manifest.vocabulary.size, (rows, t)).astype(np.int64)
+        size = cap.tokens.size if cap.tokens is not None else manifest.vocabulary.size  # its own tokens
+        tokens = rng.integers(4, size, (rows, t)).astype(np.int64)
         lengths = np.full(rows, t, dtype=np.int64)
         state = np.repeat(enc.state[:n], BEAM_SIZE, axis=0)
 
@@ -317,6 +322,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 f"--baseline torch: {repo} has no torch programs for {missing}; `compcap build --out {repo}` "
                 "writes them (a fresh clone's model_repo has the ONNX files only)"
             )
+    if args.baseline == "transformers" and not args.snapshot:
+        raise SystemExit(
+            "--baseline transformers needs --snapshot DIR: the snapshot --model was imported from"
+        )
     images = bench_images(args.images, manifest.image.height, manifest.image.width)
     pngs = [png_bytes(x) for x in images]
     with ExitStack() as stack:
@@ -370,6 +379,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         baseline = None
         if args.baseline == "torch":
             baseline = torch_baseline_load(repo, model, args.rerank, pngs, query, args.clients, args.duration)
+        elif args.baseline == "transformers":
+            module = ["loadtests.transformers_baseline", "--snapshot", str(args.snapshot)]
+            baseline = peer_load("transformers", module, repo, pngs, query, args.clients, args.duration)
     out: dict[str, Any] = {
         "backend": args.backend,
         "model": model,
@@ -387,7 +399,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         },
         "compute_limit": local.compute_limit,
         "load": load,
-        "baseline": baseline,  # loadtests.torch_baseline over HTTP at the same client counts
+        "baseline": baseline,  # the per-request peer (torch, transformers) over HTTP at the same clients
         "floor": floor,  # loadtests.http_floor: HTTP + PNG decoding and nothing else, its CPU per request
         "cpu_count": os.cpu_count(),
     }
@@ -417,12 +429,25 @@ def torch_baseline_load(
 ) -> dict[str, Any]:
     """The torch per-request baseline (``loadtests.torch_baseline``) over HTTP at each client count."""
     module = ["loadtests.torch_baseline", "--model", model] + (["--no-rerank"] if rerank is False else [])
+    return peer_load("torch", module, repo, pngs, query, clients, duration)
+
+
+def peer_load(
+    name: str,
+    module: list[str],
+    repo: Path,
+    pngs: list[bytes],
+    query: dict[str, str],
+    clients: Sequence[int],
+    duration: float,
+) -> dict[str, Any]:
+    """A per-request peer server (``module``) over HTTP at each client count."""
     rows = []
     with Gateway(repo, {}, module=module, ready="/health") as server:
         for n in clients:
-            console.print(f"[bold]torch baseline[/]: {n} clients for {duration:.0f} s")
+            console.print(f"[bold]{name} baseline[/]: {n} clients for {duration:.0f} s")
             rows.append(asyncio.run(closed_loop(server.url, pngs, query, n, duration, None)))
-    return {"name": "torch", "load": rows}
+    return {"name": name, "load": rows}
 
 
 def _rerank(value: str) -> str | bool | None:
@@ -465,11 +490,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--baseline",
-        choices=["none", "torch"],
+        choices=["none", "torch", "transformers"],
         default="none",
-        help="also load the torch per-request baseline server (loadtests.torch_baseline; needs the "
-        "repository's torch programs, written by `compcap build`) at the same client counts",
+        help="also load a per-request peer server at the same client counts: torch "
+        "(loadtests.torch_baseline; needs the repository's torch programs, written by `compcap build`) "
+        "or transformers (loadtests.transformers_baseline: generate() on --snapshot, the snapshot the "
+        "imported --model came from)",
     )
+    parser.add_argument("--snapshot", default=None, help="--baseline transformers: the snapshot directory")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

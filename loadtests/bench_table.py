@@ -32,7 +32,11 @@ def summary(result: dict[str, Any]) -> Table:
         "5xx",
         "bound any/floor",
         "CPU ms srv(loop)/cli",
-        *(["torch cap/s", "× torch", "torch p50"] if result.get("baseline") else []),
+        *(
+            [f"{peer_name} cap/s", f"× {peer_name}", f"{peer_name} p50"]
+            if (peer_name := (result.get("baseline") or {}).get("name"))
+            else []
+        ),
     ):
         table.add_column(col, justify="right")
     peers = {r["clients"]: r for r in (result.get("baseline") or {}).get("load", [])}
@@ -97,7 +101,7 @@ def _step_cell(row: dict[str, Any]) -> str:
 
 
 def _peer_cells(row: dict[str, Any], peer: dict[str, Any] | None) -> list[str]:
-    """The torch baseline's captions/s, the gateway's multiple of it, and its p50 at ``row``'s clients."""
+    """The per-request peer's captions/s, the gateway's multiple of it, and its p50 at ``row``'s clients."""
     if peer is None or not peer["captions_per_s"]:
         return ["-", "-", "-"]
     return [

@@ -259,3 +259,23 @@ def test_a_refused_import_leaves_the_repository_as_it_was(
     assert cli(["import", "hf", str(bert), "--name", "x", "--repo", str(repo)]) == 2
     assert "not importable yet" in capsys.readouterr().err
     assert tree_digest(repo) == digest
+
+
+def test_the_transformers_peer_answers(repo: Path, snapshot: Path) -> None:
+    """``compcap bench --baseline transformers``'s peer server: the snapshot's generate() behind a plain
+    route, started as the bench starts it, answers a caption request."""
+    from io import BytesIO
+
+    import httpx
+    from PIL import Image
+
+    from loadtests.http_load import Gateway
+
+    buf = BytesIO()
+    Image.fromarray(np.zeros((96, 96, 3), dtype=np.uint8)).save(buf, format="PNG")
+    module = ["loadtests.transformers_baseline", "--snapshot", str(snapshot)]
+    with Gateway(repo, {}, module=module, ready="/health") as server:
+        files = {"image": ("x.png", buf.getvalue(), "image/png")}
+        answer = httpx.post(f"{server.url}/v1/captions?beam_size=3&n_best=2", files=files, timeout=60)
+    assert answer.status_code == 200, answer.text
+    assert len(answer.json()["captions"]) == 2

@@ -1,0 +1,107 @@
+"""The peer baseline of ``compcap bench --baseline transformers``: what a user gets by putting their own
+``transformers`` captioner behind a plain FastAPI route instead of importing it into CompCap.
+
+transformers 5 folds the ``image-to-text`` pipeline into ``image-text-to-text``, which needs a
+``ProcessorMixin`` that a ``VisionEncoderDecoderModel`` snapshot does not carry; so the route runs the
+pipeline's own three steps on the same snapshot: the image processor, ``model.generate(num_beams=…)``,
+the tokenizer's decoding. One request at a time (a lock around the model: ``generate`` is not made to
+run concurrently), a plain ``def`` route (FastAPI's thread pool), torch's default threads, as a user's
+would be. Loaded offline from the snapshot directory.
+
+Run: ``python -m loadtests.transformers_baseline --snapshot DIR --port 8100``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import threading
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import FastAPI, File, HTTPException, Query, UploadFile
+from fastapi.responses import PlainTextResponse
+from PIL import Image
+
+
+class TransformersCaptioner:
+    """A snapshot's model, image processor and tokenizer, captioning one image per call."""
+
+    def __init__(self, snapshot: Path) -> None:
+        from export.hf.snapshot import offline
+
+        with offline():
+            from transformers import AutoImageProcessor, AutoTokenizer, VisionEncoderDecoderModel
+
+            path = str(snapshot)
+            self.model = VisionEncoderDecoderModel.from_pretrained(path, local_files_only=True).eval()
+            self.processor = AutoImageProcessor.from_pretrained(path, local_files_only=True)
+            self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+
+    def caption(self, picture: Image.Image, beam_size: int, n_best: int) -> list[str]:
+        import torch
+
+        pixels = self.processor(images=picture, return_tensors="pt").pixel_values
+        with torch.no_grad():
+            out = self.model.generate(
+                pixel_values=pixels, num_beams=beam_size, num_return_sequences=n_best, do_sample=False
+            )
+        return [str(t).strip() for t in self.tokenizer.batch_decode(out, skip_special_tokens=True)]
+
+
+def create_app(captioner: TransformersCaptioner) -> FastAPI:
+    """The FastAPI app a user would write around ``captioner``: POST /v1/captions (multipart ``image``)."""
+    app = FastAPI(title="transformers per-request baseline")
+    lock = threading.Lock()
+
+    @app.get("/health")
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    def metrics() -> str:  # the bench reads step rows from /metrics; this server keeps none
+        return ""
+
+    @app.post("/v1/captions")
+    def captions(
+        image: Annotated[UploadFile, File()],
+        beam_size: Annotated[int, Query(ge=1, le=100)] = 5,
+        n_best: Annotated[int, Query(ge=1, le=100)] = 1,
+        model: str | None = None,
+        rerank: str | None = None,
+    ) -> dict[str, Any]:
+        try:
+            picture = Image.open(io.BytesIO(image.file.read())).convert("RGB")
+        except Exception as exc:
+            raise HTTPException(400, f"image: not a decodable image ({exc})") from None
+        if n_best > beam_size:
+            raise HTTPException(422, "n_best must be <= beam_size")
+        with lock:  # one request at a time
+            found = captioner.caption(picture, beam_size, n_best)
+        return {"captions": [{"caption": text} for text in found]}
+
+    return app
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtests.transformers_baseline", description=__doc__)
+    parser.add_argument("--snapshot", required=True, help="the transformers snapshot directory")
+    parser.add_argument("--repo", default=None, help="ignored (the bench passes it to every server)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8100)
+    args = parser.parse_args(argv)
+    import uvicorn
+
+    uvicorn.run(
+        create_app(TransformersCaptioner(Path(args.snapshot))),
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+    )
+    return 0
+
+
+__all__ = ["TransformersCaptioner", "create_app", "main"]
+
+if __name__ == "__main__":
+    raise SystemExit(main())
