@@ -279,3 +279,33 @@ def test_the_transformers_peer_answers(repo: Path, snapshot: Path) -> None:
         answer = httpx.post(f"{server.url}/v1/captions?beam_size=3&n_best=2", files=files, timeout=60)
     assert answer.status_code == 200, answer.text
     assert len(answer.json()["captions"]) == 2
+
+
+def test_triton_serves_it_as_the_embedded_backend_does(repo: Path) -> None:
+    """The local Triton server (its python-backend mirror of the same ONNX files) on the repository with
+    the imported captioner: the same captions, token for token, as onnxruntime in process."""
+    from service.tritonlocal.server import LocalTriton, TritonInstall
+
+    try:
+        TritonInstall.find()
+    except FileNotFoundError as exc:
+        pytest.skip(f"{exc} (`make test` creates it)")
+    images = np.random.default_rng(5).integers(0, 256, (4, 96, 96, 3), dtype=np.uint8)
+    server = LocalTriton(repo)
+    try:
+        server.start()
+        server.wait_ready(timeout=120)
+
+        async def both() -> tuple[list[list[list[int]]], list[list[list[int]]]]:
+            on_triton = await CaptionEngine.from_repo(
+                repo, backend="triton", triton_url=server.grpc_url, max_beam_size=8
+            )
+            async with on_triton, await CaptionEngine.from_repo(repo, max_beam_size=8) as embedded:
+                a = await on_triton.caption(images, on_triton.resolve(model=NAME, beam_size=4, n_best=2))
+                b = await embedded.caption(images, embedded.resolve(model=NAME, beam_size=4, n_best=2))
+            return [[c.tokens for c in r] for r in a.results], [[c.tokens for c in r] for r in b.results]
+
+        triton_tokens, embedded_tokens = asyncio.run(both())
+    finally:
+        server.stop()
+    assert triton_tokens == embedded_tokens
