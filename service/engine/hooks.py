@@ -25,9 +25,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.engine.processors import BanWords, LogitsProcessor, NoRepeatNgram, SynonymSubstitution
+from service.engine.processors import (
+    BanSequences,
+    BanWords,
+    LogitsProcessor,
+    NoRepeatNgram,
+    SynonymSubstitution,
+)
 from service.text.concepts import load_concepts
-from service.text.subword import TokenVocabulary
+from service.text.subword import SubwordVocabulary, TokenVocabulary
 from service.text.synonyms import DIRECTIONS, substitution_pairs
 from service.text.vocabulary import SPECIALS
 
@@ -135,10 +141,14 @@ class HookParams:
 
     def word(self, key: str, value: Any, vocab: TokenVocabulary) -> int:
         """The id of a vocabulary word (not a special token)."""
-        if vocab.subword:
-            raise self.error(
-                key, "words on a subword captioner are not supported yet (a word may be several tokens)"
-            )
+        if isinstance(vocab, SubwordVocabulary):  # the word as it follows a space, one token
+            spaced = vocab.word_sequences(value.strip())[:1] if isinstance(value, str) else []
+            if not spaced or len(spaced[0]) != 1:
+                count = len(spaced[0]) if spaced else 0
+                raise self.error(
+                    key, f"{value!r} is {count} tokens for this subword captioner: here a word must be one"
+                )
+            return spaced[0][0]
         if not isinstance(value, str):
             raise self.error(key, f"words must be strings, got {value!r}")
         word = value.strip().lower()
@@ -147,6 +157,13 @@ class HookParams:
         if word not in vocab.index:
             raise self.error(key, f"unknown word {value!r} (not in the model's vocabulary)")
         return vocab.index[word]
+
+    def word_tokens(self, key: str, value: Any, vocab: SubwordVocabulary) -> list[list[int]]:
+        """A word's token sequences in a subword vocabulary: as it follows a space, and as it starts a
+        caption (``SubwordVocabulary.word_sequences``)."""
+        if not isinstance(value, str) or not value.strip():
+            raise self.error(key, f"words must be non-empty strings, got {value!r}")
+        return vocab.word_sequences(value.strip())
 
     def word_id(self, key: str, value: Any, vocab: TokenVocabulary) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -203,6 +220,13 @@ def hook(
 # ------------------------------------------------------------------------------------------ the hooks
 @hook("ban_words", "never emit these words", {"words": "list of vocabulary words", "ids": "list of word ids"})
 def _ban_words(p: HookParams, vocab: TokenVocabulary, out: ResolvedHooks) -> None:
+    if isinstance(vocab, SubwordVocabulary):  # a word may be several tokens: banned as a sequence
+        seqs = [s for w in p.items("words") for s in p.word_tokens("words", w, vocab)]
+        seqs += [[p.word_id("ids", i, vocab)] for i in p.items("ids")]
+        if not seqs:
+            raise p.error("words", "required: at least one word (or id) to ban")
+        out.processors.append(p.processor("words", lambda: BanSequences(seqs)))
+        return
     ids = [p.word("words", w, vocab) for w in p.items("words")]
     ids += [p.word_id("ids", i, vocab) for i in p.items("ids")]
     if not ids:
@@ -247,11 +271,9 @@ def _synonym_substitution(p: HookParams, vocab: TokenVocabulary, out: ResolvedHo
         if not entries:
             raise p.error("pairs", "required: [[from, to], ...] vocabulary words")
     else:
-        if vocab.subword:
-            raise p.error("pairs", "the default table is of words: give a subword captioner explicit pairs")
-        entries = [
-            list(e) for e in substitution_pairs(load_concepts(), direction or "to_category", vocab.index)
-        ]
+        # a subword captioner's words: those that are one token after a space
+        words = vocab.one_token_words() if isinstance(vocab, SubwordVocabulary) else vocab.index
+        entries = [list(e) for e in substitution_pairs(load_concepts(), direction or "to_category", words)]
         if not entries:
             raise p.error("pairs", "no pair of the default synonym table is in the model's vocabulary")
     pairs: list[tuple[int, int]] = []

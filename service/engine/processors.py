@@ -63,6 +63,30 @@ class BanWords:
         return out
 
 
+class BanSequences:
+    """Never complete a token sequence of ``sequences`` (a word of a subword model, several tokens): a
+    sequence of one token is banned outright, a longer one has its last token banned on the rows whose
+    prefix ends with the rest — transformers' ``NoBadWordsLogitsProcessor``."""
+
+    def __init__(self, sequences: Sequence[Sequence[int]]) -> None:
+        seqs = [tuple(int(t) for t in s) for s in sequences]
+        if not seqs or any(not s or min(s) < 0 for s in seqs):
+            raise ValueError(f"sequences must be non-empty lists of token ids, got {sequences!r}")
+        self.single = np.unique([s[0] for s in seqs if len(s) == 1]).astype(np.int64)
+        self.longer = sorted({s for s in seqs if len(s) > 1})
+
+    def __call__(self, tokens: np.ndarray, logprobs: np.ndarray) -> np.ndarray:
+        out = np.array(logprobs)
+        if self.single.size:
+            out[:, self.single] = NEG_INF
+        for seq in self.longer:
+            head = np.asarray(seq[:-1], dtype=np.int64)
+            if tokens.shape[1] >= head.size:
+                rows = (tokens[:, tokens.shape[1] - head.size :] == head).all(axis=1)
+                out[rows, seq[-1]] = NEG_INF
+        return out
+
+
 class NoRepeatNgram:
     """Ban every word that would complete an ``n``-gram already in the row's prefix (BOS included, as
     HF's ``NoRepeatNGramLogitsProcessor``); ``n=1`` bans every word already used."""

@@ -5,7 +5,7 @@ a subword model may be several tokens, and the hooks that take words say so inst
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -46,6 +46,26 @@ class SubwordVocabulary:
             if i not in (self.bos_id, self.pad_id):
                 out.append(i)
         return str(self.tokenizer.decode(out, skip_special_tokens=True)).strip()
+
+    def word_sequences(self, word: str) -> list[list[int]]:
+        """The token sequences of ``word`` in a caption: after a space, and at the caption's start
+        (without one), each once (a tokenizer that marks word starts itself gives one)."""
+        out: list[list[int]] = []
+        for text in (" " + word, word):
+            ids = self.encode(text)
+            if ids and ids not in out:
+                out.append(ids)
+        return out
+
+    def one_token_words(self) -> Container[str]:
+        """The words that are one token after a space (what ``synonym_substitution`` can swap)."""
+        vocab = self
+
+        class OneToken:
+            def __contains__(self, word: object) -> bool:
+                return isinstance(word, str) and len(vocab.encode(" " + word)) == 1
+
+        return OneToken()
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` (no start or end token)."""

@@ -10,7 +10,7 @@ is ``to_category``; ``to_fine`` maps each category to its first fine word instea
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Container
 
 from service.text.concepts import ConceptInventory
 
@@ -93,7 +93,7 @@ def candidate_table(concepts: ConceptInventory) -> tuple[tuple[str, str], ...]:
 def substitution_pairs(
     concepts: ConceptInventory,
     direction: str = "to_category",
-    words: Collection[str] | None = None,
+    words: Container[str] | None = None,
     plurals: bool = True,
 ) -> list[tuple[str, str]]:
     """``(S1 word, S2 word)`` pairs of ``candidate_table`` in ``direction`` (see module docstring), with

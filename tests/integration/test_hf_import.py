@@ -214,9 +214,28 @@ def test_the_gateway_serves_it_with_the_request_options(repo: Path) -> None:
         assert hooked.status_code == 200, hooked.text
         for caption in hooked.json()["results"][0]["captions"]:
             assert banned not in caption["tokens"]
-        words = json.dumps([{"name": "ban_words", "params": {"words": ["dog"]}}])
-        refused = client.post(f"/v1/captions?model={NAME}", files=files, data={"hooks": words})
-        assert refused.status_code == 422 and "subword" in refused.text
+        # a word of several tokens is banned as a sequence: "dog" is "▁do" "g" for this tokenizer
+        dog = [83, 9]
+        words = json.dumps([{"name": "ban_words", "params": {"words": ["dog", "red"]}}])
+        unbanned = client.post(f"/v1/captions?model={NAME}&beam_size=8&n_best=8", files=files)
+        banned_run = client.post(
+            f"/v1/captions?model={NAME}&beam_size=8&n_best=8", files=files, data={"hooks": words}
+        )
+        assert banned_run.status_code == 200, banned_run.text
+        for caption in banned_run.json()["results"][0]["captions"]:
+            t = caption["tokens"]
+            assert 111 not in t and not any(t[k : k + 2] == dog for k in range(len(t) - 1))
+        assert unbanned.json() != banned_run.json()
+        # synonym_substitution on words of one token each; a longer word is refused, naming it
+        pairs = json.dumps(
+            [{"name": "synonym_substitution", "params": {"pairs": [["a", "the"], ["red", "cat"]]}}]
+        )
+        swapped = client.post(f"/v1/captions?model={NAME}", files=files, data={"hooks": pairs})
+        assert swapped.status_code == 200, swapped.text
+        assert swapped.json()["results"][0]["original_captions"], "the original captions (O) come with S"
+        longer = json.dumps([{"name": "synonym_substitution", "params": {"pairs": [["dog", "cat"]]}}])
+        refused = client.post(f"/v1/captions?model={NAME}", files=files, data={"hooks": longer})
+        assert refused.status_code == 422 and "2 tokens" in refused.text
         reranked = client.post(f"/v1/captions?model={NAME}&rerank=vsepp", files=files)
         assert reranked.status_code == 422 and "subword" in reranked.json()["error"]["message"]
         builtin = client.post("/v1/captions?model=butr", files=files)

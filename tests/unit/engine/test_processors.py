@@ -31,7 +31,13 @@ from service.engine.params import (
     UnknownModelError,
     resolve_params,
 )
-from service.engine.processors import BanWords, LogitsProcessor, NoRepeatNgram, SynonymSubstitution
+from service.engine.processors import (
+    BanSequences,
+    BanWords,
+    LogitsProcessor,
+    NoRepeatNgram,
+    SynonymSubstitution,
+)
 from service.manifest import Manifest
 from service.settings import Settings
 from service.text.concepts import load_concepts
@@ -634,3 +640,37 @@ def test_rerank_options(tiny_repo: Path, manifest: Manifest, tiny_vocab: Vocabul
 def test_search_params_validate_themselves(kwargs: dict[str, Any], name: str) -> None:
     with pytest.raises(ValueError, match=name):
         SearchParams(model="toy", **kwargs)
+
+
+# -------------------------------------------------------------------------------------------- subword
+def test_ban_sequences_bans_a_word_of_several_tokens_only_where_it_would_complete() -> None:
+    ban = BanSequences([[DOG, PUPPY], [MAN]])
+    lp = logprobs(3)
+    toks = tokens([1, A, DOG], [1, DOG, A], [1, BIG, DOG])
+    out = ban(toks, lp)
+    assert np.isneginf(out[:, MAN]).all()  # one token: banned everywhere
+    assert np.isneginf(out[0, PUPPY]) and np.isneginf(out[2, PUPPY])  # after DOG: PUPPY would complete it
+    assert out[1, PUPPY] == lp[1, PUPPY]  # not after DOG
+    with pytest.raises(ValueError, match="non-empty"):
+        BanSequences([[]])
+
+
+def test_hooks_on_a_subword_captioner(tmp_path: Path) -> None:
+    from service.text.subword import SubwordVocabulary
+    from tests.hf_tiny import tiny_tokenizer
+
+    fast = tiny_tokenizer()
+    fast.save_pretrained(tmp_path)
+    sub = SubwordVocabulary.load(tmp_path / "tokenizer.json", len(fast), 0, 0, 1)
+    dog = sub.word_sequences("dog")
+    assert dog == [sub.encode(" dog")] and len(dog[0]) == 2  # "▁do" "g": one sequence (Metaspace)
+    (ban,) = resolve_hooks([spec("ban_words", words=["dog", "red"], ids=[5])], sub).processors
+    assert isinstance(ban, BanSequences) and ban.longer == [tuple(dog[0])]
+    assert sorted(ban.single.tolist()) == sorted([5, *sub.encode(" red")])
+    (swap,) = resolve_hooks([spec("synonym_substitution", pairs=[["a", "the"]])], sub).processors
+    assert isinstance(swap, SynonymSubstitution) and swap.src.tolist() == sub.encode(" a")
+    with pytest.raises(HookError, match="2 tokens") as err:
+        resolve_hooks([spec("synonym_substitution", pairs=[["dog", "cat"]])], sub)
+    assert err.value.param == "pairs"
+    with pytest.raises(HookError, match="not a word id"):
+        resolve_hooks([spec("ban_words", ids=[0])], sub)  # the start / end token
