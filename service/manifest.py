@@ -100,11 +100,14 @@ class TokenizerSpec(BaseModel):
 
 class Preprocessing(BaseModel):
     """A captioner's own image preprocessing (version 2): images are resized to ``height`` × ``width``
-    with ``resample`` before its encoder; the rescale and mean/std normalisation (from the snapshot's
-    image processor, recorded here) run inside the encoder graph."""
+    with ``resample`` (or first to ``resize`` and then cropped to ``height`` × ``width`` at the centre,
+    an image processor's shortest-edge resize and centre crop) before its encoder; the rescale and
+    mean/std normalisation (from the snapshot's image processor, recorded here) run inside the encoder
+    graph."""
 
     height: int = Field(gt=0)
     width: int = Field(gt=0)
+    resize: list[int] | None = Field(default=None, description="[height, width] before a centre crop")
     resample: Literal["nearest", "bilinear", "bicubic"] = "bilinear"
     rescale: float = 1 / 255
     mean: list[float] = Field(default_factory=lambda: [0.0, 0.0, 0.0])

@@ -1,8 +1,9 @@
 """``compcap import hf``: add a user's ``transformers`` captioner to a model repository, from a snapshot
 directory on disk, nothing fetched.
 
-Steps: read the snapshot (``snapshot``), load it offline, export its two graphs (``ved``: the encoder
-with the image processor's normalisation inside, the step of the model contract) with ``torch.onnx``,
+Steps: read the snapshot (``snapshot``), load it offline and wrap it as its architecture's module does
+(``adapter``; ``ved``: the encoder with the image processor's normalisation inside, the step of the
+model contract), export the two graphs with ``torch.onnx``,
 check each against the transformers module on onnxruntime (max abs difference ≤ ``PARITY_TOLERANCE``
 on several batch shapes), copy its ``tokenizer.json``, then write the Triton configs and the manifest
 entry (contract version 2). Everything is staged in a folder of its own inside the repository and moved
@@ -16,13 +17,12 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
-from export.hf.snapshot import Snapshot, SnapshotError, offline, read_snapshot
-from export.hf.ved import Encoder, Step
+from export.hf.adapter import adapt, preprocessing
+from export.hf.snapshot import Snapshot, SnapshotError, read_snapshot
 from export.onnx import GraphSpec, export_graph, parity
 from export.repo import config_pbtxt, parse_config
 from service.manifest import (
@@ -31,7 +31,6 @@ from service.manifest import (
     HeldOutPair,
     Manifest,
     ModelEntry,
-    Preprocessing,
     TensorSpec,
     TokenizerSpec,
     Training,
@@ -41,7 +40,6 @@ from service.manifest import (
 PARITY_TOLERANCE = 1e-4
 PER_IMAGE_MAX_BATCH = 64
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_")
-RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}  # PIL's codes in preprocessor_config.json
 
 
 class HfImportError(RuntimeError):
@@ -54,43 +52,6 @@ class ImportReport:
     architecture: str
     parity: dict[str, float] = field(default_factory=dict)  # graph → max abs difference
     files: list[str] = field(default_factory=list)
-
-
-def _preprocessing(snapshot: Snapshot) -> Preprocessing:
-    path = snapshot.path / "preprocessor_config.json"
-    if not path.is_file():
-        raise SnapshotError(f"{snapshot.path}: no preprocessor_config.json (the image processor)")
-    config = json.loads(path.read_text(encoding="utf-8"))
-    size = config.get("size") or {}
-    if not {"height", "width"} <= set(size):
-        raise SnapshotError(f"{path}: size must give height and width, got {size!r}")
-    rescale = float(config.get("rescale_factor", 1 / 255)) if config.get("do_rescale", True) else 1.0
-    normalise = config.get("do_normalize", True)
-    return Preprocessing(
-        height=int(size["height"]),
-        width=int(size["width"]),
-        resample=RESAMPLE.get(int(config.get("resample", 2)), "bilinear"),  # type: ignore[arg-type]
-        rescale=rescale,
-        mean=[float(m) for m in config.get("image_mean", [0.0] * 3)] if normalise else [0.0] * 3,
-        std=[float(s) for s in config.get("image_std", [1.0] * 3)] if normalise else [1.0] * 3,
-    )
-
-
-def _token_ids(model: Any) -> tuple[int, int, int, int]:
-    """(decoder start, end, padding, longest sequence in tokens) from the generation config."""
-    gen, config = model.generation_config, model.config
-    start = (
-        gen.decoder_start_token_id
-        if gen.decoder_start_token_id is not None
-        else config.decoder_start_token_id
-    )
-    eos = gen.eos_token_id if gen.eos_token_id is not None else config.decoder.eos_token_id
-    if isinstance(eos, list):
-        eos = eos[0]
-    pad = gen.pad_token_id if gen.pad_token_id is not None else config.pad_token_id
-    if start is None or eos is None:
-        raise SnapshotError("the snapshot's generation config names no decoder_start_token_id / eos_token_id")
-    return int(start), int(eos), int(pad if pad is not None else eos), int(gen.max_length or 20)
 
 
 def _check_name(name: str) -> None:
@@ -135,22 +96,16 @@ def import_hf(
 def _export(
     snapshot: Snapshot, name: str, stage: Path, held: list[HeldOutPair], seed: int
 ) -> tuple[CaptionerEntry, list[ModelEntry], ImportReport]:
-    with offline():
-        from transformers import VisionEncoderDecoderModel
-
-        model = VisionEncoderDecoderModel.from_pretrained(
-            str(snapshot.path), local_files_only=True, attn_implementation="eager"
-        ).eval()
     tokenizer_file = snapshot.path / "tokenizer.json"
     if not tokenizer_file.is_file():
         raise SnapshotError(f"{snapshot.path}: no tokenizer.json (CompCap reads fast tokenizers only)")
-    pre = _preprocessing(snapshot)
-    start, eos, pad, max_tokens = _token_ids(model)
-    early = model.generation_config.early_stopping  # True, False or "never" (read as False)
-    vocab_size = int(model.config.decoder.vocab_size)
+    pre = preprocessing(snapshot)
+    adapted = adapt(snapshot, pre)
+    start, eos, pad, max_tokens = adapted.start, adapted.eos, adapted.pad, adapted.max_tokens
+    vocab_size = adapted.vocab_size
     report = ImportReport(name, snapshot.architecture)
     rng = np.random.default_rng(seed)
-    encoder, step = Encoder(model, pre.rescale, pre.mean, pre.std), Step(model)
+    encoder, step = adapted.encoder, adapted.step
     images = [
         torch.from_numpy(rng.integers(0, 256, (b, pre.height, pre.width, 3), dtype=np.uint8)) for b in (2, 3)
     ]
@@ -247,7 +202,7 @@ def _export(
         state_dim=1,
         max_length=max(1, max_tokens - 1),  # generate's max_length counts the start token
         search="transformers",
-        early_stopping=early is True,
+        early_stopping=adapted.early_stopping,
         training=Training(
             split="external", held_out_pairs=held, dataset=f"transformers snapshot {snapshot.path.name}"
         ),

@@ -21,6 +21,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from export.hf.adapter import Adapted
+from export.hf.snapshot import Snapshot, SnapshotError, offline
+from service.manifest import Preprocessing
+
 
 class Encoder(nn.Module):
     """uint8 images → (memory, state) of a ``VisionEncoderDecoderModel`` (see module docstring)."""
@@ -73,3 +77,36 @@ class Step(nn.Module):
         logprobs = torch.log_softmax(out.logits[rows, last].to(torch.float32), dim=-1)
         attention = out.cross_attentions[-1][rows, :, last].mean(dim=1)
         return logprobs, state, attention
+
+
+def adapt(snapshot: Snapshot, pre: Preprocessing) -> Adapted:
+    """Load the snapshot offline (eager attention, so that the step can return its cross-attention)
+    and wrap it; token ids from its generation config."""
+    with offline():
+        from transformers import VisionEncoderDecoderModel
+
+        model = VisionEncoderDecoderModel.from_pretrained(
+            str(snapshot.path), local_files_only=True, attn_implementation="eager"
+        ).eval()
+    gen, config = model.generation_config, model.config
+    start = (
+        gen.decoder_start_token_id
+        if gen.decoder_start_token_id is not None
+        else config.decoder_start_token_id
+    )
+    eos = gen.eos_token_id if gen.eos_token_id is not None else config.decoder.eos_token_id
+    eos = eos[0] if isinstance(eos, list) else eos
+    pad = gen.pad_token_id if gen.pad_token_id is not None else config.pad_token_id
+    if start is None or eos is None:
+        raise SnapshotError("the snapshot's generation config names no decoder_start_token_id / eos_token_id")
+    return Adapted(
+        model=model,
+        encoder=Encoder(model, pre.rescale, pre.mean, pre.std),
+        step=Step(model),
+        vocab_size=int(config.decoder.vocab_size),
+        start=int(start),
+        eos=int(eos),
+        pad=int(pad if pad is not None else eos),
+        max_tokens=int(gen.max_length or 20),
+        early_stopping=gen.early_stopping is True,  # True, False or "never" (read as False)
+    )

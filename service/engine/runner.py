@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from service.backends.base import Backend
-from service.manifest import CaptionerEntry, Manifest, RankerEntry
+from service.manifest import CaptionerEntry, Manifest, Preprocessing, RankerEntry
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,16 @@ def resize_images(images: np.ndarray, height: int, width: int, resample: str = "
     return np.stack([np.asarray(Image.fromarray(im).resize((width, height), mode)) for im in images])
 
 
+def prepare_images(images: np.ndarray, pre: Preprocessing) -> np.ndarray:
+    """uint8 images → the size a captioner's own encoder reads (``Preprocessing``): resized, or resized
+    to ``pre.resize`` and cropped at the centre."""
+    if pre.resize is None:
+        return resize_images(images, pre.height, pre.width, pre.resample)
+    resized = resize_images(images, pre.resize[0], pre.resize[1], pre.resample)
+    top, left = (pre.resize[0] - pre.height) // 2, (pre.resize[1] - pre.width) // 2
+    return np.ascontiguousarray(resized[:, top : top + pre.height, left : left + pre.width])
+
+
 def fixed_dim(manifest: Manifest, model: str, tensor: str, axis: int) -> int | None:
     """The fixed size of ``tensor``'s ``axis`` (manifest dims, batch excluded) or None if variable."""
     for spec in manifest.model(model).inputs:
@@ -106,7 +116,7 @@ class ModelRunner:
     async def encode(self, captioner: str, images: np.ndarray) -> Encoded:
         own = self.captioner(captioner).image
         if own is not None:  # its own encoder reads the images (contract v2)
-            pixels = await asyncio.to_thread(resize_images, images, own.height, own.width, own.resample)
+            pixels = await asyncio.to_thread(prepare_images, images, own)
             out = await self.backend.infer(self.captioner(captioner).init, {"image": pixels})
             memory = np.ascontiguousarray(out["memory"], dtype=np.float32)
             state = np.ascontiguousarray(out["state"], dtype=np.float32)
