@@ -147,7 +147,10 @@ def _import_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", required=True, help="the captioner's name in the repository")
     parser.add_argument("--repo", required=True, help="the model repository to add it to")
     parser.add_argument(
-        "--role", choices=["captioner"], default="captioner", help="captioner (rankers: not yet)"
+        "--role",
+        choices=["captioner", "ranker"],
+        default=None,
+        help="what the snapshot must be (default: what its config.json says: CLIP is a ranker)",
     )
     parser.add_argument(
         "--held-out-pairs",
@@ -160,9 +163,13 @@ def _import(args: argparse.Namespace) -> int:
     import sys
 
     from export.hf.importer import HfImportError, import_hf
-    from export.hf.snapshot import SnapshotError
+    from export.hf.snapshot import SnapshotError, read_snapshot
 
     try:
+        if args.role is not None and (found := read_snapshot(args.snapshot)).role != args.role:
+            raise HfImportError(
+                f"--role {args.role}: {args.snapshot} is a {found.role} ({found.architecture})"
+            )
         held = Path(args.held_out_pairs) if args.held_out_pairs else None
         report = import_hf(args.snapshot, args.name, args.repo, held)
     except (SnapshotError, HfImportError, FileNotFoundError) as exc:

@@ -23,7 +23,13 @@ FORMAT_VERSION = 1  # what a build writes: every captioner on the shared encoder
 FORMAT_VERSIONS = (1, 2)  # 2: with captioners of their own encoder or tokenizer (compcap import)
 
 Role = Literal[
-    "visual_encoder", "captioner_init", "captioner_encoder", "captioner_step", "ranker_image", "ranker_text"
+    "visual_encoder",
+    "captioner_init",
+    "captioner_encoder",
+    "captioner_step",
+    "ranker_image",
+    "ranker_pixels",
+    "ranker_text",
 ]
 DType = Literal["UINT8", "FP32", "INT64"]
 
@@ -35,6 +41,7 @@ ROLE_TENSORS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "captioner_encoder": (("image",), ("memory", "state")),
     "captioner_step": (("memory", "image_index", "tokens", "length", "state"), ("logprobs", "state_out")),
     "ranker_image": (("regions",), ("embedding",)),
+    "ranker_pixels": (("image",), ("embedding",)),
     "ranker_text": (("tokens", "length"), ("embedding",)),
 }
 
@@ -96,6 +103,9 @@ class TokenizerSpec(BaseModel):
     bos_id: int = Field(ge=0)
     eos_id: int = Field(ge=0)
     pad_id: int = Field(ge=0)
+    max_tokens: int | None = Field(
+        default=None, gt=2, description="the longest sequence its model reads, start and end included"
+    )
 
 
 class Preprocessing(BaseModel):
@@ -151,11 +161,21 @@ class RankerEntry(BaseModel):
     image: str
     text: str
     embedding_dim: int
-    text_tokens: Literal["bos_words"] = Field(
-        default="bos_words", description="text input: BOS w1..wn right-padded with PAD, length = n + 1"
+    text_tokens: Literal["bos_words", "bos_subwords_eos"] = Field(
+        default="bos_words",
+        description="text input: BOS w1..wn right-padded with PAD, length = n + 1 (the word vocabulary); "
+        "or, version 2, its own tokenizer's BOS t1..tn EOS right-padded, length = n + 2",
     )
     joint_with: str | None = None
     training: Training
+    reads: Literal["regions", "pixels"] = Field(
+        default="regions",
+        description="version 2: its image model reads the shared encoder's regions, or the image itself "
+        "(a ranker_pixels model, e.g. an imported CLIP) prepared as image_preprocessing says",
+    )
+    image_preprocessing: Preprocessing | None = None
+    tokens: TokenizerSpec | None = Field(default=None, description="version 2: its own tokenizer")
+    source: str = ""
 
 
 class ImageSpec(BaseModel):
@@ -222,6 +242,15 @@ class Manifest(BaseModel):
             for ref in (rk.image, rk.text):
                 if ref not in names:
                     raise ValueError(f"ranker {rk.name!r} names unknown model {ref!r}")
+            wanted = "ranker_pixels" if rk.reads == "pixels" else "ranker_image"
+            if roles[rk.image] != wanted:
+                raise ValueError(f"ranker {rk.name!r}: image model {rk.image!r} must be a {wanted}")
+            if (rk.reads == "pixels") != (rk.image_preprocessing is not None):
+                raise ValueError(f"ranker {rk.name!r}: image_preprocessing goes with reads 'pixels'")
+            if (rk.text_tokens == "bos_subwords_eos") != (rk.tokens is not None):
+                raise ValueError(f"ranker {rk.name!r}: tokens go with text_tokens 'bos_subwords_eos'")
+            if (rk.reads == "pixels" or rk.tokens is not None) and self.format_version < 2:
+                raise ValueError(f"ranker {rk.name!r} has version 2 fields but format_version is 1")
         if self.default_captioner not in {c.name for c in self.captioners}:
             raise ValueError(f"default_captioner {self.default_captioner!r} is not a captioner")
         if "visual_encoder" not in names:

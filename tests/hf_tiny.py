@@ -17,16 +17,18 @@ SENTENCES = [
 ]
 
 
-def tiny_tokenizer(vocab_size: int = 120):  # type: ignore[no-untyped-def]
+def tiny_tokenizer(vocab_size: int = 120, start: str = "<|endoftext|>"):  # type: ignore[no-untyped-def]
     """A ``PreTrainedTokenizerFast``: BPE over SentencePiece-style pieces (``▁`` marks a word's start),
-    ``<|endoftext|>`` starts and ends a caption (GPT-2's way), ``<pad>`` pads."""
+    ``<|endoftext|>`` ends a caption and by default starts it too (GPT-2's way; CLIP's starts with
+    ``<|startoftext|>``), ``<pad>`` pads."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     tok.decoder = decoders.Metaspace()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<pad>", "<unk>"])
+    specials = ["<|endoftext|>", "<pad>", "<unk>"] + ([start] if start != "<|endoftext|>" else [])
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials)
     tok.train_from_iterator(SENTENCES * 4, trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
@@ -81,4 +83,35 @@ def vit_gpt2(out: Path, image_size: int = 96, seed: int = 0, max_length: int = 1
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     ViTImageProcessor(size={"height": image_size, "width": image_size}).save_pretrained(out)
+    return out
+
+
+def clip(out: Path, image_size: int = 48, seed: int = 0) -> Path:
+    """A ``CLIPModel`` snapshot in ``out``: small text and vision towers, the tiny tokenizer with
+    ``<|startoftext|>`` / ``<|endoftext|>``, a CLIP image processor resizing the shortest edge to
+    ``image_size + 8`` and cropping ``image_size`` at the centre (as CLIP's does, at 224)."""
+    import torch
+    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPTextConfig, CLIPVisionConfig
+
+    tokenizer = tiny_tokenizer(start="<|startoftext|>")
+    ids = tokenizer.convert_tokens_to_ids(["<|startoftext|>", "<|endoftext|>", "<pad>"])
+    text = CLIPTextConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, max_position_embeddings=32, bos_token_id=ids[0], eos_token_id=ids[1],
+        pad_token_id=ids[2], projection_dim=16,
+    )  # fmt: skip
+    vision = CLIPVisionConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        image_size=image_size, patch_size=16, projection_dim=16,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    model = CLIPModel(
+        CLIPConfig(text_config=text.to_dict(), vision_config=vision.to_dict(), projection_dim=16)
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    model.eval().save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    CLIPImageProcessor(
+        size={"shortest_edge": image_size + 8}, crop_size={"height": image_size, "width": image_size}
+    ).save_pretrained(out)
     return out

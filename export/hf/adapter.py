@@ -54,6 +54,10 @@ def preprocessing(snapshot: Snapshot) -> Preprocessing:
     config = json.loads(path.read_text(encoding="utf-8"))
     size = config.get("size") or {}
     crop = config.get("crop_size") or {}
+    if isinstance(size, int):  # older CLIP-style configs: an integer size is the shortest edge
+        size = {"shortest_edge": size}
+    if isinstance(crop, int):  # and an integer crop a square
+        crop = {"height": crop, "width": crop}
     resize: list[int] | None = None
     if {"height", "width"} <= set(size) and not config.get("do_center_crop"):
         height, width = int(size["height"]), int(size["width"])

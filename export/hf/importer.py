@@ -13,9 +13,7 @@ failed import leaves the repository as it was. Importing a name again replaces t
 from __future__ import annotations
 
 import json
-import os
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -23,13 +21,11 @@ import torch
 
 from export.hf.adapter import adapt, preprocessing
 from export.hf.snapshot import Snapshot, SnapshotError, read_snapshot
+from export.hf.staging import HfImportError, ImportReport, commit, write_configs
 from export.onnx import GraphSpec, export_graph, parity
-from export.repo import config_pbtxt, parse_config
 from service.manifest import (
-    MANIFEST_NAME,
     CaptionerEntry,
     HeldOutPair,
-    Manifest,
     ModelEntry,
     TensorSpec,
     TokenizerSpec,
@@ -40,18 +36,6 @@ from service.manifest import (
 PARITY_TOLERANCE = 1e-4
 PER_IMAGE_MAX_BATCH = 64
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_")
-
-
-class HfImportError(RuntimeError):
-    """An import that cannot go on; the message names what is wrong. The repository is unchanged."""
-
-
-@dataclass
-class ImportReport:
-    name: str
-    architecture: str
-    parity: dict[str, float] = field(default_factory=dict)  # graph → max abs difference
-    files: list[str] = field(default_factory=list)
 
 
 def _check_name(name: str) -> None:
@@ -79,15 +63,23 @@ def import_hf(
     _check_name(name)
     snapshot = read_snapshot(snapshot_dir)
     manifest = load_manifest(repo)
-    clashes = {m.name for m in manifest.models if m.owner != name} & {f"{name}_encoder", f"{name}_step"}
-    if name in {r.name for r in manifest.rankers} or clashes:
+    own = {f"{name}_encoder", f"{name}_step", f"{name}_image", f"{name}_text"}
+    clashes = {m.name for m in manifest.models if m.owner != name} & own
+    other = manifest.rankers if snapshot.role == "captioner" else manifest.captioners
+    if name in {e.name for e in other} or clashes:
         raise HfImportError(f"--name {name!r}: the repository has a model of that name already")
     held = _held_out(held_out_pairs)
     stage = repo / f".import-{name}"
     shutil.rmtree(stage, ignore_errors=True)
     try:
-        entry, models, report = _export(snapshot, name, stage, held, seed)
-        _commit(repo, manifest, stage, entry, models)
+        if snapshot.role == "ranker":
+            from export.hf.ranker_export import export_ranker
+
+            ranker, models, report = export_ranker(snapshot, name, stage, seed)
+            commit(repo, manifest, stage, ranker, models)
+        else:
+            entry, models, report = _export(snapshot, name, stage, held, seed)
+            commit(repo, manifest, stage, entry, models)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return report
@@ -212,54 +204,9 @@ def _export(
         ),
         source=f"transformers {snapshot.model_type} snapshot {snapshot.path.resolve()}",
     )
-    for model_entry in models:
-        text = config_pbtxt(model_entry)
-        parse_config(text)
-        (stage / model_entry.name / "config.pbtxt").write_text(text, encoding="utf-8")
+    write_configs(stage, models)
     report.files = [f"{name}_encoder/", f"{name}_step/", f"tokenizers/{name}.json"]
     return entry, models, report
-
-
-def _commit(
-    repo: Path, manifest: Manifest, stage: Path, entry: CaptionerEntry, models: list[ModelEntry]
-) -> None:
-    """Move the staged files into ``repo`` and replace the manifest (the last step)."""
-    kept_models = [m for m in manifest.models if m.owner != entry.name]
-    kept_caps = [c for c in manifest.captioners if c.name != entry.name]
-    updated = Manifest.model_validate(
-        {
-            **manifest.model_dump(),
-            "format_version": 2,
-            "models": [m.model_dump() for m in [*kept_models, *models]],
-            "captioners": [c.model_dump() for c in [*kept_caps, entry]],
-        }
-    )
-    backup = stage / ".previous"
-    tokenizer = Path("tokenizers") / f"{entry.name}.json"
-    moved: list[tuple[Path, Path | None]] = []
-    try:
-        for relative in [*(Path(m.name) for m in models), tokenizer]:
-            target = repo / relative
-            previous = None
-            if target.exists():
-                previous = backup / relative
-                previous.parent.mkdir(parents=True, exist_ok=True)
-                target.rename(previous)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            (stage / relative).rename(target)
-            moved.append((target, previous))
-        tmp = repo / f".{MANIFEST_NAME}.tmp"
-        tmp.write_text(updated.model_dump_json(indent=2), encoding="utf-8")
-        os.replace(tmp, repo / MANIFEST_NAME)
-    except BaseException:
-        for target, previous in reversed(moved):
-            if target.is_dir():
-                shutil.rmtree(target, ignore_errors=True)
-            else:
-                target.unlink(missing_ok=True)
-            if previous is not None:
-                previous.rename(target)
-        raise
 
 
 __all__ = ["HfImportError", "ImportReport", "import_hf"]

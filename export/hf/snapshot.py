@@ -17,7 +17,7 @@ KNOWN = {
     "vision-encoder-decoder": ("captioner", "VisionEncoderDecoderModel (e.g. ViT + GPT-2)", True),
     "blip": ("captioner", "BlipForConditionalGeneration", False),
     "git": ("captioner", "GitForCausalLM", False),
-    "clip": ("ranker", "CLIPModel", False),
+    "clip": ("ranker", "CLIPModel", True),
 }
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 

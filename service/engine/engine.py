@@ -61,12 +61,15 @@ class CaptionEngine:
         self.backend, self.manifest, self.vocab = backend, manifest, vocab
         self.settings = EngineSettings.of(settings)  # the engine's section, even of a whole Settings
         self.metrics = metrics
-        self.runner = ModelRunner(backend, manifest)
         # each captioner's tokens: the repository's words, or its own subword tokenizer (contract v2)
         self.vocabs: dict[str, TokenVocabulary] = {
             c.name: vocab if c.tokens is None else load_subword(self.settings.repo, c.tokens)
             for c in manifest.captioners
         }
+        ranker_tokens = {
+            r.name: load_subword(self.settings.repo, r.tokens) for r in manifest.rankers if r.tokens
+        }
+        self.runner = ModelRunner(backend, manifest, vocab, ranker_tokens)
         self._schedulers: dict[str, Scheduler] = {}
         self._owns_backend = False
 
@@ -117,6 +120,7 @@ class CaptionEngine:
             banned_ids(self.manifest, captioner),
             self.metrics,
             users_anywhere=self.user_requests,
+            decode=self.vocabs[captioner].decode,
         )
 
     def user_requests(self) -> int:

@@ -152,10 +152,6 @@ def resolve_params(
         raise InvalidParameterError("length_penalty", f"length_penalty must be in [0, {MAX_LENGTH_PENALTY}]")
     ranker = _ranker(manifest, cap.name, cap.ranker, rerank)
     tokens = vocab[cap.name] if isinstance(vocab, Mapping) else vocab
-    if ranker is not None and tokens.subword:
-        raise InvalidParameterError(
-            "rerank", f"{cap.name} is a subword captioner: re-ranking its captions is not supported yet"
-        )
     try:
         check_rerank_weight(rerank_weight)
     except ValueError as exc:

@@ -40,11 +40,17 @@ class Caption:
 
 
 async def rank_finished(
-    runner: ModelRunner, requests: Sequence[Request]
+    runner: ModelRunner,
+    requests: Sequence[Request],
+    decode: Callable[[list[int]], str] | None = None,
+    word_ids: bool = True,
 ) -> tuple[dict[int, list[list[float]]], dict[int, float], list[tuple[list[Request], Exception]]]:
     """One ``<ranker>_image`` + ``<ranker>_text`` call pair per ranker for every finished request that
     asks for it and whose caller still waits. Returns per request key its scores (per image, per
-    hypothesis) and the ms its ranker's calls took, and the groups whose ranker call failed."""
+    hypothesis) and the ms its ranker's calls took, and the groups whose ranker call failed.
+    ``word_ids``: the captioner's tokens are the repository's words (a word ranker reads them as they
+    are); otherwise, and for a ranker with its own tokenizer, the rankers read the captions' text
+    (``decode``)."""
     scores: dict[int, list[list[float]]] = {}
     rerank_ms: dict[int, float] = {}
     failed: list[tuple[list[Request], Exception]] = []
@@ -56,8 +62,12 @@ async def rank_finished(
         start = time.perf_counter()
         regions = np.concatenate([r.encoded.regions for r in group if r.encoded is not None])
         captions = [[h.tokens for h in per] for r in group for per in r.hypotheses or []]
+        texts = None
+        if (not word_ids or runner.manifest.ranker(name).tokens is not None) and decode is not None:
+            texts = [[decode(tokens) for tokens in per] for per in captions]
+        images = np.concatenate([r.images for r in group])
         try:
-            flat = await runner.rank(name, regions, captions)
+            flat = await runner.rank(name, regions, captions, images, texts)
         except Exception as exc:
             failed.append((group, exc))
             continue

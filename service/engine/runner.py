@@ -7,7 +7,9 @@
 - ``step``: one ``<cap>_step`` call for rows of many images: ``memory`` once per image and a row →
   image index; LSTM captioners (``reads == "last_token"``) get only each row's last real token,
   Transformer captioners the right-padded prefix (padded to a fixed T where the model has one);
-- ``rank``: ``<ranker>_image`` and ``<ranker>_text`` in one call each, cosine per caption.
+- ``rank``: ``<ranker>_image`` and ``<ranker>_text`` in one call each, cosine per caption. A ranker of
+  its own (contract v2, e.g. an imported CLIP) reads the images and tokenizes the captions' text with
+  its own tokenizer; a word ranker of a subword captioner's captions reads their text as words.
 
 The scheduler, the naive mode, the offline studies and the benchmark all call it.
 """
@@ -15,13 +17,15 @@ The scheduler, the naive mode, the offline studies and the benchmark all call it
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from service.backends.base import Backend
 from service.manifest import CaptionerEntry, Manifest, Preprocessing, RankerEntry
+from service.text.subword import SubwordVocabulary
+from service.text.vocabulary import Vocabulary
 
 
 @dataclass(frozen=True)
@@ -88,15 +92,30 @@ def fixed_dim(manifest: Manifest, model: str, tensor: str, axis: int) -> int | N
 
 
 class ModelRunner:
-    """Runs a repository's models on a ``Backend`` (see module docstring)."""
+    """Runs a repository's models on a ``Backend`` (see module docstring). ``words``: the repository's
+    word vocabulary and ``ranker_tokens`` the rankers' own tokenizers, for ranking captions by text."""
 
-    def __init__(self, backend: Backend, manifest: Manifest) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        manifest: Manifest,
+        words: Vocabulary | None = None,
+        ranker_tokens: Mapping[str, SubwordVocabulary] | None = None,
+    ) -> None:
         self.backend, self.manifest = backend, manifest
+        self.words, self.ranker_tokens = words, dict(ranker_tokens or {})
         vocab = manifest.vocabulary
         self.bos, self.pad = vocab.bos_id, vocab.pad_id  # the word rankers' text
         self._pad = {c.name: c.tokens.pad_id if c.tokens else vocab.pad_id for c in manifest.captioners}
         self._last_token = {c.name: c.reads == "last_token" for c in manifest.captioners}
         self._fixed_t = {c.name: fixed_dim(manifest, c.step, "tokens", 1) for c in manifest.captioners}
+
+    def _words(self) -> Vocabulary:
+        if self.words is None:
+            raise ValueError(
+                "ranking a subword captioner's captions by a word ranker needs the word vocabulary"
+            )
+        return self.words
 
     def captioner(self, name: str) -> CaptionerEntry:
         return self.manifest.captioner(name)
@@ -186,20 +205,64 @@ class ModelRunner:
         out = await self.backend.infer(ranker.text, {"tokens": tokens, "length": length})
         return np.asarray(out["embedding"], dtype=np.float32)
 
+    async def embed_pixels(self, ranker: RankerEntry, images: np.ndarray) -> np.ndarray:
+        """uint8 images → L2-normalised float32 [I, J] by a ranker that reads the image itself."""
+        assert ranker.image_preprocessing is not None
+        pixels = await asyncio.to_thread(prepare_images, images, ranker.image_preprocessing)
+        out = await self.backend.infer(ranker.image, {"image": pixels})
+        return np.asarray(out["embedding"], dtype=np.float32)
+
+    async def embed_texts(self, ranker: RankerEntry, texts: Sequence[str]) -> np.ndarray:
+        """Caption texts → L2-normalised float32 [C, J] by a ranker with its own tokenizer: BOS t1..tn
+        EOS right-padded with its PAD, ``length`` = n + 2 (cut to the model's fixed T where it has one)."""
+        assert ranker.tokens is not None
+        vocab = self.ranker_tokens[ranker.name]
+        spec = ranker.tokens
+        limit = fixed_dim(self.manifest, ranker.text, "tokens", 0) or spec.max_tokens
+        ids = [vocab.encode(t)[: (limit - 2) if limit else None] for t in texts]
+        width = 2 + max((len(x) for x in ids), default=0)
+        tokens = np.full((len(ids), width), spec.pad_id, dtype=np.int64)
+        length = np.zeros((len(ids), 1), dtype=np.int64)
+        for row, seq in enumerate(ids):
+            tokens[row, : len(seq) + 2] = [spec.bos_id, *seq, spec.eos_id]
+            length[row, 0] = len(seq) + 2
+        out = await self.backend.infer(ranker.text, {"tokens": tokens, "length": length})
+        return np.asarray(out["embedding"], dtype=np.float32)
+
     async def rank(
-        self, ranker: str, regions: np.ndarray, captions: Sequence[Sequence[Sequence[int]]]
+        self,
+        ranker: str,
+        regions: np.ndarray,
+        captions: Sequence[Sequence[Sequence[int]]],
+        images: np.ndarray | None = None,
+        texts: Sequence[Sequence[str]] | None = None,
     ) -> list[list[float]]:
-        """Cosine between each image (``regions`` [I, R, D]) and each of its captions (per image, word
-        ids without BOS/EOS): one ``<ranker>_image`` call for all images, one ``<ranker>_text`` call
-        for all captions."""
+        """Cosine between each image and each of its captions: one image call for all images (of the
+        ``regions`` [I, R, D], the shared encoder's regions of ``images`` where ``regions`` are empty, or
+        ``images`` themselves for a ranker that reads pixels), one text call for all captions (per image,
+        word ids without BOS/EOS in ``captions``, or their ``texts``: for a ranker with its own
+        tokenizer, and a word ranker of a subword captioner's captions, which reads them as words)."""
         entry = self.manifest.ranker(ranker)
         flat = [c for per_image in captions for c in per_image]
         if not flat:
             return [[] for _ in captions]
+        flat_texts = [t for per_image in texts for t in per_image] if texts is not None else None
+        if entry.reads == "pixels":
+            assert images is not None
+            image_emb_call = self.embed_pixels(entry, images)
+        else:
+            if not regions.size:  # a captioner with its own encoder: the shared encoder's regions
+                assert images is not None
+                regions = await self.encode_images(images)
+            image_emb_call = self.embed_images(entry, regions)
+        if entry.tokens is not None:
+            assert flat_texts is not None
+            text_emb_call = self.embed_texts(entry, flat_texts)
+        else:
+            words = flat if flat_texts is None else [self._words().encode(t) for t in flat_texts]
+            text_emb_call = self.embed_captions(entry, words)
         owner = np.repeat(np.arange(len(captions)), [len(c) for c in captions])
-        image_emb, text_emb = await asyncio.gather(
-            self.embed_images(entry, regions), self.embed_captions(entry, flat)
-        )
+        image_emb, text_emb = await asyncio.gather(image_emb_call, text_emb_call)
         scores = np.einsum("cj,cj->c", text_emb, image_emb[owner])
         out: list[list[float]] = []
         start = 0

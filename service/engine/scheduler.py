@@ -55,10 +55,13 @@ class Scheduler:
         banned_ids: Sequence[int],
         metrics: Metrics | None = None,
         users_anywhere: Callable[[], int] | None = None,
+        decode: Callable[[list[int]], str] | None = None,
     ) -> None:
         """``users_anywhere``: user requests in every scheduler sharing these cores (the engine's); a
-        background request yields to users of another captioner as to its own. None: this one only."""
+        background request yields to users of another captioner as to its own. None: this one only.
+        ``decode``: the captioner's token ids to text, for rankers that read the captions' text."""
         self.runner, self.cap, self.settings, self.metrics = runner, captioner, settings, metrics
+        self.decode = decode
         self._users_anywhere = users_anywhere
         ids = token_ids(runner.manifest, captioner.name)
         length = min(settings.max_length_cap, captioner.max_length)
@@ -334,7 +337,9 @@ class Scheduler:
 
     async def _rank(self, requests: list[Request]) -> None:
         """Re-rank finished requests in batched ranker calls (one pair of calls per ranker), then answer."""
-        scores, rerank_ms, failed = await rank_finished(self.runner, requests)
+        scores, rerank_ms, failed = await rank_finished(
+            self.runner, requests, self.decode, word_ids=self.cap.tokens is None
+        )
         for group, exc in failed:
             self._release(group, S.FAILED, exc)
         for request in requests:

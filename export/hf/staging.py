@@ -1,0 +1,84 @@
+"""Staging an import: an imported model's files are written to a folder of their own inside the
+repository, then moved into place, and the manifest is replaced last in one ``os.replace``, so that a
+failed import leaves the repository as it was."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from export.repo import config_pbtxt, parse_config
+from service.manifest import MANIFEST_NAME, CaptionerEntry, Manifest, ModelEntry, RankerEntry
+
+
+class HfImportError(RuntimeError):
+    """An import that cannot go on; the message names what is wrong. The repository is unchanged."""
+
+
+@dataclass
+class ImportReport:
+    name: str
+    architecture: str
+    parity: dict[str, float] = field(default_factory=dict)  # graph → max abs difference
+    files: list[str] = field(default_factory=list)
+
+
+def write_configs(stage: Path, models: list[ModelEntry]) -> None:
+    """Each model's ``config.pbtxt`` in ``stage``, checked with Triton's own protobuf."""
+    for model_entry in models:
+        text = config_pbtxt(model_entry)
+        parse_config(text)
+        (stage / model_entry.name / "config.pbtxt").write_text(text, encoding="utf-8")
+
+
+def commit(
+    repo: Path,
+    manifest: Manifest,
+    stage: Path,
+    entry: CaptionerEntry | RankerEntry,
+    models: list[ModelEntry],
+) -> None:
+    """Move the staged files (``models``' folders, ``tokenizers/<name>.json``) into ``repo`` and replace
+    the manifest with ``entry`` in it (the last step); an earlier import of the same name is replaced."""
+    kept_models = [m for m in manifest.models if m.owner != entry.name]
+    kind = "captioners" if isinstance(entry, CaptionerEntry) else "rankers"
+    kept = [e for e in getattr(manifest, kind) if e.name != entry.name]
+    updated = Manifest.model_validate(
+        {
+            **manifest.model_dump(),
+            "format_version": 2,
+            "models": [m.model_dump() for m in [*kept_models, *models]],
+            kind: [e.model_dump() for e in [*kept, entry]],
+        }
+    )
+    backup = stage / ".previous"
+    tokenizer = Path("tokenizers") / f"{entry.name}.json"
+    moved: list[tuple[Path, Path | None]] = []
+    try:
+        for relative in [*(Path(m.name) for m in models), tokenizer]:
+            target = repo / relative
+            previous = None
+            if target.exists():
+                previous = backup / relative
+                previous.parent.mkdir(parents=True, exist_ok=True)
+                target.rename(previous)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            (stage / relative).rename(target)
+            moved.append((target, previous))
+        tmp = repo / f".{MANIFEST_NAME}.tmp"
+        tmp.write_text(updated.model_dump_json(indent=2), encoding="utf-8")
+        os.replace(tmp, repo / MANIFEST_NAME)
+    except BaseException:
+        for target, previous in reversed(moved):
+            if target.is_dir():
+                shutil.rmtree(target, ignore_errors=True)
+            else:
+                target.unlink(missing_ok=True)
+            if previous is not None:
+                previous.rename(target)
+        raise
+
+
+__all__ = ["HfImportError", "ImportReport", "commit", "write_configs"]
