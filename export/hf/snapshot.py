@@ -16,7 +16,7 @@ from typing import Any
 KNOWN = {
     "vision-encoder-decoder": ("captioner", "VisionEncoderDecoderModel (e.g. ViT + GPT-2)", True),
     "blip": ("captioner", "BlipForConditionalGeneration", False),
-    "git": ("captioner", "GitForCausalLM", False),
+    "git": ("captioner", "GitForCausalLM", True),
     "clip": ("ranker", "CLIPModel", True),
 }
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
