@@ -15,7 +15,7 @@ from torch import nn
 from export.hf.snapshot import Snapshot, SnapshotError
 from service.manifest import Preprocessing
 
-ADAPTERS = {"vision-encoder-decoder": "export.hf.ved", "git": "export.hf.git"}
+ADAPTERS = {"vision-encoder-decoder": "export.hf.ved", "blip": "export.hf.blip", "git": "export.hf.git"}
 RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}  # PIL's codes in preprocessor_config.json
 
 

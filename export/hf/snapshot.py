@@ -15,7 +15,7 @@ from typing import Any
 # model_type in config.json → what CompCap makes of it, and whether this version imports it
 KNOWN = {
     "vision-encoder-decoder": ("captioner", "VisionEncoderDecoderModel (e.g. ViT + GPT-2)", True),
-    "blip": ("captioner", "BlipForConditionalGeneration", False),
+    "blip": ("captioner", "BlipForConditionalGeneration", True),
     "git": ("captioner", "GitForCausalLM", True),
     "clip": ("ranker", "CLIPModel", True),
 }

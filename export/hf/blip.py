@@ -1,0 +1,125 @@
+"""A transformers ``BlipForConditionalGeneration`` (BLIP's captioner) in CompCap's model contract, version
+2 (DESIGN.md): two graphs around the unchanged transformers module, as ``export.hf.ved`` does for a
+``VisionEncoderDecoderModel``.
+
+- ``Encoder``: ``image`` uint8 [B, H, W, 3] at the image processor's size → ``memory`` float32 [B, M, D]
+  (the vision model's last hidden states, after its final layer norm: the ``image_embeds`` that
+  ``generate()`` hands the text decoder) and ``state`` float32 [B, 1] (unused). Rescale and mean/std
+  normalisation run inside the graph.
+- ``Step``: ``memory`` [I, M, D], ``image_index`` int64 [N], ``tokens`` int64 [N, T] (right-padded
+  prefixes starting with the text config's ``bos_token_id``, ``[DEC]``), ``length`` int64 [N],
+  ``state`` [N, 1] → ``logprobs`` float32 [N, V] of the next token after each row's last real token,
+  ``state_out`` (``state`` unchanged) and ``attention`` float32 [N, M]: the text decoder's last layer's
+  cross-attention from that position, averaged over its heads (as ``ved``).
+
+What ``BlipForConditionalGeneration.generate()`` does, and so what the ids here are: it starts every
+caption with ``[bos_token_id]`` (it builds ``[decoder_input_ids, eos_token_id]`` — ``decoder_input_ids``
+is the text config's ``bos_token_id`` — sets column 0 to ``bos_token_id`` and drops the last column),
+calls the text decoder's ``generate()`` with ``eos_token_id=sep_token_id`` (``[SEP]`` ends a caption;
+the text config's own ``eos_token_id`` is never the end) and ``pad_token_id=pad_token_id``, every image
+position visible to the cross-attention; it forces or strips no token. That inner ``generate()`` reads
+the *text decoder's* generation config (made from the text config), not the snapshot's
+``generation_config.json``, so its ``max_length`` is the text decoder's, or generate's default of 20
+new tokens after the start token, capped at ``max_position_embeddings``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from export.hf.adapter import Adapted
+from export.hf.snapshot import Snapshot, SnapshotError, offline
+from service.manifest import Preprocessing
+
+DEFAULT_NEW_TOKENS = 20  # generate()'s max_length when nothing sets one: 20 tokens after the prompt
+
+
+class Encoder(nn.Module):
+    """uint8 images → (memory, state) of a ``BlipForConditionalGeneration`` (see module docstring)."""
+
+    def __init__(self, model: nn.Module, rescale: float, mean: Sequence[float], std: Sequence[float]) -> None:
+        super().__init__()
+        self.model: Any = model
+        self.rescale = float(rescale)
+        self.register_buffer("mean", torch.tensor(list(mean), dtype=torch.float32).view(1, -1, 1, 1))
+        self.register_buffer("std", torch.tensor(list(std), dtype=torch.float32).view(1, -1, 1, 1))
+
+    def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = image.permute(0, 3, 1, 2).to(torch.float32) * self.rescale
+        x = (x - self.get_buffer("mean")) / self.get_buffer("std")
+        hidden = self.model.vision_model(pixel_values=x).last_hidden_state
+        return hidden, torch.zeros(hidden.shape[0], 1, dtype=torch.float32)
+
+
+class Step(nn.Module):
+    """One decoding step of BLIP's text decoder for rows of many images (see module docstring)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model: Any = model
+
+    def forward(
+        self,
+        memory: torch.Tensor,
+        image_index: torch.Tensor,
+        tokens: torch.Tensor,
+        length: torch.Tensor,
+        state: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        image_embeds = memory.index_select(0, image_index)
+        positions = torch.arange(tokens.shape[1], device=tokens.device).unsqueeze(0)
+        mask = (positions < length.unsqueeze(1)).to(torch.int64)
+        out = self.model.text_decoder(
+            input_ids=tokens,
+            attention_mask=mask,
+            encoder_hidden_states=image_embeds,  # every image position visible, as generate()'s all-ones mask
+            output_attentions=True,
+            use_cache=False,
+        )
+        rows = torch.arange(tokens.shape[0], device=tokens.device)
+        last = length - 1
+        logprobs = torch.log_softmax(out.logits[rows, last].to(torch.float32), dim=-1)
+        attention = out.cross_attentions[-1][rows, :, last].mean(dim=1)
+        return logprobs, state, attention
+
+
+def max_tokens(gen: Any, max_positions: int | None) -> int:
+    """The inner ``generate()``'s ``max_length`` for a prompt of one token (the start token counted):
+    ``max_new_tokens`` + 1 if set, else ``max_length`` if set, else 20 + 1 capped at the decoder's
+    position embeddings (generate's rules)."""
+    if gen.max_new_tokens is not None:
+        return int(gen.max_new_tokens) + 1
+    if gen.max_length is not None:
+        return int(gen.max_length)
+    default = DEFAULT_NEW_TOKENS + 1
+    return min(default, int(max_positions)) if max_positions is not None else default
+
+
+def adapt(snapshot: Snapshot, pre: Preprocessing) -> Adapted:
+    """Load the snapshot offline (eager attention, so that the step can return its cross-attention)
+    and wrap it; token ids and lengths as its ``generate()`` uses them (module docstring)."""
+    with offline():
+        from transformers import BlipForConditionalGeneration
+
+        model = BlipForConditionalGeneration.from_pretrained(
+            str(snapshot.path), local_files_only=True, attn_implementation="eager"
+        ).eval()
+    text = model.config.text_config
+    start, end, pad = text.bos_token_id, text.sep_token_id, text.pad_token_id
+    if start is None or end is None:
+        raise SnapshotError("the snapshot's text config names no bos_token_id / sep_token_id")
+    gen = model.text_decoder.generation_config  # what BLIP's generate() hands on to (module docstring)
+    return Adapted(
+        model=model,
+        encoder=Encoder(model, pre.rescale, pre.mean, pre.std),
+        step=Step(model),
+        vocab_size=int(text.vocab_size),
+        start=int(start),
+        eos=int(end),
+        pad=int(pad if pad is not None else end),
+        max_tokens=max_tokens(gen, getattr(text, "max_position_embeddings", None)),
+        early_stopping=gen.early_stopping is True,  # True, False or "never" (read as False); default False
+    )
