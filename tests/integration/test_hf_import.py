@@ -13,6 +13,7 @@ import hashlib
 import json
 import shutil
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -411,3 +412,42 @@ def test_the_gateway_reranks_an_imported_captioner(
         cli(["import", "hf", str(snapshot), "--name", "x", "--repo", str(repo), "--role", "captioner"]) == 2
     )
     assert "is a ranker" in capsys.readouterr().err
+
+
+def test_probes_and_every_hook_run_on_it(repo: Path) -> None:
+    """A systematicity and a productivity probe job decode the imported captioner's captions (the spaCy
+    parse and the scores run on its text); min_length and diverse_beam act on its tokens."""
+    from io import BytesIO
+
+    from PIL import Image
+
+    buf = BytesIO()
+    Image.fromarray(np.random.default_rng(8).integers(0, 256, (96, 96, 3), dtype=np.uint8)).save(buf, "PNG")
+    files = {"image": ("x.png", buf.getvalue(), "image/png")}
+    with TestClient(create_app(Settings(repo=repo, intra_op_threads=1, max_beam_size=8))) as client:
+        wait_ready(client)
+        hooks = json.dumps([{"name": "min_length", "params": {"min_words": 6}}])
+        longer = client.post(
+            f"/v1/captions?model={NAME}&beam_size=4&n_best=4", files=files, data={"hooks": hooks}
+        )
+        assert longer.status_code == 200, longer.text
+        assert all(len(c["tokens"]) >= 6 for c in longer.json()["results"][0]["captions"])
+        diverse = json.dumps([{"name": "diverse_beam", "params": {"groups": 2, "diversity_penalty": 5.0}}])
+        grouped = client.post(
+            f"/v1/captions?model={NAME}&beam_size=4&n_best=4", files=files, data={"hooks": diverse}
+        )
+        assert grouped.status_code == 200, grouped.text
+        assert grouped.json()["hooks"] == ["diverse_beam"]
+        for kind in ("systematicity", "productivity"):
+            started = client.post(
+                "/v1/probes", json={"kind": kind, "model": NAME, "beam_size": 2, "images": 2}
+            )
+            assert started.status_code == 202, started.text
+            job_id = started.json()["id"]
+            for _ in range(600):
+                job = client.get(f"/v1/probes/{job_id}").json()
+                if job["status"] in ("succeeded", "failed", "cancelled"):
+                    break
+                time.sleep(0.2)
+            assert job["status"] == "succeeded", job
+            assert job["params"]["model"] == NAME and job["result"] and job["summary"]
