@@ -153,6 +153,12 @@ class CaptionerEntry(BaseModel):
         "transformers' generate() (an imported captioner: its captions are those of its own library)",
     )
     early_stopping: bool = Field(default=False, description="transformers search: its early_stopping")
+    memory_grid: int | None = Field(
+        default=None,
+        description="version 2: its memory slots from memory_offset on are a g × g row-major grid over the "
+        "image its encoder reads (a ViT's patches; the slots before, e.g. its class token, are not)",
+    )
+    memory_offset: int = Field(default=0, ge=0)
 
 
 class RankerEntry(BaseModel):

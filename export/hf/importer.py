@@ -13,6 +13,7 @@ failed import leaves the repository as it was. Importing a name again replaces t
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -184,6 +185,8 @@ def _export(
             ],
         ),
     ]
+    # a ViT-like encoder's memory: its class token, then a square grid of patches (or the grid alone)
+    grid = next((g for g in (math.isqrt(m - 1), math.isqrt(m)) if g > 1 and g * g in (m - 1, m)), None)
     entry = CaptionerEntry(
         name=name,
         architecture=snapshot.architecture,
@@ -191,6 +194,8 @@ def _export(
         step=f"{name}_step",
         reads="prefix",
         memory_dims=[m, d],
+        memory_grid=grid,
+        memory_offset=m - grid * grid if grid else 0,
         state_dim=1,
         max_length=max(1, max_tokens - 1),  # generate's max_length counts the start token
         search="transformers",

@@ -27,6 +27,7 @@ from service.explain.render import overlay_png, stretch, upsample
 from service.explain.scene import ground_caption
 from service.manifest import Manifest
 from service.text.lexicon import default_lexicon
+from service.text.subword import SubwordVocabulary, TokenVocabulary
 from service.text.vocabulary import Vocabulary
 
 METHODS = ("attention", "saliency", "guided_backprop", "integrated_gradients")
@@ -46,6 +47,20 @@ class ExplainInput:
     scene: Mapping[str, Any] | None = None
     overlays: bool = True
     overlay_scale: int = 2
+
+
+def token_words(vocab: SubwordVocabulary, ids: list[int]) -> list[str]:
+    """Per token of a subword caption: the whole word it starts (a token starts a word when it opens
+    the caption or its decoding begins with a space), or its piece when it continues one."""
+    out: list[str] = []
+    starts = [k for k in range(len(ids)) if k == 0 or vocab.decode(ids[k - 1 : k + 1]).count(" ") > 0]
+    for k in range(len(ids)):
+        if k in starts:
+            end = next((s for s in starts if s > k), len(ids))
+            out.append(vocab.decode(ids[k:end]).strip())
+        else:
+            out.append(vocab.decode(ids[k : k + 1]).strip())
+    return out
 
 
 def torch_available() -> bool:
@@ -80,18 +95,38 @@ class ExplainService:
 
     # -- validation -------------------------------------------------------------------------------------
 
-    def check(self, spec: ExplainInput) -> list[int] | None:
+    def _subword_caption(self, spec: ExplainInput, vocab: TokenVocabulary) -> list[int]:
+        tokens = vocab.encode(spec.caption or "")
+        if not tokens:
+            raise RequestError(422, "invalid_caption", "caption has no tokens", field="caption")
+        limit = self.manifest.captioner(spec.params.model).max_length
+        if len(tokens) > limit:
+            raise RequestError(
+                422, "invalid_caption", f"caption has more than {limit} tokens", field="caption"
+            )
+        return tokens
+
+    def check(self, spec: ExplainInput, vocab: TokenVocabulary | None = None) -> list[int] | None:
         """Validate ``spec`` before any work; the client caption's word ids (None: the engine captions)."""
         if spec.method not in METHODS:
             raise RequestError(422, "invalid_method", f"method must be one of {METHODS}", field="method")
         imported = self.manifest.captioner(spec.params.model)
-        if imported.image is not None or imported.tokens is not None:
+        pre = imported.image
+        cropped = pre is not None and pre.resize is not None and pre.resize != [pre.height, pre.width]
+        if pre is not None and (spec.method != "attention" or imported.memory_grid is None or cropped):
+            why = (
+                "gradient methods"
+                if spec.method != "attention"
+                else "attention over a centre crop (its grid does not cover the whole image)"
+                if cropped
+                else "attention without a grid of patches"
+            )
             raise RequestError(
                 422,
                 "unsupported_model",
-                f"{imported.name} is an imported captioner ({imported.architecture}): explanations of "
-                "imported captioners are not supported yet",
-                field="model",
+                f"{imported.name} is an imported captioner ({imported.architecture}): its explanations by "
+                f"{why} are not supported yet (attention is)",
+                field="method" if spec.method != "attention" else "model",
             )
         if spec.attribute_to not in INPUTS:
             raise RequestError(
@@ -129,6 +164,8 @@ class ExplainService:
                 )
         if spec.caption is None:
             return None
+        if imported.tokens is not None and vocab is not None:
+            return self._subword_caption(spec, vocab)
         words = self.vocab.encode(spec.caption)
         unknown = [
             w for w, i in zip(spec.caption.lower().split(), words, strict=False) if i == self.vocab.unk_id
@@ -158,7 +195,7 @@ class ExplainService:
     async def explain(self, engine: CaptionEngine, spec: ExplainInput) -> dict[str, Any]:
         """Explain one image (see module docstring); a ``RequestError`` for a request it refuses, a
         ``BusyError`` (429) when ``max_concurrent`` run."""
-        words = self.check(spec)
+        words = self.check(spec, engine.vocabs[spec.params.model])
         async with self.gate.hold():
             return await self._explain(engine, spec, words)
 
@@ -179,7 +216,8 @@ class ExplainService:
             params = replace(
                 params, beam_size=1, n_best=1, groups=1, diversity_penalty=0.0, ranker=None,
                 rerank_weight=0.0, max_length=len(words), min_length=min(params.min_length, len(words)),
-                processors=(ForceWords(words, self.vocab.eos_id),), hook_names=("force_words",),
+                processors=(ForceWords(words, engine.vocabs[params.model].eos_id),),
+                hook_names=("force_words",),
             )  # fmt: skip
         out = await engine.caption(spec.image, params, priority=Priority.BACKGROUND, observer=recorder)
         best = out.results[0][0]
@@ -221,19 +259,25 @@ class ExplainService:
                     f"{spec.params.model}'s step model has no attention output",
                     field="method",
                 )
-            raw = fold_slots(maps, self.regions)
+            cap = self.manifest.captioner(spec.params.model)
+            if (
+                cap.memory_grid is not None
+            ):  # an imported ViT-like encoder: its patches, the class token left out
+                raw = maps[:, cap.memory_offset : cap.memory_offset + cap.memory_grid**2]
+            else:
+                raw = fold_slots(maps, self.regions)
             logprobs: list[float | None] = recorder.word_logprobs(words)
         else:
             raw, pixel_maps, logprobs, extra = await asyncio.to_thread(self._gradients, spec, words)
         t2 = time.perf_counter()
-        result = self._shape(spec, words, raw, pixel_maps, logprobs)
+        result = self._shape(spec, words, raw, pixel_maps, logprobs, engine.vocabs[spec.params.model])
         t3 = time.perf_counter()
         n = len(words)
         return {
             "model": spec.params.model,
             "method": spec.method,
             "attribute_to": spec.attribute_to,
-            "caption": self.vocab.decode(words),
+            "caption": engine.vocabs[spec.params.model].decode(words),
             **about,
             **result,
             **extra,
@@ -280,12 +324,19 @@ class ExplainService:
         raw: np.ndarray,
         pixel_maps: np.ndarray | None,
         logprobs: list[float | None],
+        vocab: TokenVocabulary | None = None,
     ) -> dict[str, Any]:
-        """Per-word entries (+ grounding when the image has a scene graph). ``raw`` float [T, R]."""
+        """Per-word entries (+ grounding when the image has a scene graph). ``raw`` float [T, R]. For a
+        subword captioner an entry per token, its ``word`` the whole word on the word's first token (so
+        that a noun is grounded once, by its first token's map) and the piece on the others."""
         image = spec.image[0]
         h, w = image.shape[:2]
-        g = grid_size(self.regions)
-        texts = [self.vocab.words[i] for i in words]
+        cap = self.manifest.captioner(spec.params.model)
+        g = cap.memory_grid if cap.memory_grid is not None else grid_size(self.regions)
+        if isinstance(vocab, SubwordVocabulary):
+            texts = token_words(vocab, words)
+        else:
+            texts = [self.vocab.words[i] for i in words]
         argmax = [int(np.argmax(r)) for r in raw]
         lexicon = default_lexicon()
         grounded = ground_caption(texts, argmax, spec.scene, g, h, w, lexicon) if spec.scene and g else None

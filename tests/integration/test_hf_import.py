@@ -246,8 +246,26 @@ def test_the_gateway_serves_it_with_the_request_options(repo: Path) -> None:
         compared = client.post("/v1/compare", json={"images": [b64], "configurations": configurations})
         assert compared.status_code == 200, compared.text
         assert set(compared.json()["images"][0]["captions"]) == {"imported", "builtin"}
+        # attention explanations: its last layer's cross-attention over the ViT's 4 x 4 patches, per token
         explained = client.post("/v1/explain", json={"model": NAME, "image": b64, "method": "attention"})
-        assert explained.status_code == 422 and explained.json()["error"]["code"] == "unsupported_model"
+        assert explained.status_code == 200, explained.text
+        body = explained.json()
+        assert body["grid"] == [4, 4] and body["words"]
+        for entry in body["words"]:
+            assert np.asarray(entry["values"]).shape == (4, 4) and 0 <= entry["argmax_region"] < 16
+        pieces = "".join(e["word"] for e in body["words"] if e["word"])
+        assert pieces.replace(" ", "") and body["caption"]
+        ref = {"probe_set": "systematicity", "image_id": 0}
+        grounded = client.post("/v1/explain", json={"model": NAME, "image_ref": ref, "method": "attention"})
+        assert grounded.status_code == 200, grounded.text
+        assert grounded.json()["scene_graph"] is True and "grounding_score" in grounded.json()
+        forced = client.post(
+            "/v1/explain", json={"model": NAME, "image": b64, "method": "attention", "caption": "a red bus"}
+        )
+        assert forced.status_code == 200, forced.text
+        assert forced.json()["caption"] == "a red bus" and forced.json()["source"] == "client"
+        gradient = client.post("/v1/explain", json={"model": NAME, "image": b64, "method": "saliency"})
+        assert gradient.status_code == 422 and gradient.json()["error"]["code"] == "unsupported_model"
 
 
 def test_importing_again_replaces_it(repo: Path, snapshot: Path) -> None:
