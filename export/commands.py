@@ -182,7 +182,43 @@ def _import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repo", required=True)
+    parser.add_argument(
+        "--model", action="append", default=None, help="a captioner (repeatable; default: all)"
+    )
+    parser.add_argument("--data", default=None, help="a folder of the captioner's own validation images")
+    parser.add_argument("--images", type=int, default=1500, help="SceneWorld validation images")
+    parser.add_argument("--seed", type=int, default=0, help="the repository's training seed")
+    parser.add_argument("--quantile", type=float, default=0.025, help="share each test flags of its images")
+    parser.add_argument("--json", default=None, help="write the figures here")
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from export.calibrate import calibrate_repo
+
+    figures = calibrate_repo(
+        Path(args.repo),
+        args.model,
+        Path(args.data) if args.data else None,
+        args.images,
+        args.seed,
+        args.quantile,
+    )
+    text = json.dumps(figures, indent=2)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(text + "\n", encoding="utf-8")
+    print(text)
+    return 0
+
+
 COMMANDS: CommandTable = {
+    "calibrate": Command(
+        "calibrate each captioner's in_domain test on validation images and measure it",
+        _calibrate_arguments,
+        _calibrate,
+    ),
     "import": Command(
         "add your own transformers captioner (a local snapshot) to a repository", _import_arguments, _import
     ),

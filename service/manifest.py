@@ -124,6 +124,16 @@ class Preprocessing(BaseModel):
     std: list[float] = Field(default_factory=lambda: [1.0, 1.0, 1.0])
 
 
+class DomainSpec(BaseModel):
+    """Where a captioner's ``in_domain`` calibration is (``service.engine.domain``), and on what."""
+
+    file: str = Field(description="the calibration arrays, relative to the repository (domain/<name>.npz)")
+    quantile: float = Field(gt=0, lt=0.5, description="each test flags this share of its held-out images")
+    fit_images: int = Field(ge=2)
+    held_images: int = Field(ge=2)
+    source: str = Field(description="the validation images, e.g. 'sceneworld(seed=123456)' or a folder")
+
+
 class CaptionerEntry(BaseModel):
     name: str
     architecture: str
@@ -159,6 +169,9 @@ class CaptionerEntry(BaseModel):
         "image its encoder reads (a ViT's patches; the slots before, e.g. its class token, are not)",
     )
     memory_offset: int = Field(default=0, ge=0)
+    domain: DomainSpec | None = Field(
+        default=None, description="its typicality calibration (compcap calibrate)"
+    )
 
 
 class RankerEntry(BaseModel):

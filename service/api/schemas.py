@@ -143,6 +143,14 @@ class ImageResult(BaseModel):
     original_captions: list[CaptionOut] | None = Field(
         default=None, description="synonym_substitution: every caption of the search without it (O)"
     )
+    in_domain: bool | None = Field(
+        default=None,
+        description="whether the image is like the captioner's validation images (null: not calibrated; "
+        "README, Out-of-domain images)",
+    )
+    domain_score: float | None = Field(
+        default=None, description="its typicality distance over the calibrated threshold (in domain: <= 1)"
+    )
 
 
 class Timings(BaseModel):

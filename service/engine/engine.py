@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from service.backends.base import Backend
+from service.engine.domain import DomainModel
 from service.engine.limits import QueueFullError, rows_for
 from service.engine.observer import StepObserver
 from service.engine.params import InvalidParameterError, OverloadedError, SearchParams, resolve_params
@@ -41,6 +42,7 @@ class CaptionOutput:
     results: list[list[Caption]]  # per image, final order (ranker order if re-ranked), n_best each
     timings_ms: dict[str, float] = field(default_factory=dict)  # queue, encode, decode, rerank
     iterations: int = 0  # step calls the request took part in
+    domain: tuple[list[float], list[bool]] | None = None  # per image: typicality score, in domain
 
 
 class CaptionEngine:
@@ -70,6 +72,12 @@ class CaptionEngine:
             r.name: load_subword(self.settings.repo, r.tokens) for r in manifest.rankers if r.tokens
         }
         self.runner = ModelRunner(backend, manifest, vocab, ranker_tokens)
+        # each calibrated captioner's typicality test (compcap calibrate)
+        self.domains = {
+            c.name: DomainModel.load(self.settings.repo / c.domain.file)
+            for c in manifest.captioners
+            if c.domain
+        }
         self._schedulers: dict[str, Scheduler] = {}
         self._owns_backend = False
 
@@ -121,6 +129,7 @@ class CaptionEngine:
             self.metrics,
             users_anywhere=self.user_requests,
             decode=self.vocabs[captioner].decode,
+            domain=self.domains.get(captioner),
         )
 
     def user_requests(self) -> int:
@@ -175,7 +184,7 @@ class CaptionEngine:
             )
             for i, per in enumerate(done.hypotheses)
         ]
-        return CaptionOutput(params, results, done.timings_ms, done.iterations)
+        return CaptionOutput(params, results, done.timings_ms, done.iterations, done.domain)
 
     async def caption_many(
         self,

@@ -43,6 +43,7 @@ class DecodeResult:
     ranker_scores: list[list[float]] | None  # per image, aligned with ``hypotheses``
     iterations: int  # step calls this request took part in
     timings_ms: dict[str, float]  # queue, encode, decode, rerank
+    domain: tuple[list[float], list[bool]] | None = None  # per image: typicality score, in domain
 
 
 @dataclass(eq=False)
@@ -63,6 +64,7 @@ class Request:
     encoded: Encoded | None = None
     hypotheses: list[list[Hypothesis]] | None = None
     iterations: int = 0
+    domain: tuple[list[float], list[bool]] | None = None  # its images' typicality (``engine.domain``)
 
     @property
     def n_images(self) -> int:

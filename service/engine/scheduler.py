@@ -28,6 +28,7 @@ import numpy as np
 
 from service.engine.beam_batch import BatchRows, Joining
 from service.engine.cohorts import COHORT_BOUNDS, CohortBatch
+from service.engine.domain import DomainModel
 from service.engine.limits import QueueFullError
 from service.engine.observer import StepObserver
 from service.engine.params import SearchParams
@@ -56,12 +57,13 @@ class Scheduler:
         metrics: Metrics | None = None,
         users_anywhere: Callable[[], int] | None = None,
         decode: Callable[[list[int]], str] | None = None,
+        domain: DomainModel | None = None,
     ) -> None:
         """``users_anywhere``: user requests in every scheduler sharing these cores (the engine's); a
         background request yields to users of another captioner as to its own. None: this one only.
         ``decode``: the captioner's token ids to text, for rankers that read the captions' text."""
         self.runner, self.cap, self.settings, self.metrics = runner, captioner, settings, metrics
-        self.decode = decode
+        self.decode, self.domain = decode, domain
         self._users_anywhere = users_anywhere
         ids = token_ids(runner.manifest, captioner.name)
         length = min(settings.max_length_cap, captioner.max_length)
@@ -331,6 +333,10 @@ class Scheduler:
             at += request.n_images
             request.encoded = Encoded(enc.regions[part], enc.memory[part], enc.state[part])
             request.decode_start = end
+            if self.domain is not None:  # how like its validation images each image is
+                features = enc.regions[part] if enc.regions.size else enc.memory[part]
+                score, inside = self.domain.judge(request.images, features)
+                request.domain = ([float(x) for x in score], [bool(x) for x in inside])
         self._encoded.extend(r for r in requests if r.status is S.ENCODING)
         self._encoding_requests = []
         self._wake.set()
@@ -352,6 +358,7 @@ class Scheduler:
                 ranker_scores=scores.get(request.key),
                 iterations=request.iterations,
                 timings_ms=request.timings_ms(rerank_ms.get(request.key, 0.0)),
+                domain=request.domain,
             )
             if request.future.done():  # its caller stopped waiting while it was ranked
                 self._count_abandoned([request], "disconnect")

@@ -46,6 +46,8 @@ def caption_response(
             captions=_captions(caps),
             original_caption=None if original is None else (original[i][0].text if original[i] else ""),
             original_captions=None if original is None else _captions(original[i]),
+            in_domain=None if out.domain is None else out.domain[1][i],
+            domain_score=None if out.domain is None else round(out.domain[0][i], 4),
         )
         for i, caps in enumerate(out.results)
     ]

@@ -469,3 +469,47 @@ def test_probes_and_every_hook_run_on_it(repo: Path) -> None:
                 time.sleep(0.2)
             assert job["status"] == "succeeded", job
             assert job["params"]["model"] == NAME and job["result"] and job["summary"]
+
+
+def test_calibrated_captions_say_whether_the_image_is_in_domain(repo: Path, tmp_path: Path) -> None:
+    """``compcap calibrate`` on the built-in captioners (SceneWorld validation images) and on the imported
+    one (a folder of images): every caption response then says per image whether it is in domain —
+    SceneWorld images mostly are, uniform noise is not."""
+    from io import BytesIO
+
+    from PIL import Image
+
+    from export.calibrate import calibrate_repo
+    from export.world.dataset import generate
+
+    calibrated = tmp_path / "model_repo"
+    shutil.copytree(repo, calibrated)
+    figures = calibrate_repo(calibrated, ["butr"], images=300)
+    assert figures["butr"]["uniform_noise"]["flagged"] == 1.0
+    folder = tmp_path / "own"
+    folder.mkdir()
+    for k, image in enumerate(generate(40, 77, 96)[0]):
+        Image.fromarray(image).save(folder / f"{k}.png")
+    calibrate_repo(calibrated, [NAME], data=folder)
+    manifest = load_manifest(calibrated)
+    assert manifest.captioner("butr").domain is not None and manifest.captioner(NAME).domain is not None
+    world = generate(10, 7919, 96)[0]
+    noise = np.random.default_rng(0).integers(0, 256, (3, 96, 96, 3), dtype=np.uint8)
+    with TestClient(create_app(Settings(repo=calibrated, intra_op_threads=1))) as client:
+        wait_ready(client)
+        for model in ("butr", NAME):
+            flags = {}
+            for label, batch in (("world", world), ("noise", noise)):
+                files = []
+                for image in batch:
+                    buf = BytesIO()
+                    Image.fromarray(image).save(buf, "PNG")
+                    files.append(("image", ("x.png", buf.getvalue(), "image/png")))
+                answer = client.post(f"/v1/captions?model={model}&beam_size=2", files=files)
+                assert answer.status_code == 200, answer.text
+                flags[label] = [r["in_domain"] for r in answer.json()["results"]]
+                assert all(isinstance(r["domain_score"], float) for r in answer.json()["results"])
+            assert not any(flags["noise"]), (model, flags)
+            assert sum(flags["world"]) >= 7, (model, flags)
+        uncalibrated = client.post("/v1/captions?model=butd", files=files).json()
+        assert uncalibrated["results"][0]["in_domain"] is None
