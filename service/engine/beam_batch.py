@@ -109,6 +109,7 @@ class BeamBatch:
         self.min_length = np.zeros(0, dtype=np.int64)
         self.length_penalty = np.zeros(0, dtype=np.float64)
         self.hf = np.zeros(0, dtype=bool)  # the image decodes with transformers' search
+        self._any_hf = False  # some image does (the CompCap-only batch skips its branches)
         self.early = np.zeros(0, dtype=bool)  # transformers' early_stopping
         self.t = np.zeros(0, dtype=np.int64)  # words in every live beam of the image
         self.done = np.zeros(0, dtype=bool)
@@ -193,6 +194,7 @@ class BeamBatch:
                 self.observers[r.key] = r.observer
             self.steps[r.key] = 0
         self._grouped = np.flatnonzero(self.groups > 1)
+        self._any_hf = bool(self.hf.any())
 
     def _check(self, r: Joining) -> None:
         if r.key in self.steps:
@@ -234,6 +236,7 @@ class BeamBatch:
             self.observers.pop(key, None)
             del self.steps[key]
         self._grouped = np.flatnonzero(self.groups > 1)
+        self._any_hf = bool(self.hf.any())
         widest = int(self.beam.max()) if self.beam.size else 1
         if widest < self.capacity:
             self._resize(widest)
@@ -279,7 +282,9 @@ class BeamBatch:
         early = t_row < self.min_length[image]
         if early.any():
             logprobs[early, self.eos] = NEG_INF
-        at_max = (t_row >= self.max_length[image]) & ~self.hf[image]  # transformers' ends otherwise
+        at_max = t_row >= self.max_length[image]
+        if self._any_hf:
+            at_max &= ~self.hf[image]  # transformers' search ends otherwise
         if at_max.any():
             eos_col = logprobs[at_max, self.eos].copy()
             logprobs[at_max] = NEG_INF
@@ -352,7 +357,7 @@ class BeamBatch:
         eos_cum = np.where(beyond, NEG_INF, eos_cum)
         t_before = self.t
         last, kth = np.zeros(i, dtype=bool), np.zeros(i)
-        if self.hf.any():  # transformers' search: only the K best of the 2K continuations may finish
+        if self._any_hf:  # transformers' search: only the K best of the 2K continuations may finish
             eos_cum, last, kth = self._hf_candidates(sel_cum, eos_cum)
         self._add_finished(eos_cum, beyond)
         grid = np.arange(i)[:, None]
@@ -453,6 +458,8 @@ class BeamBatch:
     def _norm(self, length: np.ndarray, hf_offset: int = 1) -> np.ndarray:
         """``max(length, 1) ** length_penalty`` per image; for transformers' search ``(length +
         hf_offset) ** length_penalty`` (a finished caption's length counts its end token)."""
+        if not self._any_hf:
+            return np.maximum(length, 1).astype(np.float64) ** self.length_penalty
         counted = np.where(self.hf, length + hf_offset, np.maximum(length, 1)).astype(np.float64)
         return np.maximum(counted, 1.0) ** self.length_penalty
 
@@ -462,7 +469,7 @@ class BeamBatch:
         bound = best_live / self._norm(self.max_length)
         worst = self.fin_score[np.arange(self.n_images), self.beam - 1]
         pool_full = np.isfinite(worst)
-        if self.hf.any():  # transformers' search: its early_stopping, or its heuristic on the length so far
+        if self._any_hf:  # transformers' search: its early_stopping, or its heuristic on the length so far
             norm = self._norm(self.t, hf_offset=0)
             hf_done = transformers_done(pool_full, best_live / norm, worst, self.early)
             hf_done |= self.t >= self.max_length

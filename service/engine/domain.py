@@ -23,12 +23,17 @@ def encoder_features(encoded: np.ndarray) -> np.ndarray:
 
 
 def pixel_stats(images: np.ndarray) -> np.ndarray:
-    """uint8 [I, H, W, 3] → float64 [I, 3]: mean |horizontal| and |vertical| step, share of flat steps."""
-    x = np.asarray(images, dtype=np.float32) / 255.0
-    dx = np.abs(np.diff(x, axis=2))
-    dy = np.abs(np.diff(x, axis=1))
-    flat = (dx.max(axis=-1) < 0.01).mean(axis=(1, 2))
-    return np.stack([dx.mean(axis=(1, 2, 3)), dy.mean(axis=(1, 2, 3)), flat], axis=1).astype(np.float64)
+    """uint8 [I, H, W, 3] → float64 [I, 3]: mean |horizontal| and |vertical| step (in [0, 1]) between
+    every other pixel, share of flat such steps (every channel within 2 / 255). Integer arithmetic on a
+    quarter of the pixels: it runs for every request."""
+    x = np.asarray(images[:, ::2, ::2], dtype=np.int16)  # every other row and column: enough, and cheap
+    dx = np.abs(x[:, :, 1:] - x[:, :, :-1])
+    dy = np.abs(x[:, 1:] - x[:, :-1])
+    n = len(x)
+    flat = (dx.max(axis=-1) <= 2).reshape(n, -1).mean(axis=1)
+    mx = dx.reshape(n, -1).mean(axis=1) / 255.0
+    my = dy.reshape(n, -1).mean(axis=1) / 255.0
+    return np.stack([mx, my, flat], axis=1).astype(np.float64)
 
 
 def mahalanobis(x: np.ndarray, mean: np.ndarray, precision: np.ndarray) -> np.ndarray:

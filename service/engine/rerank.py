@@ -65,7 +65,8 @@ async def rank_finished(
         texts = None
         if (not word_ids or runner.manifest.ranker(name).tokens is not None) and decode is not None:
             texts = [[decode(tokens) for tokens in per] for per in captions]
-        images = np.concatenate([r.images for r in group])
+        pixels = runner.manifest.ranker(name).reads == "pixels" or not regions.size
+        images = np.concatenate([r.images for r in group]) if pixels else None
         try:
             flat = await runner.rank(name, regions, captions, images, texts)
         except Exception as exc:

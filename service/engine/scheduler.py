@@ -327,16 +327,18 @@ class Scheduler:
             self._wake.set()
             return
         end = time.perf_counter()
+        judged = None
+        if self.domain is not None:  # how like its validation images each image is: one call for all
+            features = enc.regions if enc.regions.size else enc.memory
+            judged = self.domain.judge(np.concatenate([r.images for r in requests]), features)
         at = 0
         for request in requests:
             part = slice(at, at + request.n_images)
             at += request.n_images
             request.encoded = Encoded(enc.regions[part], enc.memory[part], enc.state[part])
             request.decode_start = end
-            if self.domain is not None:  # how like its validation images each image is
-                features = enc.regions[part] if enc.regions.size else enc.memory[part]
-                score, inside = self.domain.judge(request.images, features)
-                request.domain = ([float(x) for x in score], [bool(x) for x in inside])
+            if judged is not None:
+                request.domain = (judged[0][part].tolist(), judged[1][part].tolist())
         self._encoded.extend(r for r in requests if r.status is S.ENCODING)
         self._encoding_requests = []
         self._wake.set()
