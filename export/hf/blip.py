@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from export.hf.adapter import Adapted
+from export.hf.pixels import PixelValues
 from export.hf.snapshot import Snapshot, SnapshotError, offline
 from service.manifest import Preprocessing
 
@@ -43,13 +44,10 @@ class Encoder(nn.Module):
     def __init__(self, model: nn.Module, rescale: float, mean: Sequence[float], std: Sequence[float]) -> None:
         super().__init__()
         self.model: Any = model
-        self.rescale = float(rescale)
-        self.register_buffer("mean", torch.tensor(list(mean), dtype=torch.float32).view(1, -1, 1, 1))
-        self.register_buffer("std", torch.tensor(list(std), dtype=torch.float32).view(1, -1, 1, 1))
+        self.pixels = PixelValues(rescale, mean, std)
 
     def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = image.permute(0, 3, 1, 2).to(torch.float32) * self.rescale
-        x = (x - self.get_buffer("mean")) / self.get_buffer("std")
+        x = self.pixels(image)
         hidden = self.model.vision_model(pixel_values=x).last_hidden_state
         return hidden, torch.zeros(hidden.shape[0], 1, dtype=torch.float32)
 

@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from export.hf.adapter import Adapted
+from export.hf.pixels import PixelValues
 from export.hf.snapshot import Snapshot, SnapshotError, offline
 from service.manifest import Preprocessing
 
@@ -46,13 +47,10 @@ class Encoder(nn.Module):
     def __init__(self, model: nn.Module, rescale: float, mean: Sequence[float], std: Sequence[float]) -> None:
         super().__init__()
         self.model: Any = model
-        self.rescale = float(rescale)
-        self.register_buffer("mean", torch.tensor(list(mean), dtype=torch.float32).view(1, -1, 1, 1))
-        self.register_buffer("std", torch.tensor(list(std), dtype=torch.float32).view(1, -1, 1, 1))
+        self.pixels = PixelValues(rescale, mean, std)
 
     def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = image.permute(0, 3, 1, 2).to(torch.float32) * self.rescale
-        x = (x - self.get_buffer("mean")) / self.get_buffer("std")
+        x = self.pixels(image)
         git = self.model.git
         features = git.image_encoder(x).last_hidden_state
         memory = git.visual_projection(features)

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from export.hf.adapter import Adapted
+from export.hf.pixels import PixelValues
 from export.hf.snapshot import Snapshot, SnapshotError, offline
 from service.manifest import Preprocessing
 
@@ -32,14 +33,10 @@ class Encoder(nn.Module):
     def __init__(self, model: nn.Module, rescale: float, mean: Sequence[float], std: Sequence[float]) -> None:
         super().__init__()
         self.model: Any = model
-        self.rescale = float(rescale)
-        self.register_buffer("mean", torch.tensor(list(mean), dtype=torch.float32).view(1, -1, 1, 1))
-        self.register_buffer("std", torch.tensor(list(std), dtype=torch.float32).view(1, -1, 1, 1))
+        self.pixels = PixelValues(rescale, mean, std)
 
     def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = image.permute(0, 3, 1, 2).to(torch.float32) * self.rescale
-        mean, std = self.get_buffer("mean"), self.get_buffer("std")
-        x = (x - mean) / std
+        x = self.pixels(image)
         hidden = self.model.encoder(pixel_values=x).last_hidden_state
         project = getattr(self.model, "enc_to_dec_proj", None)
         if project is not None:

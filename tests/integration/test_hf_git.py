@@ -11,7 +11,6 @@ import asyncio
 import dataclasses
 import json
 import shutil
-import socket
 from io import BytesIO
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from service.gateway.app import create_app
 from service.manifest import Preprocessing, load_manifest
 from service.settings import Settings
 from tests.api.conftest import wait_ready
+from tests.hf_checks import assert_near_ties, generate_differences, refuse_network
 from tests.hf_tiny_git import git
 
 NAME = "tinygit"
@@ -37,20 +37,7 @@ CLS, SEP, PAD = 2, 3, 0  # the tiny WordPiece tokenizer's [CLS], [SEP], [PAD]
 
 @pytest.fixture(autouse=True)
 def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Any connection to an address other than loopback fails, as it would on a machine offline."""
-    real = socket.socket.connect
-
-    def connect(self: socket.socket, address: Any) -> Any:
-        host = address[0] if isinstance(address, tuple) else address
-        if (
-            isinstance(host, str)
-            and host not in ("127.0.0.1", "::1", "localhost")
-            and self.family != socket.AF_UNIX
-        ):
-            raise OSError(f"network refused by the test: {address}")
-        return real(self, address)
-
-    monkeypatch.setattr(socket.socket, "connect", connect)
+    refuse_network(monkeypatch)
 
 
 @pytest.fixture(scope="module")
@@ -186,25 +173,13 @@ def test_captions_are_those_of_generate(repo: Path, snapshot: Path) -> None:
                 output_scores=True, return_dict_in_generate=True,
             )  # fmt: skip
         assert bool((ref.sequences[:, 0] == CLS).all())  # generate starts at bos_token_id
-        for i, per_image in enumerate(results):
-            assert len(per_image) == n_best
-            for j, caption in enumerate(per_image):
-                row = ref.sequences[i * n_best + j, 1:].tolist()
-                ended += SEP in row
-                empty += row[:1] == [SEP]
-                theirs = row[: row.index(SEP)] if SEP in row else row  # up to its end token
-                score = (
-                    float(ref.sequences_scores[i * n_best + j]) if beams > 1 else caption.normalized_logprob
-                )
-                if caption.tokens != theirs or abs(caption.normalized_logprob - score) > 1e-4:
-                    differences.append(
-                        (beams, n_best, i, j, caption.tokens, theirs, caption.normalized_logprob, score)
-                    )
+        found, rows = generate_differences(results, ref, beams, n_best, end=SEP)
+        differences += [(beams, n_best, *d) for d in found]
+        ended += sum(SEP in row for row in rows)
+        empty += sum(row[:1] == [SEP] for row in rows)
     total = 20 * sum(s[1] for s in SEARCHES)
     assert ended > 0.2 * total, "the tiny model's captions should end with [SEP] now and then"
-    assert len(differences) <= 0.05 * total, differences
-    for diff in differences:  # each one a near-tie
-        assert abs(diff[6] - diff[7]) <= 1e-4, diff
+    assert_near_ties([d[2:] for d in differences], total)
     same = total - len(differences)
     print(f"{same} of {total} captions token-identical to generate(); {ended} end by [SEP], {empty} at once")
     print(f"differences: {differences}")

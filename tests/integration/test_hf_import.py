@@ -9,10 +9,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
-import hashlib
 import json
 import shutil
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,7 @@ from service.gateway.app import create_app
 from service.manifest import load_manifest
 from service.settings import Settings
 from tests.api.conftest import wait_ready
+from tests.hf_checks import assert_near_ties, generate_differences, refuse_network, tree_digest
 from tests.hf_tiny import vit_gpt2
 
 NAME = "vitgpt2"
@@ -38,27 +37,7 @@ NAME = "vitgpt2"
 
 @pytest.fixture(autouse=True)
 def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Any connection to an address other than loopback fails, as it would on a machine offline."""
-    real = socket.socket.connect
-
-    def connect(self: socket.socket, address: Any) -> Any:
-        host = address[0] if isinstance(address, tuple) else address
-        if (
-            isinstance(host, str)
-            and host not in ("127.0.0.1", "::1", "localhost")
-            and self.family != socket.AF_UNIX
-        ):
-            raise OSError(f"network refused by the test: {address}")
-        return real(self, address)
-
-    monkeypatch.setattr(socket.socket, "connect", connect)
-
-
-def tree_digest(root: Path) -> str:
-    h = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
-    return h.hexdigest()
+    refuse_network(monkeypatch)
 
 
 @pytest.fixture(scope="module")
@@ -162,24 +141,10 @@ def test_captions_are_those_of_generate(repo: Path, snapshot: Path) -> None:
                 do_sample=False, length_penalty=penalty, early_stopping=early,
                 output_scores=True, return_dict_in_generate=True,
             )  # fmt: skip
-        for i, per_image in enumerate(results):
-            assert len(per_image) == n_best
-            for j, caption in enumerate(per_image):
-                row = ref.sequences[i * n_best + j, 1:].tolist()
-                theirs = row[: row.index(0)] if 0 in row else row  # up to its end token
-                while theirs and theirs[-1] == 1:  # generate pads shorter rows
-                    theirs.pop()
-                score = (
-                    float(ref.sequences_scores[i * n_best + j]) if beams > 1 else caption.normalized_logprob
-                )
-                if caption.tokens != theirs or abs(caption.normalized_logprob - score) > 1e-4:
-                    differences.append(
-                        (beams, n_best, i, j, caption.tokens, theirs, caption.normalized_logprob, score)
-                    )
+        found, _ = generate_differences(results, ref, beams, n_best, end=0, pad=1)
+        differences += [(beams, n_best, *d) for d in found]
     total = 20 * sum(s[1] for s in SEARCHES)
-    assert len(differences) <= 0.05 * total, differences
-    for diff in differences:  # each one a near-tie
-        assert abs(diff[6] - diff[7]) <= 1e-4, diff
+    assert_near_ties([d[2:] for d in differences], total)
     same = total - len(differences)
     print(f"{same} of {total} captions token-identical to generate(); differences: {differences}")
 
