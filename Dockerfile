@@ -14,7 +14,7 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY requirements-${VARIANT}.lock ./
 RUN python -m venv /opt/compcap \
-    && /opt/compcap/bin/pip install --no-cache-dir --require-hashes -r requirements-${VARIANT}.lock
+    && /opt/compcap/bin/pip install --no-cache-dir --no-deps --require-hashes -r requirements-${VARIANT}.lock
 COPY pyproject.toml README.md ./
 COPY service ./service
 COPY export ./export

@@ -36,7 +36,7 @@ install: $(STAMP)
 
 $(SSTAMP): requirements-serve.lock pyproject.toml
 	test -x $(SVENV)/bin/python || $(PY) -m venv $(SVENV)
-	$(SVENV)/bin/python -m pip install -q --disable-pip-version-check --require-hashes -r requirements-serve.lock
+	$(SVENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps --require-hashes -r requirements-serve.lock
 	$(SVENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps .
 	touch $(SSTAMP)
 
