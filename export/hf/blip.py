@@ -6,7 +6,8 @@
   (the vision model's last hidden states, after its final layer norm: the ``image_embeds`` that
   ``generate()`` hands the text decoder) and ``state`` float32 [B, 1] (unused). Rescale and mean/std
   normalisation run inside the graph.
-- ``Step``: ``memory`` [I, M, D], ``image_index`` int64 [N], ``tokens`` int64 [N, T] (right-padded
+- the step (``export.hf.step.CrossAttentionStep`` around its ``text_decoder``):
+  ``memory`` [I, M, D], ``image_index`` int64 [N], ``tokens`` int64 [N, T] (right-padded
   prefixes starting with the text config's ``bos_token_id``, ``[DEC]``), ``length`` int64 [N],
   ``state`` [N, 1] → ``logprobs`` float32 [N, V] of the next token after each row's last real token,
   ``state_out`` (``state`` unchanged) and ``attention`` float32 [N, M]: the text decoder's last layer's
@@ -33,6 +34,7 @@ from torch import nn
 from export.hf.adapter import Adapted
 from export.hf.pixels import PixelValues
 from export.hf.snapshot import Snapshot, SnapshotError, offline
+from export.hf.step import CrossAttentionStep
 from service.manifest import Preprocessing
 
 DEFAULT_NEW_TOKENS = 20  # generate()'s max_length when nothing sets one: 20 tokens after the prompt
@@ -50,38 +52,6 @@ class Encoder(nn.Module):
         x = self.pixels(image)
         hidden = self.model.vision_model(pixel_values=x).last_hidden_state
         return hidden, torch.zeros(hidden.shape[0], 1, dtype=torch.float32)
-
-
-class Step(nn.Module):
-    """One decoding step of BLIP's text decoder for rows of many images (see module docstring)."""
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model: Any = model
-
-    def forward(
-        self,
-        memory: torch.Tensor,
-        image_index: torch.Tensor,
-        tokens: torch.Tensor,
-        length: torch.Tensor,
-        state: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        image_embeds = memory.index_select(0, image_index)
-        positions = torch.arange(tokens.shape[1], device=tokens.device).unsqueeze(0)
-        mask = (positions < length.unsqueeze(1)).to(torch.int64)
-        out = self.model.text_decoder(
-            input_ids=tokens,
-            attention_mask=mask,
-            encoder_hidden_states=image_embeds,  # every image position visible, as generate()'s all-ones mask
-            output_attentions=True,
-            use_cache=False,
-        )
-        rows = torch.arange(tokens.shape[0], device=tokens.device)
-        last = length - 1
-        logprobs = torch.log_softmax(out.logits[rows, last].to(torch.float32), dim=-1)
-        attention = out.cross_attentions[-1][rows, :, last].mean(dim=1)
-        return logprobs, state, attention
 
 
 def max_tokens(gen: Any, max_positions: int | None) -> int:
@@ -113,7 +83,7 @@ def adapt(snapshot: Snapshot, pre: Preprocessing) -> Adapted:
     return Adapted(
         model=model,
         encoder=Encoder(model, pre.rescale, pre.mean, pre.std),
-        step=Step(model),
+        step=CrossAttentionStep(model.text_decoder),
         vocab_size=int(text.vocab_size),
         start=int(start),
         eos=int(end),

@@ -5,7 +5,8 @@
   (the vision encoder's last hidden states, projected to the decoder's width where the model does so)
   and ``state`` float32 [B, 1] (unused: the decoder reads the whole prefix). The image processor's
   rescale and mean/std normalisation run inside the graph; resizing to its size is the gateway's.
-- ``Step``: ``memory`` [I, M, D] once per image, ``image_index`` int64 [N], ``tokens`` int64 [N, T]
+- the step (``export.hf.step.CrossAttentionStep`` around its ``decoder``):
+  ``memory`` [I, M, D] once per image, ``image_index`` int64 [N], ``tokens`` int64 [N, T]
   (right-padded prefixes starting with the decoder start token), ``length`` int64 [N], ``state``
   [N, 1] → ``logprobs`` float32 [N, V] of the next token after each row's last real token,
   ``state_out`` (``state`` unchanged) and ``attention`` float32 [N, M]: the last decoder layer's
@@ -24,6 +25,7 @@ from torch import nn
 from export.hf.adapter import Adapted
 from export.hf.pixels import PixelValues
 from export.hf.snapshot import Snapshot, SnapshotError, offline
+from export.hf.step import CrossAttentionStep
 from service.manifest import Preprocessing
 
 
@@ -42,38 +44,6 @@ class Encoder(nn.Module):
         if project is not None:
             hidden = project(hidden)
         return hidden, torch.zeros(hidden.shape[0], 1, dtype=torch.float32)
-
-
-class Step(nn.Module):
-    """One decoding step for rows of many images (see module docstring)."""
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model: Any = model
-
-    def forward(
-        self,
-        memory: torch.Tensor,
-        image_index: torch.Tensor,
-        tokens: torch.Tensor,
-        length: torch.Tensor,
-        state: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        encoder_states = memory.index_select(0, image_index)
-        positions = torch.arange(tokens.shape[1], device=tokens.device).unsqueeze(0)
-        mask = (positions < length.unsqueeze(1)).to(torch.int64)
-        out = self.model.decoder(
-            input_ids=tokens,
-            attention_mask=mask,
-            encoder_hidden_states=encoder_states,
-            output_attentions=True,
-            use_cache=False,
-        )
-        rows = torch.arange(tokens.shape[0], device=tokens.device)
-        last = length - 1
-        logprobs = torch.log_softmax(out.logits[rows, last].to(torch.float32), dim=-1)
-        attention = out.cross_attentions[-1][rows, :, last].mean(dim=1)
-        return logprobs, state, attention
 
 
 def adapt(snapshot: Snapshot, pre: Preprocessing) -> Adapted:
@@ -99,7 +69,7 @@ def adapt(snapshot: Snapshot, pre: Preprocessing) -> Adapted:
     return Adapted(
         model=model,
         encoder=Encoder(model, pre.rescale, pre.mean, pre.std),
-        step=Step(model),
+        step=CrossAttentionStep(model.decoder),
         vocab_size=int(config.decoder.vocab_size),
         start=int(start),
         eos=int(eos),
