@@ -38,13 +38,15 @@ def export_program(
     path: Path,
     checks: Sequence[dict[str, torch.Tensor]],
     max_dims: dict[str, int] | None = None,
+    min_dims: dict[str, int] | None = None,
 ) -> float:
     """Export ``fn`` (a method of ``owner``, eval mode) with example ``inputs`` and the named dynamic
-    axes ``dynamic`` (an axis name is one symbol across inputs; ``max_dims`` bounds some), save it to
-    ``path`` and return the max abs difference program vs eager over ``checks``."""
+    axes ``dynamic`` (an axis name is one symbol across inputs; ``max_dims`` / ``min_dims`` bound some,
+    else 1..``MAX_DIM``), save it to ``path`` and return the max abs difference program vs eager over
+    ``checks``."""
     owner.eval()
     dims = {
-        name: Dim(name, min=1, max=(max_dims or {}).get(name, MAX_DIM))
+        name: Dim(name, min=(min_dims or {}).get(name, 1), max=(max_dims or {}).get(name, MAX_DIM))
         for axes in dynamic.values()
         for name in axes.values()
     }

@@ -5,7 +5,8 @@ Steps: read the snapshot (``snapshot``), load it offline and wrap it as its arch
 (``adapter``; ``ved``: the encoder with the image processor's normalisation inside, the step of the
 model contract), export the two graphs with ``torch.onnx``,
 check each against the transformers module on onnxruntime (max abs difference ≤ ``PARITY_TOLERANCE``
-on several batch shapes), copy its ``tokenizer.json``, then write the Triton configs and the manifest
+on several batch shapes), write their torch.export programs for gradient explanations
+(``export.hf.programs``), copy its ``tokenizer.json``, then write the Triton configs and the manifest
 entry (contract version 2). Everything is staged in a folder of its own inside the repository and moved
 into place only once it all checked out; the manifest is replaced last, in one ``os.replace``, so a
 failed import leaves the repository as it was. Importing a name again replaces that captioner."""
@@ -21,9 +22,11 @@ import numpy as np
 import torch
 
 from export.hf.adapter import adapt, preprocessing
+from export.hf.programs import MIN_TOKENS, write_programs
 from export.hf.snapshot import Snapshot, SnapshotError, read_snapshot
 from export.hf.staging import HfImportError, ImportReport, commit, write_configs
 from export.onnx import GraphSpec, export_graph, parity
+from export.programs import program_path
 from service.manifest import (
     CaptionerEntry,
     HeldOutPair,
@@ -130,7 +133,7 @@ def _export(
             "state": torch.zeros(n, 1),
         }
 
-    trials = [rows(5, 4), rows(3, 1), rows(7, 9)]
+    trials = [rows(5, 4), rows(3, 1), rows(7, min(9, max(2, max_tokens)))]
     step_path = stage / f"{name}_step" / "1" / "model.onnx"
     dynamic = {
         "memory": {0: "images"},
@@ -151,6 +154,8 @@ def _export(
             raise HfImportError(
                 f"{graph}: transformers vs onnxruntime max abs diff {diff:.2e} > {PARITY_TOLERANCE}"
             )
+    wide = [t for t in trials if t["tokens"].shape[1] >= MIN_TOKENS]
+    report.programs = write_programs(encoder, step, images, wide, stage, name, max_tokens)
     tokenizers_dir = stage / "tokenizers"
     tokenizers_dir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(tokenizer_file, tokenizers_dir / f"{name}.json")
@@ -160,6 +165,7 @@ def _export(
             role="captioner_encoder",
             owner=name,
             max_batch_size=PER_IMAGE_MAX_BATCH,
+            program=program_path(f"{name}_encoder"),
             inputs=[TensorSpec(name="image", dtype="UINT8", dims=[pre.height, pre.width, 3])],
             outputs=[
                 TensorSpec(name="memory", dtype="FP32", dims=[m, d]),
@@ -171,6 +177,7 @@ def _export(
             role="captioner_step",
             owner=name,
             max_batch_size=0,
+            program=program_path(f"{name}_step"),
             inputs=[
                 TensorSpec(name="memory", dtype="FP32", dims=[-1, m, d]),
                 TensorSpec(name="image_index", dtype="INT64", dims=[-1]),
@@ -211,6 +218,7 @@ def _export(
     )
     write_configs(stage, models)
     report.files = [f"{name}_encoder/", f"{name}_step/", f"tokenizers/{name}.json"]
+    report.files += [m.program for m in models if m.program]
     return entry, models, report
 
 

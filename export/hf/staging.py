@@ -22,6 +22,7 @@ class ImportReport:
     name: str
     architecture: str
     parity: dict[str, float] = field(default_factory=dict)  # graph → max abs difference
+    programs: dict[str, float] = field(default_factory=dict)  # graph → its program's max abs difference
     files: list[str] = field(default_factory=list)
 
 
@@ -40,8 +41,9 @@ def commit(
     entry: CaptionerEntry | RankerEntry,
     models: list[ModelEntry],
 ) -> None:
-    """Move the staged files (``models``' folders, ``tokenizers/<name>.json``) into ``repo`` and replace
-    the manifest with ``entry`` in it (the last step); an earlier import of the same name is replaced."""
+    """Move the staged files (``models``' folders and programs, ``tokenizers/<name>.json``) into
+    ``repo`` and replace the manifest with ``entry`` in it (the last step); an earlier import of the
+    same name is replaced."""
     kept_models = [m for m in manifest.models if m.owner != entry.name]
     kind = "captioners" if isinstance(entry, CaptionerEntry) else "rankers"
     kept = [e for e in getattr(manifest, kind) if e.name != entry.name]
@@ -57,7 +59,8 @@ def commit(
     tokenizer = Path("tokenizers") / f"{entry.name}.json"
     moved: list[tuple[Path, Path | None]] = []
     try:
-        for relative in [*(Path(m.name) for m in models), tokenizer]:
+        programs = [Path(m.program) for m in models if m.program]
+        for relative in [*(Path(m.name) for m in models), *programs, tokenizer]:
             target = repo / relative
             previous = None
             if target.exists():

@@ -28,10 +28,26 @@ def fold_slots(weights: np.ndarray, regions: int) -> np.ndarray:
     return weights.reshape(*weights.shape[:-1], m // regions, regions).sum(-2)
 
 
-def cell_boxes(grid: int, height: int, width: int) -> np.ndarray:
-    """float64 [g*g, 4] pixel boxes (x0, y0, x1, y1) of the grid cells, row-major."""
-    edges_y = np.linspace(0.0, height, grid + 1)
-    edges_x = np.linspace(0.0, width, grid + 1)
+Area = tuple[float, float, float, float]  # (x0, y0, x1, y1) in image pixels
+
+
+def grid_area(height: int, width: int, resize: Sequence[int] | None, crop: Sequence[int]) -> Area:
+    """Where an encoder's input lies in a ``height`` × ``width`` image: the whole image, or — when the
+    image is resized to ``resize`` (h, w) and cropped at the centre to ``crop`` (h, w) — the crop's box
+    in the image's own pixels."""
+    if resize is None:
+        return (0.0, 0.0, float(width), float(height))
+    top, left = (resize[0] - crop[0]) // 2, (resize[1] - crop[1]) // 2
+    sy, sx = height / resize[0], width / resize[1]
+    return (left * sx, top * sy, (left + crop[1]) * sx, (top + crop[0]) * sy)
+
+
+def cell_boxes(grid: int, height: int, width: int, area: Area | None = None) -> np.ndarray:
+    """float64 [g*g, 4] pixel boxes (x0, y0, x1, y1) of the grid cells, row-major, over the image or
+    over ``area`` of it (``grid_area``)."""
+    x0, y0, x1, y1 = area if area is not None else (0.0, 0.0, float(width), float(height))
+    edges_y = np.linspace(y0, y1, grid + 1)
+    edges_x = np.linspace(x0, x1, grid + 1)
     rows, cols = np.divmod(np.arange(grid * grid), grid)
     return np.stack([edges_x[cols], edges_y[rows], edges_x[cols + 1], edges_y[rows + 1]], axis=1)
 

@@ -25,6 +25,7 @@ from typing import Literal
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.fx import GraphModule
 
@@ -39,6 +40,7 @@ _RELU_TARGETS = (
     torch.nn.functional.relu,
 )
 
+IMPORTED_MIN_WIDTH = 2  # an imported step's program reads prefixes of 2 columns or more (export.hf.programs)
 LOCK = threading.Lock()  # Captum's guided-backprop hooks live on shared modules: one attribution at a time
 
 
@@ -64,11 +66,20 @@ def load_program(path: Path) -> GraphModule:
     return module
 
 
+class MemoryState(nn.Module):
+    """An imported captioner's ``init`` when its memory is what is attributed: memory [B, M, D] →
+    (memory, state zeros [B, 1]); its own encoder made the memory, and its step reads no state."""
+
+    def forward(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return memory, memory.new_zeros(memory.shape[0], 1)
+
+
 class TeacherForcedScores(nn.Module):
     """x → S_w [B, T]: the log-prob of each caption word at its step. ``x`` is region features
-    [B, R, D] or, with an ``encoder``, float pixels [B, H, W, 3]. ``last_token``: the step reads only the
-    last token and carries state (LSTM: one call per step); else it reads the whole prefix (all T
-    prefixes in one call)."""
+    [B, R, D] or, with an ``encoder``, float pixels [B, H, W, 3]; an imported captioner's encoder is its
+    ``init`` (pixels → memory, state), ``pixels`` then says that ``x`` is pixels. ``last_token``: the step
+    reads only the last token and carries state (LSTM: one call per step); else it reads the whole
+    prefix (all T prefixes in one call), as wide as ``min_width`` at least (padded on the right)."""
 
     def __init__(
         self,
@@ -78,6 +89,8 @@ class TeacherForcedScores(nn.Module):
         bos: int,
         last_token: bool,
         encoder: nn.Module | None = None,
+        pixels: bool = False,
+        min_width: int = 1,
     ) -> None:
         super().__init__()
         if not words:
@@ -86,6 +99,9 @@ class TeacherForcedScores(nn.Module):
         self.words = torch.tensor(list(words), dtype=torch.int64)
         self.tokens = torch.tensor([bos, *words[:-1]], dtype=torch.int64)  # the inputs of steps 0..T-1
         self.last_token = last_token
+        self.pixels = pixels or encoder is not None
+        # a step program traced for prefixes of >= min_width columns: pad on the right (past every length)
+        self.tokens = F.pad(self.tokens, (0, max(0, min_width - len(self.tokens))), value=bos)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         regions = self.encoder(x) if self.encoder is not None else x
@@ -151,7 +167,7 @@ def attribute(model: TeacherForcedScores, x: torch.Tensor, method: str, n_steps:
         elif method == "guided_backprop":
             out = GuidedBackprop(model).attribute(copies, target=targets)
         else:
-            rows = MAX_ROWS if model.encoder is None else 64  # pixels run the encoder on every row
+            rows = 64 if model.pixels else MAX_ROWS  # pixels run the encoder on every row
             rows = rows if model.last_token else rows // t  # a prefix reader's step takes T rows per copy
             out, conv = IntegratedGradients(model).attribute(
                 copies,
@@ -183,22 +199,42 @@ class ProgramCache:
             self._graphs[name] = load_program(self.repo / program)
         return self._graphs[name]
 
+    def relus(self, captioner: str, pixels: bool) -> int:
+        """ReLU modules guided backpropagation overrides in the graphs ``scorer`` chains (0: it is the
+        plain gradient, e.g. for transformers' GELU networks)."""
+        cap = self.manifest.captioner(captioner)
+        if cap.image is not None:  # imported: its encoder is its init, attributed through on pixels only
+            names = [cap.init, cap.step] if pixels else [cap.step]
+        else:
+            names = [cap.init, cap.step, *(["visual_encoder"] if pixels else [])]
+        return sum(
+            1 for n in names for m, _ in self.graph(n).named_children() if m.startswith("guided_relu_")
+        )
+
     def scorer(self, captioner: str, words: Sequence[int], pixels: bool) -> TeacherForcedScores:
         cap = self.manifest.captioner(captioner)
+        last = cap.reads == "last_token"
+        if cap.tokens is not None and cap.image is not None:  # imported: its own encoder and token ids
+            init = self.graph(cap.init) if pixels else MemoryState()
+            return TeacherForcedScores(
+                init, self.graph(cap.step), words, cap.tokens.bos_id, last, pixels=pixels
+            )
         encoder = self.graph("visual_encoder") if pixels else None
         bos = self.manifest.vocabulary.bos_id
-        return TeacherForcedScores(
-            self.graph(cap.init), self.graph(cap.step), words, bos, cap.reads == "last_token", encoder
-        )
+        return TeacherForcedScores(self.graph(cap.init), self.graph(cap.step), words, bos, last, encoder)
 
     def attribute(
         self, captioner: str, image: np.ndarray, words: Sequence[int], method: str, to: str, n_steps: int
     ) -> Attribution:
-        """Attributions of each word of ``words`` on uint8 ``image`` [1, H, W, 3], to the region features
-        (``to="regions"``: values [T, R, D]) or the pixels (``"pixels"``: [T, H, W, 3])."""
+        """Attributions of each word of ``words`` on uint8 ``image`` [1, H, W, 3] (at the size the
+        captioner's encoder reads), to the region features (``to="regions"``: values [T, R, D]; an
+        imported captioner's memory [T, M, D]) or the pixels (``"pixels"``: [T, H, W, 3])."""
         pixels = torch.from_numpy(np.ascontiguousarray(image, dtype=np.float32))
         if to == "pixels":
             return attribute(self.scorer(captioner, words, True), pixels, method, n_steps)
+        cap = self.manifest.captioner(captioner)
+        encoder = self.graph(cap.init if cap.image is not None else "visual_encoder")
         with torch.no_grad():
-            regions = self.graph("visual_encoder")(pixels)
+            regions = encoder(pixels)
+        regions = regions[0] if isinstance(regions, tuple | list) else regions  # imported: (memory, state)
         return attribute(self.scorer(captioner, words, False), regions, method, n_steps)

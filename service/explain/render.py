@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import io
+from collections.abc import Sequence
 
 import numpy as np
 from PIL import Image
@@ -32,9 +33,19 @@ def colourise(unit: np.ndarray) -> np.ndarray:
 
 
 def upsample(grid_map: np.ndarray, height: int, width: int) -> np.ndarray:
-    """[g, g] → [height, width] float32, bilinear."""
+    """[a, b] → [height, width] float32, bilinear."""
     img = Image.fromarray(grid_map.astype(np.float32), mode="F")
     return np.asarray(img.resize((width, height), Image.Resampling.BILINEAR), dtype=np.float32)
+
+
+def place(values: np.ndarray, area: Sequence[float], height: int, width: int) -> np.ndarray:
+    """[a, b] map → [height, width] float32: ``values`` resized (bilinear) onto ``area`` (x0, y0, x1, y1)
+    of the image, 0 elsewhere (a centre-cropping encoder sees only its crop)."""
+    x0, y0, x1, y1 = (round(v) for v in area)
+    out = np.zeros((height, width), dtype=np.float32)
+    if x1 > x0 and y1 > y0:
+        out[y0:y1, x0:x1] = upsample(values, y1 - y0, x1 - x0)
+    return out
 
 
 def overlay_png(image: np.ndarray, unit_map: np.ndarray, scale: int = 2, alpha: float = 0.5) -> str:

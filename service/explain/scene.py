@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from service.explain.geometry import cell_boxes, centre_inside, object_under
+from service.explain.geometry import Area, cell_boxes, centre_inside, object_under
 from service.explain.grounding import grounding_scores
 from service.text.lexicon import Lexicon, object_labels
 
@@ -57,10 +57,12 @@ def ground_caption(
     height: int,
     width: int,
     lexicon: Lexicon,
+    area: Area | None = None,
 ) -> CaptionGrounding:
     """``words`` [T] and the region index of each word's argmax [T] → per-word grounding and
-    GroundingScore(δ) for δ in ``grounding.DELTAS``."""
-    cells = cell_boxes(grid, height, width)
+    GroundingScore(δ) for δ in ``grounding.DELTAS``; the grid covers the image, or ``area`` of it (a
+    centre-cropping encoder's, ``geometry.grid_area``: the pointing game's chance counts its cells)."""
+    cells = cell_boxes(grid, height, width, area)
     under = [cell_labels(cells[r], scene) for r in argmax]
     objects = scene.get("objects", [])
     out = []

@@ -46,6 +46,11 @@ class IntegratedGradientsInfo(BaseModel):
     mean_relative_delta: float = Field(description="mean |delta| / |score_gap|")
 
 
+class GuidedBackpropInfo(BaseModel):
+    relu_modules: int = Field(description="ReLUs whose negative gradients are stopped (0: plain gradient)")
+    note: str
+
+
 class ExplainResponse(BaseModel):
     model: str
     method: str
@@ -56,6 +61,10 @@ class ExplainResponse(BaseModel):
     normalized_logprob: float | None = None
     ranker_score: float | None = None
     grid: list[int] | None
+    grid_area: list[float] = Field(
+        description="[x0, y0, x1, y1]: where the grid lies in the image (a centre-cropping encoder's crop; "
+        "else the whole image)"
+    )
     image_size: list[int]
     scene_graph: bool
     words: list[ExplainedWord]
@@ -63,4 +72,5 @@ class ExplainResponse(BaseModel):
         description="GroundingScore by δ: '0', '1', '3', '5', 'inf'"
     )
     integrated_gradients: IntegratedGradientsInfo | None = None
+    guided_backprop: GuidedBackpropInfo | None = None
     timings_ms: dict[str, float] = Field(description="caption, maps, render, per_word (maps ÷ words)")

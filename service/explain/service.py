@@ -21,11 +21,12 @@ from service.api.gate import BoundedGate, RequestError
 from service.engine.engine import CaptionEngine
 from service.engine.params import SearchParams
 from service.engine.request import Priority
+from service.engine.runner import prepare_images
 from service.explain.attention import AttentionRecorder, ForceWords
-from service.explain.geometry import fold_slots, grid_size, pool_to_grid
-from service.explain.render import overlay_png, stretch, upsample
+from service.explain.geometry import cell_boxes, fold_slots, grid_area, grid_size, pool_to_grid
+from service.explain.render import overlay_png, place, stretch
 from service.explain.scene import ground_caption
-from service.manifest import Manifest
+from service.manifest import CaptionerEntry, Manifest
 from service.text.lexicon import default_lexicon
 from service.text.subword import SubwordVocabulary, TokenVocabulary
 from service.text.vocabulary import Vocabulary
@@ -110,23 +111,14 @@ class ExplainService:
         """Validate ``spec`` before any work; the client caption's word ids (None: the engine captions)."""
         if spec.method not in METHODS:
             raise RequestError(422, "invalid_method", f"method must be one of {METHODS}", field="method")
-        imported = self.manifest.captioner(spec.params.model)
-        pre = imported.image
-        cropped = pre is not None and pre.resize is not None and pre.resize != [pre.height, pre.width]
-        if pre is not None and (spec.method != "attention" or imported.memory_grid is None or cropped):
-            why = (
-                "gradient methods"
-                if spec.method != "attention"
-                else "attention over a centre crop (its grid does not cover the whole image)"
-                if cropped
-                else "attention without a grid of patches"
-            )
+        cap = self.manifest.captioner(spec.params.model)
+        if cap.image is not None and spec.method == "attention" and cap.memory_grid is None:
             raise RequestError(
                 422,
                 "unsupported_model",
-                f"{imported.name} is an imported captioner ({imported.architecture}): its explanations by "
-                f"{why} are not supported yet (attention is)",
-                field="method" if spec.method != "attention" else "model",
+                f"{cap.name} is an imported captioner ({cap.architecture}) whose memory is not a "
+                "grid of patches: its attention has no place in the image (the gradient methods do)",
+                field="method",
             )
         if spec.attribute_to not in INPUTS:
             raise RequestError(
@@ -152,19 +144,19 @@ class ExplainService:
                     f"(pip install 'compcap[{EXTRA}]'); 'attention' works without it",
                     field="method",
                 )
-            cap = self.manifest.captioner(spec.params.model)
-            missing = [m for m in ("visual_encoder", cap.init, cap.step) if not self._has_program(m)]
+            graphs = [cap.init, cap.step] if cap.image is not None else ["visual_encoder", cap.init, cap.step]
+            missing = [m for m in graphs if not self._has_program(m)]
             if missing:
                 raise RequestError(
                     501,
                     "programs_missing",
                     f"this repository has no torch programs for {missing}: the build writes them "
-                    "(make build / compcap build); git does not carry them",
+                    "(make build / compcap build) and so does compcap import hf; git does not carry them",
                     field="method",
                 )
         if spec.caption is None:
             return None
-        if imported.tokens is not None and vocab is not None:
+        if cap.tokens is not None and vocab is not None:
             return self._subword_caption(spec, vocab)
         words = self.vocab.encode(spec.caption)
         unknown = [
@@ -259,13 +251,7 @@ class ExplainService:
                     f"{spec.params.model}'s step model has no attention output",
                     field="method",
                 )
-            cap = self.manifest.captioner(spec.params.model)
-            if (
-                cap.memory_grid is not None
-            ):  # an imported ViT-like encoder: its patches, the class token left out
-                raw = maps[:, cap.memory_offset : cap.memory_offset + cap.memory_grid**2]
-            else:
-                raw = fold_slots(maps, self.regions)
+            raw = self._cells(spec.params.model, maps)
             logprobs: list[float | None] = recorder.word_logprobs(words)
         else:
             raw, pixel_maps, logprobs, extra = await asyncio.to_thread(self._gradients, spec, words)
@@ -296,10 +282,20 @@ class ExplainService:
 
         if self._programs is None:
             self._programs = ProgramCache(self.repo, self.manifest, self.torch_threads)
-        maps = self._programs.attribute(
-            spec.params.model, spec.image, words, spec.method, spec.attribute_to, spec.n_steps
-        )
+        cap = self.manifest.captioner(spec.params.model)
+        # an imported captioner's programs read its encoder's input: the image resized (and cropped) for it
+        image = spec.image if cap.image is None else prepare_images(spec.image, cap.image)
+        pixels = spec.attribute_to == "pixels"
+        maps = self._programs.attribute(cap.name, image, words, spec.method, spec.attribute_to, spec.n_steps)
         extra: dict[str, Any] = {}
+        if spec.method == "guided_backprop":
+            relus = self._programs.relus(cap.name, pixels)
+            extra["guided_backprop"] = {
+                "relu_modules": relus,
+                "note": "no ReLU in these graphs: guided backpropagation is the plain gradient here"
+                if relus == 0
+                else "negative gradients stopped at each ReLU",
+            }
         if maps.delta is not None and maps.gap is not None:
             rel = np.abs(maps.delta) / np.maximum(np.abs(maps.gap), 1e-12)
             extra["integrated_gradients"] = {
@@ -310,12 +306,24 @@ class ExplainService:
                 "mean_abs_delta": float(np.abs(maps.delta).mean()),
                 "mean_relative_delta": float(rel.mean()),
             }
-        if spec.attribute_to == "pixels":
-            pixel = maps.values.sum(-1)  # [T, H, W]
-            g = grid_size(self.regions)
+        if pixels:
+            pixel = maps.values.sum(-1)  # [T, H, W] at the encoder's input size
+            g = self._grid(cap)
             raw = np.stack([pool_to_grid(p, g) for p in pixel]) if g else pixel.reshape(len(words), -1)
             return raw, pixel, maps.scores, extra
-        return maps.values.sum(-1), None, maps.scores, extra
+        return self._cells(cap.name, maps.values.sum(-1)), None, maps.scores, extra
+
+    def _grid(self, cap: CaptionerEntry) -> int | None:
+        """The side of the captioner's square grid of regions or patches (None: not a square grid)."""
+        return cap.memory_grid if cap.memory_grid is not None else grid_size(self.regions)
+
+    def _cells(self, captioner: str, values: np.ndarray) -> np.ndarray:
+        """[T, M] per memory slot → [T, cells]: an imported ViT-like encoder's patches (its class token
+        left out), an imported memory without a grid as it is, a built-in memory folded onto its regions."""
+        cap = self.manifest.captioner(captioner)
+        if cap.memory_grid is not None:
+            return values[:, cap.memory_offset : cap.memory_offset + cap.memory_grid**2]
+        return values if cap.image is not None else fold_slots(values, self.regions)
 
     def _shape(
         self,
@@ -332,14 +340,19 @@ class ExplainService:
         image = spec.image[0]
         h, w = image.shape[:2]
         cap = self.manifest.captioner(spec.params.model)
-        g = cap.memory_grid if cap.memory_grid is not None else grid_size(self.regions)
+        g = self._grid(cap)
+        pre = cap.image
+        area = grid_area(h, w, pre.resize if pre else None, (pre.height, pre.width) if pre else (h, w))
         if isinstance(vocab, SubwordVocabulary):
             texts = token_words(vocab, words)
         else:
             texts = [self.vocab.words[i] for i in words]
         argmax = [int(np.argmax(r)) for r in raw]
         lexicon = default_lexicon()
-        grounded = ground_caption(texts, argmax, spec.scene, g, h, w, lexicon) if spec.scene and g else None
+        grounded = (
+            ground_caption(texts, argmax, spec.scene, g, h, w, lexicon, area) if spec.scene and g else None
+        )
+        cells = cell_boxes(g, h, w, area) if g else None
         entries = []
         for t, (word, r) in enumerate(zip(texts, argmax, strict=True)):
             entry: dict[str, Any] = {
@@ -350,11 +363,11 @@ class ExplainService:
                 "values": raw[t].reshape(g, g).tolist() if g else raw[t].tolist(),
                 "argmax_region": r,
             }
-            if g:
-                row, col = divmod(r, g)
-                entry["argmax_box"] = [col * w / g, row * h / g, (col + 1) * w / g, (row + 1) * h / g]
+            if cells is not None:
+                entry["argmax_box"] = cells[r].tolist()
             if spec.overlays and g:
-                full = pixel_maps[t] if pixel_maps is not None else upsample(raw[t].reshape(g, g), h, w)
+                values = pixel_maps[t] if pixel_maps is not None else raw[t].reshape(g, g)
+                full = values if values.shape == (h, w) else place(values, area, h, w)
                 entry["overlay_png"] = overlay_png(image, stretch(full), spec.overlay_scale)
             if grounded is not None:
                 wg = grounded.words[t]
@@ -370,6 +383,7 @@ class ExplainService:
             entries.append(entry)
         return {
             "grid": [g, g] if g else None,
+            "grid_area": list(area),
             "image_size": [h, w],
             "scene_graph": grounded is not None,
             "words": entries,

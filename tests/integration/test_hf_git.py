@@ -224,3 +224,38 @@ def test_a_video_git_is_refused(repo: Path, snapshot: Path, tmp_path: Path) -> N
         import_hf(video, "videogit", repo)
     assert (repo / "manifest.json").read_bytes() == manifest
     assert not any(p.name.startswith(".import") or p.name.startswith("videogit") for p in repo.iterdir())
+
+
+def test_a_centre_cropping_encoder_is_explained_over_its_crop(
+    repo: Path, snapshot: Path, tmp_path: Path
+) -> None:
+    """An image processor that resizes the shortest edge to 80 and crops 64 at the centre: the encoder
+    sees only the crop, so its patch grid (attention and gradients) lies on the crop's box in the image
+    (``grid_area``), and every word's argmax cell is inside it."""
+    cropped = tmp_path / "git-crop"
+    shutil.copytree(snapshot, cropped)
+    config = json.loads((cropped / "preprocessor_config.json").read_text())
+    config["size"] = {"shortest_edge": 80}
+    (cropped / "preprocessor_config.json").write_text(json.dumps(config))
+    out = tmp_path / "model_repo"
+    shutil.copytree(repo, out)
+    import_hf(cropped, "gitcrop", out)
+    pre = load_manifest(out).captioner("gitcrop").image
+    assert pre is not None and pre.resize == [80, 80] and (pre.height, pre.width) == (64, 64)
+    box = [96 * 8 / 80, 96 * 8 / 80, 96 * 72 / 80, 96 * 72 / 80]  # the crop (8..72 of 80) in 96-pixel units
+    ref = {"probe_set": "systematicity", "image_id": 0}
+    with TestClient(create_app(Settings(repo=out, intra_op_threads=1))) as client:
+        wait_ready(client)
+        for method, to in (("attention", "regions"), ("saliency", "pixels")):
+            answer = client.post(
+                "/v1/explain",
+                json={"model": "gitcrop", "image_ref": ref, "method": method, "attribute_to": to},
+            )
+            assert answer.status_code == 200, answer.text
+            body = answer.json()
+            assert body["grid"] == [4, 4] and body["grid_area"] == pytest.approx(box)
+            assert body["scene_graph"] is True and body["words"]
+            for entry in body["words"]:
+                x0, y0, x1, y1 = entry["argmax_box"]
+                assert box[0] - 1e-6 <= x0 < x1 <= box[2] + 1e-6 and box[1] - 1e-6 <= y0 < y1 <= box[3] + 1e-6
+                assert x1 - x0 == pytest.approx((box[2] - box[0]) / 4)
