@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from service.cli_table import Command, CommandTable
@@ -104,7 +105,17 @@ def _probeset_arguments(parser: argparse.ArgumentParser) -> None:
         "--data", required=True, help="COCO-format folder (captions.json, images, optional instances.json)"
     )
     parser.add_argument("--kind", required=True, choices=PROBE_KINDS)
-    parser.add_argument("--out", required=True, help="folder of the probe set (replaced)")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="folder of the probe set (replaced); with --repo a folder of <repo>/probes/ (default <name>)",
+    )
+    parser.add_argument(
+        "--repo",
+        default=None,
+        help="a model repository: write the set into it and list it in its manifest (the gateway's probes "
+        "serve it as probe_set <name>; a set of the same name is replaced)",
+    )
     parser.add_argument(
         "--per-pair", type=int, default=50, help="images per pair (comb and no_comb each) or per object count"
     )
@@ -112,15 +123,35 @@ def _probeset_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--min-count", type=int, default=200, help="substitutivity: synonym words' training count"
     )
-    parser.add_argument("--name", default=None, help="name in probe.json (default: the kind)")
+    parser.add_argument(
+        "--name",
+        default=None,
+        help="name in probe.json and, with --repo, in the manifest (default: the kind)",
+    )
 
 
 def _probeset(args: argparse.Namespace) -> int:
     from export.probesets.coco import run_probeset_cli
 
-    run_probeset_cli(
-        Path(args.data), args.kind, Path(args.out), args.per_pair, args.seed, args.min_count, args.name
-    )  # prints the manifest entry
+    if args.out is None and args.repo is None:
+        print(
+            "compcap probeset: give --out DIR, or --repo REPO to add the set to a repository", file=sys.stderr
+        )
+        return 2
+    try:
+        run_probeset_cli(
+            Path(args.data),
+            args.kind,
+            Path(args.out) if args.out else None,
+            args.per_pair,
+            args.seed,
+            args.min_count,
+            args.name,
+            repo=Path(args.repo) if args.repo else None,
+        )  # prints the manifest entry
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"compcap probeset: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

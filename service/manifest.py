@@ -77,8 +77,11 @@ class HeldOutPair(BaseModel):
     noun: str
 
 
+EXTERNAL_SPLIT = "external"  # an imported model's split: what it was trained on is not known here
+
+
 class Training(BaseModel):
-    split: str = Field(description="'full' or e.g. 'systematicity/1'")
+    split: str = Field(description="'full', e.g. 'systematicity/1', or 'external' (an imported model)")
     held_out_pairs: list[HeldOutPair] = []
     dataset: str = ""
     images: int = 0
@@ -90,6 +93,12 @@ class Training(BaseModel):
     )
     val_bleu4: list[float] = Field(default_factory=list, description="greedy val BLEU-4 after each epoch")
     val_images: int = 0
+
+    @property
+    def held_out_known(self) -> bool:
+        """Whether the pairs its training held out — and so those it saw — are known: always for a model
+        trained here, for an imported one only when its import declared them (``--held-out-pairs``)."""
+        return self.split != EXTERNAL_SPLIT or bool(self.held_out_pairs)
 
 
 class TokenizerSpec(BaseModel):

@@ -18,6 +18,10 @@ through the split code of ``compcap splits`` (``export.data.splits.build_split``
 
 Images are copied (``images/<id><suffix>``); CIDEr-D document frequencies come from the split's
 ``train`` references. Pairs are filled in order of how few candidates they have; ids are unique.
+
+With ``repo`` (``compcap probeset --repo REPO``) the set is written into the model repository
+(``<repo>/probes/<name>``, or the folder of ``<repo>/probes/`` that ``out`` names) and listed in its manifest,
+so the gateway's live probes serve it (``probe_set`` of ``POST /v1/probes``) on any captioner.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from export.probesets.tables import (
 )
 from export.probesets.write import ProbeContent, write_probe_set
 from service.evaluation.cider import CiderD
-from service.manifest import ProbeSetEntry
+from service.manifest import MANIFEST_NAME, ProbeSetEntry
 from service.text.concepts import ConceptPair, load_concepts
 from service.text.synonyms import candidate_table, plural
 from service.text.vocabulary import tokenize
@@ -204,22 +208,41 @@ def _copier(ds: CaptionDataset) -> Any:
     return save
 
 
+def _destination(out: Path | None, repo: Path | None, name: str) -> Path:
+    """The probe set's folder: ``out``; with ``repo`` by default ``<repo>/probes/<name>``, and always a
+    folder of ``<repo>/probes/`` (the folder is replaced: never a model's)."""
+    if repo is None:
+        if out is None:
+            raise ValueError("give the probe set's folder (out) or the repository to add it to (repo)")
+        return Path(out)
+    if not (Path(repo) / MANIFEST_NAME).is_file():
+        raise FileNotFoundError(f"{repo} is not a model repository (no {MANIFEST_NAME})")
+    probes = Path(repo) / "probes"
+    folder = Path(out) if out is not None else probes / name
+    if folder.resolve().parent != probes.resolve():
+        raise ValueError(f"{folder}: a repository's probe set is a folder of {probes}, e.g. {probes / name}")
+    return folder
+
+
 def coco_probe_set(
     data: Path,
     kind: str,
-    out: Path,
+    out: Path | None = None,
     per_pair: int = 50,
     seed: int = 0,
     min_count: int = 200,
     name: str | None = None,
+    repo: Path | None = None,
 ) -> ProbeSetEntry:
     """Write a ``kind`` probe set of the COCO-format folder ``data`` to ``out`` and return its entry.
     ``per_pair``: images per pair (systematicity: comb and no_comb each; substitutivity) or per object
-    count (productivity)."""
+    count (productivity). ``repo``: write it into that model repository (by default to
+    ``<repo>/probes/<name>``) and list it in the manifest, replacing a set of the same name."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     if per_pair < 1:
         raise ValueError(f"per_pair must be >= 1, got {per_pair}")
+    folder = _destination(out, repo, name or kind)
     data = Path(data)
     ds = load_folder(data)  # FileNotFoundError naming the folder when captions.json is missing
     splits: list[Split] = []
@@ -250,20 +273,30 @@ def coco_probe_set(
         splits=splits,
         cider=cider,
     )
-    return write_probe_set(Path(out), content, _copier(ds))
+    if repo is None:
+        return write_probe_set(folder, content, _copier(ds))
+    from export.probesets.repo import register_probe_sets
+
+    entry = write_probe_set(folder.resolve(), content, _copier(ds), repo=Path(repo).resolve())
+    register_probe_sets(Path(repo), [entry])
+    return entry
 
 
 def run_probeset_cli(
     data: Path,
     kind: str,
-    out: Path,
+    out: Path | None,
     per_pair: int = 50,
     seed: int = 0,
     min_count: int = 200,
     name: str | None = None,
+    repo: Path | None = None,
 ) -> dict[str, Any]:
-    """What ``compcap probeset`` calls: write the set, print and return its manifest entry."""
-    entry = coco_probe_set(data, kind, out, per_pair=per_pair, seed=seed, min_count=min_count, name=name)
+    """What ``compcap probeset`` calls: write the set (into ``repo`` and its manifest when given), print
+    and return its manifest entry."""
+    entry = coco_probe_set(
+        data, kind, out, per_pair=per_pair, seed=seed, min_count=min_count, name=name, repo=repo
+    )
     summary = entry.model_dump()
     print(json.dumps(summary, indent=2))
     return summary

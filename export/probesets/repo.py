@@ -2,7 +2,9 @@
 into the staging repository, or by ``compcap probesets --repo DIR`` into an already built one (no
 retraining). The training references (CIDEr-D document frequencies, synonym counts) are the ``train``
 set of the split the repository's default captioner was trained on (``systematicity/<g>`` or ``full``
-of the training world ``<repo>.work/data/train``); for the zoo that is the group-1 split of ``butr_g1``."""
+of the training world ``<repo>.work/data/train``); for the zoo that is the group-1 split of ``butr_g1``.
+``register_probe_sets`` lists sets written under a repository (these, or ``compcap probeset --repo``'s
+from a COCO-format folder) in its manifest."""
 
 from __future__ import annotations
 
@@ -81,9 +83,7 @@ def add_probe_sets(
     entries = preset_probe_sets(
         repo, get_preset(preset or manifest.preset), seed, refs, about, manifest.image.height, kinds
     )
-    names = {e.name for e in entries}
-    manifest.probe_sets = [e for e in manifest.probe_sets if e.name not in names] + entries
-    write_manifest(repo, manifest)
+    register_probe_sets(repo, entries, manifest)
     summary = {
         "repo": str(repo),
         "training_world_seed": seed,
@@ -110,6 +110,23 @@ def render_training_world(repo: Path, work: Path, preset: str) -> None:
     p = get_preset(preset)
     print(f"rendering the training world (seed {seed}, {p.train_images} images) under {work}", flush=True)
     write_dataset(work / "data" / "train", images=p.train_images, seed=seed, image_size=p.image_size)
+
+
+def register_probe_sets(
+    repo: Path, entries: Sequence[ProbeSetEntry], manifest: Manifest | None = None
+) -> Manifest:
+    """List ``entries`` (probe sets already written under ``repo``) in its manifest, replacing entries of
+    the same names: the gateway's probes (``GET /v1/probe-sets``, ``probe_set`` of ``POST /v1/probes``)
+    serve them from its next start. Returns the manifest written."""
+    repo = Path(repo)
+    manifest = manifest if manifest is not None else load_manifest(repo)
+    for entry in entries:
+        if Path(entry.path).is_absolute() or ".." in Path(entry.path).parts:
+            raise ValueError(f"probe set {entry.name!r}: path {entry.path!r} is not inside the repository")
+    names = {e.name for e in entries}
+    manifest.probe_sets = [e for e in manifest.probe_sets if e.name not in names] + list(entries)
+    write_manifest(repo, manifest)
+    return manifest
 
 
 def write_manifest(repo: Path, manifest: Manifest) -> None:

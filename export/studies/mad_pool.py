@@ -300,16 +300,18 @@ def parse_configurations(
 def validate_configurations(repo: Path, configs: Sequence[Configuration]) -> None:
     """Every configuration resolves on ``repo`` as the engine would (unknown model, bad option)."""
     from service.engine.params import EngineError, resolve_params
+    from service.engine.tokens import captioner_vocabularies
     from service.manifest import load_manifest
     from service.settings import MAX_BEAM_SIZE, Settings
     from service.text.vocabulary import Vocabulary
 
     manifest = load_manifest(repo)
-    vocab = Vocabulary.load(repo / manifest.vocabulary.file)
+    # each captioner's own tokens (an imported one's subword tokenizer), as the engine resolves them
+    vocabs = captioner_vocabularies(repo, manifest, Vocabulary.load(repo / manifest.vocabulary.file))
     settings = Settings(repo=repo, max_beam_size=MAX_BEAM_SIZE)
     for config in configs:
         try:
-            resolve_params(manifest, vocab, settings, **resolve_options(config))
+            resolve_params(manifest, vocabs, settings, **resolve_options(config))
         except (EngineError, TypeError, ValueError) as exc:
             raise MadError(f"configuration {config.name}: {exc}") from None
 

@@ -28,7 +28,7 @@ from service.engine.request import Priority
 from service.engine.rerank import Caption, order_captions
 from service.engine.runner import ModelRunner
 from service.engine.scheduler import Scheduler
-from service.engine.tokens import banned_ids, load_subword
+from service.engine.tokens import banned_ids, captioner_vocabularies, load_subword
 from service.manifest import Manifest, load_manifest
 from service.metrics import Metrics
 from service.settings import EngineSettings
@@ -64,10 +64,7 @@ class CaptionEngine:
         self.settings = EngineSettings.of(settings)  # the engine's section, even of a whole Settings
         self.metrics = metrics
         # each captioner's tokens: the repository's words, or its own subword tokenizer (contract v2)
-        self.vocabs: dict[str, TokenVocabulary] = {
-            c.name: vocab if c.tokens is None else load_subword(self.settings.repo, c.tokens)
-            for c in manifest.captioners
-        }
+        self.vocabs: dict[str, TokenVocabulary] = captioner_vocabularies(self.settings.repo, manifest, vocab)
         ranker_tokens = {
             r.name: load_subword(self.settings.repo, r.tokens) for r in manifest.rankers if r.tokens
         }

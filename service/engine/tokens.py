@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from service.manifest import Manifest, TokenizerSpec
-from service.text.subword import SubwordVocabulary
+from service.text.subword import SubwordVocabulary, TokenVocabulary
+from service.text.vocabulary import Vocabulary
 
 
 @dataclass(frozen=True)
@@ -41,4 +42,13 @@ def load_subword(repo: str | Path, spec: TokenizerSpec) -> SubwordVocabulary:
     return SubwordVocabulary.load(Path(repo) / spec.file, spec.size, spec.bos_id, spec.eos_id, spec.pad_id)
 
 
-__all__ = ["TokenIds", "banned_ids", "load_subword", "token_ids"]
+def captioner_vocabularies(
+    repo: str | Path, manifest: Manifest, words: Vocabulary
+) -> dict[str, TokenVocabulary]:
+    """Each captioner's tokens, by name: ``words`` (the repository's word vocabulary) for a captioner
+    trained here, its own subword tokenizer for an imported one. What the engine resolves request
+    options (hooks) and decodes captions with; whatever checks options offline must use the same."""
+    return {c.name: words if c.tokens is None else load_subword(repo, c.tokens) for c in manifest.captioners}
+
+
+__all__ = ["TokenIds", "banned_ids", "captioner_vocabularies", "load_subword", "token_ids"]

@@ -1,6 +1,7 @@
 """Seed 000 §3–4 systematicity, scored on a probe set: Recall@K of every pair (Eq. 1, with the
 attachment checker, lemmas and synonym sets), per Table 3 category, the mean over the pairs the model
-never saw together and over those it did (a control the seeds lack), and the false-composition rate on
+never saw together and over those it did (a control the seeds lack) — or, for an imported captioner
+whose training pairs are not known, the mean over every pair — and the false-composition rate on
 Test-no-Comb images (seed 001 §4.1).
 
 Recall of a pair is computed over the Test-Comb images of its *group* (the six pairs held out
@@ -85,7 +86,7 @@ def systematicity_result(
     comb: Mapping[int, Sequence[int]],
     no_comb: Mapping[str, Sequence[int]],
     reported: Sequence[ConceptPair],
-    held_out: Iterable[ConceptPair],
+    held_out: Iterable[ConceptPair] | None,
     generated: Generated,
     references: Mapping[int, Sequence[str]],
     pairs_fn: PairsFn,
@@ -95,9 +96,13 @@ def systematicity_result(
 
     groups: group -> its pairs; comb: group -> its Test-Comb image ids; no_comb: pair label -> its
     Test-no-Comb image ids; reported: the pairs to report (their groups must be in ``groups``);
-    held_out: the pairs the captioner's training held out; generated: captions of every image above."""
+    held_out: the pairs the captioner's training held out, None when that is not known (an imported
+    captioner whose import declared none): then no pair is called held out or seen (``held_out`` None
+    in each row, no ``held_out`` / ``seen`` means), and ``all``, the mean over every reported pair, is
+    the summary; generated: captions of every image above."""
     ks = tuple(sorted(set(ks)))
-    held = set(held_out)
+    known = held_out is not None
+    held = set(held_out or ())
     per_group = {g: group_recall(groups[g], comb[g], generated, references, pairs_fn, ks) for g in groups}
     group_of = {p: g for g, ps in groups.items() for p in ps}
     texts = sorted({c for p in reported for i in no_comb.get(p.label, ()) for c in generated[i][: ks[-1]]})
@@ -114,7 +119,7 @@ def systematicity_result(
                 "kind": pair.kind,
                 "group": g,
                 "category": pair_category(pair),
-                "held_out": pair in held,
+                "held_out": (pair in held) if known else None,
                 "images": stats["images"],
                 "hits": stats["hits"],
                 "recall": stats["recall"],
@@ -126,8 +131,10 @@ def systematicity_result(
     return {
         "ks": list(ks),
         "pairs": rows,
-        "held_out": summarise([r for r in rows if r["held_out"]], ks),
-        "seen": summarise([r for r in rows if not r["held_out"]], ks),
+        "held_out_known": known,
+        "held_out": summarise([r for r in rows if r["held_out"]], ks) if known else None,
+        "seen": summarise([r for r in rows if not r["held_out"]], ks) if known else None,
+        "all": summarise(rows, ks),
         "false_composition": {
             key: _mean(r["false_composition"][key] for r in fc_rows) for key in ("1", str(ks[-1]))
         },

@@ -33,10 +33,12 @@ async def run(
     comb = {g: sorted({i for e in members[g] for i in cap(e.comb, spec.images)}) for g in groups}
     no_comb = {e.pair.label: cap(e.no_comb, spec.images) for e in reported}
     progress.total = sum(len(comb[g]) for g in groups) + sum(len(v) for v in no_comb.values())
-    held_out = [
-        ConceptPair(p.kind, p.modifier, p.noun)
-        for p in engine.manifest.captioner(spec.model).training.held_out_pairs
-    ]
+    training = engine.manifest.captioner(spec.model).training
+    held_out = (
+        [ConceptPair(p.kind, p.modifier, p.noun) for p in training.held_out_pairs]
+        if training.held_out_known
+        else None  # an imported captioner whose import declared no held-out pairs: per-pair recall only
+    )
     generated: dict[int, list[str]] = {}
     parsed: dict[str, frozenset[ConceptPair]] = {}
     result: dict[str, Any] = {}
@@ -75,10 +77,22 @@ def check(probe_set: ProbeSet, pairs: tuple[str, ...] | None) -> None:
             raise invalid(f"unknown pair {label!r} (known: {', '.join(sorted(known))})", f"pairs.{n}")
 
 
+def held_out_known(result: Mapping[str, Any]) -> bool:
+    """Whether the result says which pairs were held out (results written before the key: yes)."""
+    return bool(result.get("held_out_known", True))
+
+
+def held_label(held_out: bool | None) -> str:
+    """The ``held_out`` label of a pair row: "true", "false", or "unknown" (not declared)."""
+    return "unknown" if held_out is None else str(held_out).lower()
+
+
 def recall_means(result: Mapping[str, Any]) -> Iterator[tuple[str, str, float]]:
-    """(held_out label "true"/"false", K, mean Recall@K) of a systematicity result, where defined."""
-    for held, key in (("true", "held_out"), ("false", "seen")):
-        for k, value in result.get(key, {}).get("recall", {}).items():
+    """(held_out label "true"/"false", or "unknown" for the mean over every pair of a captioner whose
+    held-out pairs are not known; K; mean Recall@K) of a systematicity result, where defined."""
+    parts = (("true", "held_out"), ("false", "seen")) if held_out_known(result) else (("unknown", "all"),)
+    for held, key in parts:
+        for k, value in (get(result, key, "recall") or {}).items():
             if value is not None:
                 yield held, k, value
 
@@ -96,7 +110,8 @@ class Gauges:
         )
         self.recall_mean = Gauge(
             "compcap_probe_recall_at_k_mean",
-            "Live systematicity probe: mean Recall@K over the held-out (held_out=true) or seen pairs",
+            "Live systematicity probe: mean Recall@K over the held-out (held_out=true) or seen pairs, or "
+            "over every pair when the captioner's held-out pairs are not known (held_out=unknown)",
             ["model", "ranker", "k", "held_out"],
             registry=r,
         )
@@ -118,7 +133,7 @@ class Gauges:
             for k, value in row["recall"].items():
                 if value is not None:
                     self.recall.labels(
-                        model, ranker, row["pair"], row["category"] or "", k, str(row["held_out"]).lower()
+                        model, ranker, row["pair"], row["category"] or "", k, held_label(row["held_out"])
                     ).set(value)
             rate = row["false_composition"].get("1")
             if rate is not None:
@@ -152,11 +167,13 @@ def lines(result: Mapping[str, Any]) -> list[str]:
     headers = ["pair", "group", "category", "held out", "images", *(f"R@{k}" for k in ks), "no-comb"]
     out.append(table([*headers, *(f"FC@{k}" for k in fc)], rows))
     summary = []
-    for name in ("held_out", "seen"):
+    known = held_out_known(result)
+    parts = (("held_out", "held out"), ("seen", "seen")) if known else (("all", "all (held out unknown)"),)
+    for name, label in parts:
         part = result.get(name)
         summary.append(
             [
-                name.replace("_", " "),
+                label,
                 cell(get(part, "pairs")),
                 *(cell(get(part, "recall", k), 100) for k in ks),
             ]
@@ -172,9 +189,17 @@ def lines(result: Mapping[str, Any]) -> list[str]:
 
 
 def summary(result: Mapping[str, Any]) -> str:
-    """Held-out R@1 and R@K, seen R@K, false composition @1."""
+    """Held-out R@1 and R@K, seen R@K (or, held-out pairs unknown, R@1 and R@K of every pair), false
+    composition @1."""
     ks = result.get("ks") or [1, 5]
     last = str(ks[-1])
+    if not held_out_known(result):
+        every = result.get("all") or {}
+        return (
+            f"pairs ({every.get('pairs') or 0}, held-out pairs not declared): "
+            f"R@1 {fixed(get(every, 'recall', '1'), 2)}, R@{last} {fixed(get(every, 'recall', last), 2)}"
+            f" · false composition @1 {fixed(get(result, 'false_composition', '1'), 2)}"
+        )
     held = result.get("held_out") or {}
     return (
         f"held-out pairs ({held.get('pairs') or 0}): R@1 {fixed(get(held, 'recall', '1'), 2)}, "
