@@ -83,6 +83,10 @@ EXTERNAL_SPLIT = "external"  # an imported model's split: what it was trained on
 class Training(BaseModel):
     split: str = Field(description="'full', e.g. 'systematicity/1', or 'external' (an imported model)")
     held_out_pairs: list[HeldOutPair] = []
+    held_out_declared: bool = Field(
+        default=False,
+        description="an imported model's held_out_pairs were declared (--held-out-pairs), even as none",
+    )
     dataset: str = ""
     images: int = 0
     epochs: int = Field(default=0, description="epochs run")
@@ -98,7 +102,7 @@ class Training(BaseModel):
     def held_out_known(self) -> bool:
         """Whether the pairs its training held out — and so those it saw — are known: always for a model
         trained here, for an imported one only when its import declared them (``--held-out-pairs``)."""
-        return self.split != EXTERNAL_SPLIT or bool(self.held_out_pairs)
+        return self.split != EXTERNAL_SPLIT or self.held_out_declared or bool(self.held_out_pairs)
 
 
 class TokenizerSpec(BaseModel):

@@ -28,6 +28,7 @@ from export.hf.staging import HfImportError, ImportReport, commit, write_configs
 from export.onnx import GraphSpec, export_graph, parity
 from export.programs import program_path
 from service.manifest import (
+    EXTERNAL_SPLIT,
     CaptionerEntry,
     HeldOutPair,
     ModelEntry,
@@ -47,9 +48,10 @@ def _check_name(name: str) -> None:
         raise HfImportError(f"--name {name!r}: lower-case letters, digits and '_', starting with a letter")
 
 
-def _held_out(path: Path | None) -> list[HeldOutPair]:
+def _held_out(path: Path | None) -> list[HeldOutPair] | None:
+    """The declared held-out pairs (None: not declared; ``[]``: declared, none held out)."""
     if path is None:
-        return []
+        return None
     try:
         pairs = json.loads(Path(path).read_text(encoding="utf-8"))
         return [HeldOutPair.model_validate(p) for p in pairs]
@@ -90,7 +92,7 @@ def import_hf(
 
 
 def _export(
-    snapshot: Snapshot, name: str, stage: Path, held: list[HeldOutPair], seed: int
+    snapshot: Snapshot, name: str, stage: Path, held: list[HeldOutPair] | None, seed: int
 ) -> tuple[CaptionerEntry, list[ModelEntry], ImportReport]:
     tokenizer_file = snapshot.path / "tokenizer.json"
     if not tokenizer_file.is_file():
@@ -208,7 +210,10 @@ def _export(
         search="transformers",
         early_stopping=adapted.early_stopping,
         training=Training(
-            split="external", held_out_pairs=held, dataset=f"transformers snapshot {snapshot.path.name}"
+            split=EXTERNAL_SPLIT,
+            held_out_pairs=held or [],
+            held_out_declared=held is not None,
+            dataset=f"transformers snapshot {snapshot.path.name}",
         ),
         image=pre,
         tokens=TokenizerSpec(

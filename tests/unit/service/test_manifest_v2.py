@@ -57,3 +57,13 @@ def test_a_subword_vocabulary_decodes_with_its_tokenizer(tmp_path: Path) -> None
     assert vocab.subword and not vocab.index and vocab.special_ids == {0, 1}
     with pytest.raises(ValueError, match="more than the model's"):
         SubwordVocabulary.load(tmp_path / "tokenizer.json", 10, 0, 0, 1)
+
+
+def test_held_out_pairs_are_known_when_trained_here_or_declared_at_import() -> None:
+    from service.manifest import EXTERNAL_SPLIT, HeldOutPair, Training
+
+    pair = HeldOutPair(kind="adjective", modifier="red", noun="dog")
+    assert Training(split="systematicity/1").held_out_known  # trained here: the split says
+    assert not Training(split=EXTERNAL_SPLIT).held_out_known  # imported, nothing declared
+    assert Training(split=EXTERNAL_SPLIT, held_out_declared=True).held_out_known  # declared: none held out
+    assert Training(split=EXTERNAL_SPLIT, held_out_pairs=[pair]).held_out_known
