@@ -11,6 +11,11 @@ class in ``processors.py`` when it needs new maths), plus its test.
 (``words`` and/or ``ids``), ``no_repeat_ngram`` (``n``) and ``synonym_substitution`` (``pairs``:
 ``[[from, to], ...]`` or ``{from: to}``, vocabulary words, or the default synonym table of
 ``service.text.synonyms`` in ``direction``, restricted to the vocabulary) become processors;
+on a subword captioner a word is its token sequence as it follows a space: the hook fires where the
+argmax token is an S1 word's first token (it cannot look ahead: "▁do" may start "dog" or "door"), forces
+its S2 word's first token, then S2's other tokens one per step (``SynonymSubstitution``); two S1 words
+of a request that start with the same token are refused, and the default table keeps the first pair
+of such words and every other pair whose words the tokenizer writes without its unknown token;
 ``synonym_substitution``'s ``return_original`` (default true) sets ``compare_without``: the caller may
 decode the same request without that hook too (the gateway returns it as the original caption); ``min_length``
 (``min_words``) and ``diverse_beam`` (``groups``, [``diversity_penalty``, 0.5]) are search parameters
@@ -34,7 +39,12 @@ from service.engine.processors import (
 )
 from service.text.concepts import load_concepts
 from service.text.subword import SubwordVocabulary, TokenVocabulary
-from service.text.synonyms import DIRECTIONS, substitution_pairs
+from service.text.synonyms import (
+    DIRECTIONS,
+    distinct_first_tokens,
+    substitution_pairs,
+    vocabulary_words,
+)
 from service.text.vocabulary import SPECIALS
 
 MAX_HOOKS = 16  # hooks in one request
@@ -140,15 +150,7 @@ class HookParams:
         return list(value)
 
     def word(self, key: str, value: Any, vocab: TokenVocabulary) -> int:
-        """The id of a vocabulary word (not a special token)."""
-        if isinstance(vocab, SubwordVocabulary):  # the word as it follows a space, one token
-            spaced = vocab.word_sequences(value.strip())[:1] if isinstance(value, str) else []
-            if not spaced or len(spaced[0]) != 1:
-                count = len(spaced[0]) if spaced else 0
-                raise self.error(
-                    key, f"{value!r} is {count} tokens for this subword captioner: here a word must be one"
-                )
-            return spaced[0][0]
+        """The id of a word of a word-level vocabulary (not a special token)."""
         if not isinstance(value, str):
             raise self.error(key, f"words must be strings, got {value!r}")
         word = value.strip().lower()
@@ -157,6 +159,16 @@ class HookParams:
         if word not in vocab.index:
             raise self.error(key, f"unknown word {value!r} (not in the model's vocabulary)")
         return vocab.index[word]
+
+    def spaced_word(self, key: str, value: Any, vocab: SubwordVocabulary) -> tuple[int, ...]:
+        """A word's tokens in a subword vocabulary as it follows a space (``word_sequences(w)[0]``),
+        refused when the tokenizer writes it with its unknown token."""
+        if not isinstance(value, str) or not value.strip():
+            raise self.error(key, f"words must be non-empty strings, got {value!r}")
+        spaced = vocab.word_sequences(value.strip())[:1]
+        if not spaced or vocab.unknown_id in spaced[0]:
+            raise self.error(key, f"{value!r} has characters this subword captioner's tokenizer lacks")
+        return tuple(spaced[0])
 
     def word_tokens(self, key: str, value: Any, vocab: SubwordVocabulary) -> list[list[int]]:
         """A word's token sequences in a subword vocabulary: as it follows a space, and as it starts a
@@ -251,7 +263,10 @@ def _min_length(p: HookParams, vocab: TokenVocabulary, out: ResolvedHooks) -> No
     "synonym_substitution",
     "seed 001 substitutivity: when the most likely word is in S1, emit its S2 synonym instead",
     {
-        "pairs": "[[from, to], ...] or {from: to} (default: the substitutivity synonym table)",
+        "pairs": "[[from, to], ...] or {from: to} (default: the substitutivity synonym table); on a subword "
+        "captioner a word is its tokens after a space: it fires where the most likely token is an S1 "
+        "word's first token (no look-ahead), then writes the whole S2 word, one token per step; two S1 "
+        "words starting with the same token are refused",
         "direction": "default table only: to_category (default, 'puppy'->'dog') or to_fine",
         "return_original": "bool, default true: also return the caption without substitution",
     },
@@ -271,16 +286,27 @@ def _synonym_substitution(p: HookParams, vocab: TokenVocabulary, out: ResolvedHo
         if not entries:
             raise p.error("pairs", "required: [[from, to], ...] vocabulary words")
     else:
-        # a subword captioner's words: those that are one token after a space
-        words = vocab.one_token_words() if isinstance(vocab, SubwordVocabulary) else vocab.index
-        entries = [list(e) for e in substitution_pairs(load_concepts(), direction or "to_category", words)]
+        table = substitution_pairs(load_concepts(), direction or "to_category", vocabulary_words(vocab))
+        entries = [list(e) for e in distinct_first_tokens(table, vocab)]
         if not entries:
             raise p.error("pairs", "no pair of the default synonym table is in the model's vocabulary")
-    pairs: list[tuple[int, int]] = []
+    pairs: list[tuple[int, int] | tuple[tuple[int, ...], tuple[int, ...]]] = []
+    starts: dict[int, tuple[Any, tuple[int, ...]]] = {}  # S1 first token -> (word, its tokens)
     for entry in entries:
         if isinstance(entry, str | bytes) or not isinstance(entry, Sequence) or len(entry) != 2:
             raise p.error("pairs", f"each pair must be [from, to], got {entry!r}")
-        pairs.append((p.word("pairs", entry[0], vocab), p.word("pairs", entry[1], vocab)))
+        if not isinstance(vocab, SubwordVocabulary):
+            pairs.append((p.word("pairs", entry[0], vocab), p.word("pairs", entry[1], vocab)))
+            continue
+        src, dst = p.spaced_word("pairs", entry[0], vocab), p.spaced_word("pairs", entry[1], vocab)
+        word, seen = starts.setdefault(src[0], (entry[0], src))
+        if seen != src:
+            raise p.error(
+                "pairs",
+                f"{word!r} and {entry[0]!r} both start with token {src[0]} for this subword captioner: "
+                "the hook fires on an S1 word's first token and cannot tell them apart",
+            )
+        pairs.append((src, dst))
     out.processors.append(p.processor("pairs", lambda: SynonymSubstitution(pairs)))
     if original is not False:
         out.compare_without = p.index

@@ -10,9 +10,11 @@ constraints (banned ids, no EOS before ``min_length`` words, only EOS at ``max_l
 
 * ``BanWords(ids)`` — the words never appear.
 * ``NoRepeatNgram(n)`` — no n-gram twice in a caption (``n=2`` also stops seed 003's "dog dog dog").
-* ``SynonymSubstitution(pairs)`` — seed 001 §4.3: per row, when the argmax word is in S1 its S2
-  synonym gets log-prob 0 and every other word ``-inf``. Which pairs to use (explicit, or the
-  substitutivity word table of ``service.text.synonyms``) is the hook's business (``service.engine.hooks``).
+* ``SynonymSubstitution(pairs)`` — seed 001 §4.3: per row, when the argmax token starts an S1 word,
+  its S2 synonym's first token gets log-prob 0 and every other token ``-inf``; an S2 word of several
+  tokens is then forced to its end, one token per step (the state keyed on the row's prefix). Which
+  pairs to use (explicit, or the substitutivity word table of ``service.text.synonyms``) is the hook's
+  business (``service.engine.hooks``).
 
 Which JSON hook builds which processor (and the hooks that are search parameters instead, such as
 ``min_length`` and ``diverse_beam``) is the hook registry's business: ``service.engine.hooks``.
@@ -107,43 +109,108 @@ class NoRepeatNgram:
         return out
 
 
-class SynonymSubstitution:
-    """Seed 001 §4.3: per row, if the most likely next word is in S1 (a key of ``pairs``), put all the
-    probability on its S2 synonym. Ties go to the lowest word id. ``substitutions`` counts the rows
-    substituted so far."""
+Word = tuple[int, ...]  # a word's token ids (one for a word-level vocabulary; as it follows a space)
 
-    def __init__(self, pairs: Mapping[int, int] | Sequence[tuple[int, int]]) -> None:
+
+def _word_arg(value: Any) -> Word:
+    """A pair's word: one token id, or a non-empty sequence of them."""
+    if isinstance(value, Sequence | np.ndarray) and not isinstance(value, str | bytes):
+        if not len(value):
+            raise ValueError("pairs must hold non-empty token sequences")
+        return tuple(_int_arg("pairs", t, 0) for t in value)
+    return (_int_arg("pairs", value, 0),)
+
+
+def _shown(word: Word) -> int | list[int]:
+    """A word in an error message: its id when it is one token, as before words could be several."""
+    return word[0] if len(word) == 1 else list(word)
+
+
+class SynonymSubstitution:
+    """Seed 001 §4.3: per row, if the most likely next token starts an S1 word (a key of ``pairs``), put
+    all the probability on its S2 synonym's first token (log-prob 0, every other token ``-inf``). Ties go
+    to the lowest id. A pair maps a word to a word, each a token id or a sequence of token ids (a subword
+    captioner's word as it follows a space).
+
+    An S2 word of several tokens is then written whole: its remaining tokens are forced one per step.
+    The search reorders rows between steps, so the state is keyed on the row's whole prefix (``tokens``,
+    BOS..last token): a trigger forcing ``t1`` on the prefix ``P`` remembers that ``P + (t1,)`` goes on
+    with ``t2..tm``, and a later row with a remembered prefix gets its next token forced (only rows whose
+    last token is a first or middle token of some S2 word are looked up). Two rows with the same prefix
+    are continued alike, wherever they came from, for as long as the processor lives (one request's
+    search, or the requests that share its ``SearchParams``); a dead row (all ``-inf``) stays dead.
+
+    The hook cannot look ahead: an S1 word of several tokens fires on its first token alone (GPT-2-like
+    "▁do" starts "dog" and "door" alike), and two S1 words that start with the same token are refused.
+    ``substitutions`` counts the triggers so far (not the forced continuation steps). With one-token
+    words only, no state is kept."""
+
+    def __init__(self, pairs: Mapping[Any, Any] | Sequence[Any]) -> None:
         items = list(pairs.items()) if isinstance(pairs, Mapping) else [tuple(p) for p in pairs]
         if not items:
             raise ValueError("pairs must not be empty")
-        table: dict[int, int] = {}
+        table: dict[Word, Word] = {}
+        starts: dict[int, Word] = {}
         for item in items:
             if len(item) != 2:
-                raise ValueError(f"pairs must be (S1 id, S2 id) pairs, got {item!r}")
-            src, dst = _int_arg("pairs", item[0], 0), _int_arg("pairs", item[1], 0)
+                raise ValueError(f"pairs must be (S1, S2) pairs, got {item!r}")
+            src, dst = _word_arg(item[0]), _word_arg(item[1])
             if src == dst:
-                raise ValueError(f"pairs must map a word to another word, got {src} -> {dst}")
+                raise ValueError(f"pairs must map a word to another word, got {_shown(src)} -> {_shown(dst)}")
             if table.get(src, dst) != dst:
-                raise ValueError(f"pairs map word {src} to both {table[src]} and {dst}")
+                raise ValueError(
+                    f"pairs map word {_shown(src)} to both {_shown(table[src])} and {_shown(dst)}"
+                )
+            if starts.setdefault(src[0], src) != src:
+                raise ValueError(
+                    f"pairs' words {_shown(starts[src[0]])} and {_shown(src)} start with the same token"
+                )
             table[src] = dst
-        order = sorted(table)
-        self.src = np.asarray(order, dtype=np.int64)
-        self.dst = np.asarray([table[s] for s in order], dtype=np.int64)
+        order = sorted(table, key=lambda w: w[0])
+        self.src = np.asarray([w[0] for w in order], dtype=np.int64)  # S1 words' first tokens, sorted
+        self.dst = np.asarray([table[w][0] for w in order], dtype=np.int64)  # S2 words' first tokens
+        self.rest: list[Word] = [table[w][1:] for w in order]  # S2 words' other tokens
+        self.inner = np.unique([t for w in table.values() for t in w[:-1]]).astype(np.int64)
+        self.top = max(max(w) for pair in table.items() for w in pair)
+        self.pending: dict[Word, Word] = {}  # prefix -> the S2 tokens still to write after it
         self.substitutions = 0
 
     def __call__(self, tokens: np.ndarray, logprobs: np.ndarray) -> np.ndarray:
-        if max(self.src[-1], self.dst.max()) >= logprobs.shape[1]:
+        if self.top >= logprobs.shape[1]:
             raise ValueError(f"pairs must hold word ids < V={logprobs.shape[1]}")
         out = np.array(logprobs)
+        alive = np.isfinite(out.max(axis=1))
         best = out.argmax(axis=1)
+        hit = alive
+        if self.pending:
+            hit = alive & ~self._continue(tokens, out, alive)
         pos = np.minimum(np.searchsorted(self.src, best), self.src.size - 1)
-        hit = (self.src[pos] == best) & np.isfinite(out.max(axis=1))
+        hit = (self.src[pos] == best) & hit
         rows = np.flatnonzero(hit)
         if rows.size:
             out[rows] = NEG_INF
             out[rows, self.dst[pos[rows]]] = 0.0
             self.substitutions += int(rows.size)
+            if self.inner.size:
+                for r, p in zip(rows.tolist(), pos[rows].tolist(), strict=True):
+                    if self.rest[p]:
+                        self.pending[(*tokens[r].tolist(), int(self.dst[p]))] = self.rest[p]
         return out
+
+    def _continue(self, tokens: np.ndarray, out: np.ndarray, alive: np.ndarray) -> np.ndarray:
+        """Force the next S2 token on the rows whose prefix is remembered (in place); those rows."""
+        forced = np.zeros(out.shape[0], dtype=bool)
+        for r in np.flatnonzero(alive & np.isin(tokens[:, -1], self.inner)).tolist():
+            prefix = tuple(tokens[r].tolist())
+            rest = self.pending.get(prefix)
+            if rest is None:
+                continue
+            forced[r] = True
+            out[r] = NEG_INF
+            out[r, rest[0]] = 0.0
+            if len(rest) > 1:
+                self.pending[(*prefix, rest[0])] = rest[1:]
+        return forced
 
 
 __all__ = ["NEG_INF", "BanWords", "LogitsProcessor", "NoRepeatNgram", "SynonymSubstitution"]

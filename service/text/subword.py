@@ -5,8 +5,10 @@ a subword model may be several tokens, and the hooks that take words say so inst
 
 from __future__ import annotations
 
+import json
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -57,15 +59,31 @@ class SubwordVocabulary:
                 out.append(ids)
         return out
 
-    def one_token_words(self) -> Container[str]:
-        """The words that are one token after a space (what ``synonym_substitution`` can swap)."""
-        vocab = self
+    @cached_property
+    def unknown_id(self) -> int | None:
+        """The tokenizer's unknown token, if its model has one (BPE, WordPiece and WordLevel name it,
+        Unigram gives its id; a byte-level BPE such as GPT-2's never needs one)."""
+        model = self.tokenizer.model
+        if type(model).__name__ == "Unigram":  # the bindings do not expose its unk_id
+            unk = json.loads(self.tokenizer.to_str())["model"].get("unk_id")
+            return int(unk) if isinstance(unk, int) else None
+        token = getattr(model, "unk_token", None)
+        found = self.tokenizer.token_to_id(token) if isinstance(token, str) else None
+        return int(found) if found is not None else None
 
-        class OneToken:
+    def encodable_words(self) -> Container[str]:
+        """The words the tokenizer writes without its unknown token (as they follow a space): what the
+        ``synonym_substitution`` hook's default table may hold for this captioner."""
+        vocab, unknown = self, self.unknown_id
+
+        class Encodable:
             def __contains__(self, word: object) -> bool:
-                return isinstance(word, str) and len(vocab.encode(" " + word)) == 1
+                if not isinstance(word, str) or not word.strip():
+                    return False
+                ids = vocab.encode(" " + word.strip())
+                return bool(ids) and unknown not in ids
 
-        return OneToken()
+        return Encodable()
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` (no start or end token)."""

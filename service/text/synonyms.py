@@ -6,13 +6,20 @@ Pairs are ``(category, fine)``: an object category and a fine-grained word for i
 the *fine-grained* word by its category during inference ("During inference, we replace the generated
 fine-grained word with its synonym", Table 10): S1 = fine words, S2 = their categories. That direction
 is ``to_category``; ``to_fine`` maps each category to its first fine word instead (``dog -> puppy``).
+
+Which pairs a captioner can use: with the repository's word vocabulary, both words in it; with a subword
+tokenizer every word is a token sequence, so any word it writes without its unknown token
+(``vocabulary_words``), except that of S1 words starting with the same token only the first pair is
+kept (``distinct_first_tokens``: the hook fires on an S1 word's first token and could not tell them
+apart).
 """
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Iterable
 
 from service.text.concepts import ConceptInventory
+from service.text.subword import SubwordVocabulary, TokenVocabulary
 
 # Seed 001 Table 10: COCO object category -> fine-grained class used for substitution.
 TABLE_10: tuple[tuple[str, str], ...] = (
@@ -113,3 +120,24 @@ def substitution_pairs(
                 continue
             out[a] = b
     return list(out.items())
+
+
+def vocabulary_words(vocab: TokenVocabulary) -> Container[str]:
+    """The words ``vocab`` can write as one word: its index, or a subword tokenizer's encodable words."""
+    return vocab.encodable_words() if isinstance(vocab, SubwordVocabulary) else vocab.index
+
+
+def distinct_first_tokens(pairs: Iterable[tuple[str, str]], vocab: TokenVocabulary) -> list[tuple[str, str]]:
+    """``pairs`` without those whose S1 word starts with the same token (as it follows a space) as an
+    earlier pair's different S1 word (``jet`` and ``jetliner`` may both start with "▁jet"): the
+    ``synonym_substitution`` hook refuses such requests, and a table drops the later pair instead. A
+    word-level vocabulary's words are one token each: every pair is kept."""
+    if not isinstance(vocab, SubwordVocabulary):
+        return list(pairs)
+    starts: dict[int, list[int]] = {}
+    out: list[tuple[str, str]] = []
+    for a, b in pairs:
+        spaced = vocab.word_sequences(a.strip())[:1]
+        if spaced and starts.setdefault(spaced[0][0], spaced[0]) == spaced[0]:
+            out.append((a, b))
+    return out

@@ -192,16 +192,27 @@ def test_the_gateway_serves_it_with_the_request_options(repo: Path) -> None:
             t = caption["tokens"]
             assert 111 not in t and not any(t[k : k + 2] == dog for k in range(len(t) - 1))
         assert unbanned.json() != banned_run.json()
-        # synonym_substitution on words of one token each; a longer word is refused, naming it
+        # synonym_substitution on words of one token each, and to a word of two: "bla" ("▁bla", a token
+        # this random model writes as its most likely one) -> "dog" ("▁do" "g"), written whole
         pairs = json.dumps(
             [{"name": "synonym_substitution", "params": {"pairs": [["a", "the"], ["red", "cat"]]}}]
         )
         swapped = client.post(f"/v1/captions?model={NAME}", files=files, data={"hooks": pairs})
         assert swapped.status_code == 200, swapped.text
         assert swapped.json()["results"][0]["original_captions"], "the original captions (O) come with S"
-        longer = json.dumps([{"name": "synonym_substitution", "params": {"pairs": [["dog", "cat"]]}}])
-        refused = client.post(f"/v1/captions?model={NAME}", files=files, data={"hooks": longer})
-        assert refused.status_code == 422 and "2 tokens" in refused.text
+        longer = json.dumps(
+            [{"name": "synonym_substitution", "params": {"pairs": [["bla", "dog"]], "return_original": True}}]
+        )
+        to_dog = client.post(
+            f"/v1/captions?model={NAME}&beam_size=8&n_best=8", files=files, data={"hooks": longer}
+        )
+        assert to_dog.status_code == 200, to_dog.text
+        result = to_dog.json()["results"][0]
+        assert result["original_captions"] and result["captions"] != result["original_captions"]
+        s_tokens = [c["tokens"] for c in result["captions"]]
+        for t in s_tokens:  # "▁do" "g" whole wherever "▁do" is written (unless it ends at max_length)
+            assert all(t[k + 1 : k + 2] in ([dog[1]], []) for k in range(len(t)) if t[k] == dog[0])
+        assert any(t[k : k + 2] == dog for t in s_tokens for k in range(len(t)))
         reranked = client.post(f"/v1/captions?model={NAME}&rerank=vsepp", files=files)
         assert reranked.status_code == 200, reranked.text  # VSE++ reads its captions as words
         builtin = client.post("/v1/captions?model=butr", files=files)
@@ -230,7 +241,8 @@ def test_the_gateway_serves_it_with_the_request_options(repo: Path) -> None:
         assert forced.status_code == 200, forced.text
         assert forced.json()["caption"] == "a red bus" and forced.json()["source"] == "client"
         gradient = client.post("/v1/explain", json={"model": NAME, "image": b64, "method": "saliency"})
-        assert gradient.status_code == 422 and gradient.json()["error"]["code"] == "unsupported_model"
+        assert gradient.status_code == 200, gradient.text  # its torch programs: test_hf_features.py
+        assert gradient.json()["grid"] == [4, 4]
 
 
 def test_importing_again_replaces_it(repo: Path, snapshot: Path) -> None:

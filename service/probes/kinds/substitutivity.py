@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from service.probes.kind import ProbeKind, ProbeSpec, Progress, cap, decode
 from service.probes.substitutivity import chosen_images, substituted_words, substitutivity_result
 from service.probes.tables import cell, fixed, get, table
+from service.text.synonyms import distinct_first_tokens, vocabulary_words
 
 if TYPE_CHECKING:
     from service.engine.engine import CaptionEngine
@@ -24,16 +25,20 @@ async def run(
     engine: CaptionEngine, spec: ProbeSpec, probe_set: ProbeSet, parser: PairParser, progress: Progress
 ) -> dict[str, Any]:
     """O for every image; S (``synonym_substitution`` on the S1 words O generated, restricted to the
-    model's vocabulary) for the images whose O holds one; Table 6 rows."""
+    words the captioner's tokens can write, ``vocabulary_words``, and for a subword captioner to S1
+    words that start with distinct tokens, ``distinct_first_tokens``) for the images whose O holds one;
+    Table 6 rows."""
     ids = sorted({i for _, _, images in probe_set.substitution_pairs() for i in cap(images, spec.images)})
     progress.total = len(ids)
     original = {
         i: caps[0] for i, caps in (await decode(engine, probe_set, ids, spec.params, progress)).items()
     }
-    words = set(engine.vocab.index)
+    vocab = engine.vocabs[spec.params.model]  # the captioner's own tokens: a subword one's words too
+    words = vocabulary_words(vocab)
     pairs = [(a, b) for a, b in probe_set.substitutions() if a in words and b in words]
     kept = substituted_words(original, pairs)
-    mapping = {a: b for a, b in pairs if a in kept}
+    # of generated S1 words that start with the same token only the first (the hook would refuse both)
+    mapping = dict(distinct_first_tokens([(a, b) for a, b in pairs if a in kept], vocab))
     chosen = chosen_images(original, set(mapping))
     progress.total += len(chosen)
     substituted: dict[int, str] = {}
