@@ -1,0 +1,125 @@
+"""Typed HTTP client of the CompCap gateway: ``CompCapClient`` (blocking, ``httpx.Client``) and
+``AsyncCompCapClient`` (``httpx.AsyncClient``), with the same methods — coroutines on the second::
+
+    from service.client import CompCapClient
+
+    with CompCapClient("http://127.0.0.1:8080") as client:
+        out = client.caption("docs/examples/example_0.png", beam_size=5)  # or a list of images
+        print(out.results[0].caption)
+        why = client.explain(Path("docs/examples/example_1.png"))          # a map per word
+        print([(w.word, w.argmax_box) for w in why.words])
+        diff = client.compare([pil_image, numpy_image], {"BUTR": "butr", "BUTD": "butd"})
+
+Images: a path (``str`` or ``pathlib.Path``), the file's ``bytes``, a binary file object, a NumPy
+``uint8`` array ``[H, W, 3]`` (a batch ``[N, H, W, 3]``) or a PIL image — files go as they are, arrays
+and PIL images as PNG; anything else is a ``TypeError`` (a wrong value a ``ValueError``, a missing
+file an ``ImageFileNotFoundError``) naming the argument. ``ProbeImage(probe_set, image_id)`` names an
+image of the gateway's probe sets for ``explain()`` (with the grounding score).
+
+Calls (each returns a frozen dataclass of ``service.client.results``):
+
+- ``caption(images, *, model, beam_size, n_best, rerank, rerank_weight, max_length, length_penalty,
+  hooks, timeout) -> CaptionResult`` (multipart ``POST /v1/captions``);
+- ``explain(image, *, method, caption, attribute_to, n_steps, overlays, overlay_scale, <the caption
+  options>, timeout) -> Explanation`` (``POST /v1/explain``);
+- ``compare(images, configurations, *, timeout) -> Comparison`` (``POST /v1/compare``);
+- ``models()``, ``hooks()``, ``health()``, ``ready()``, ``wait_ready()``, ``metrics_text()``;
+- live probes: ``start_probe(kind, **fields) -> ProbeJob``, ``probe(id)``, ``probes()``,
+  ``cancel_probe(id)``, ``wait_probe(id, poll_s, timeout_s, on_progress)``, ``probe_sets()``,
+  ``probe_kinds()``.
+
+Failures: a 4xx/5xx answer raises ``CompCapError(status, code, message)`` read from the gateway's
+error body (``{"error": {"code", "message", "details"?}}``); a request that never got an answer
+(connection refused, timeout) raises ``CompCapTransportError`` (status 0). A 503 or 429 is retried
+after its ``Retry-After`` (seconds or an HTTP date; exponential back-off when absent), and so is a
+connection that could not be opened, within ``RetryPolicy``'s bounds: at most ``max_attempts``
+attempts and ``max_wait_s`` seconds of waiting in all — a ``Retry-After`` longer than what is left
+is not cut short, the error is raised instead. ``api_key`` sends ``Authorization: Bearer <key>``.
+
+How it is built: each call is written once, as a generator that yields requests and sleeps
+(``calls``: request builders; ``api``: the calls), and two thin transports drive it — the only code
+that differs between the clients. Retries, timeouts and the error mapping are in ``errors.exchange``.
+
+A light import: httpx and the standard library only — no ``service`` module outside this package,
+no pydantic, fastapi, numpy, PIL, onnxruntime, torch or spaCy (NumPy and PIL are imported when a
+NumPy array or a PIL image is given, which means the caller already has them; asyncio with the first
+async call): about 0.2 s, three quarters of it httpx. ``tests/unit/service/test_client_calls.py``
+checks it. So the folder can be copied (as ``service/client/``) into any Python 3.11 project.
+"""
+
+from __future__ import annotations
+
+from service.client.api import DEFAULT_URL, AsyncCompCapClient, CompCapClient
+from service.client.calls import Request, Rerank
+from service.client.errors import (
+    NO_RETRY,
+    RETRY_STATUSES,
+    CompCapError,
+    CompCapTransportError,
+    RetryPolicy,
+    error_from_response,
+    parse_retry_after,
+)
+from service.client.images import ImageFile, ImageFileNotFoundError, ImageInput, ImagesInput, ProbeImage
+from service.client.results import (
+    TERMINAL_STATUSES,
+    Caption,
+    CaptionerInfo,
+    CaptionResult,
+    ComparedConfiguration,
+    ComparedImage,
+    Comparison,
+    ExplainedWord,
+    Explanation,
+    GuidedBackpropInfo,
+    ImageCaptions,
+    IntegratedGradientsInfo,
+    ModelsInfo,
+    PairSimilarity,
+    ProbeJob,
+    RankerInfo,
+    ReadyStatus,
+    ResolvedConfiguration,
+    Timings,
+    UnderArgmax,
+)
+
+__all__ = [
+    "DEFAULT_URL",
+    "NO_RETRY",
+    "RETRY_STATUSES",
+    "TERMINAL_STATUSES",
+    "AsyncCompCapClient",
+    "Caption",
+    "CaptionResult",
+    "CaptionerInfo",
+    "CompCapClient",
+    "CompCapError",
+    "CompCapTransportError",
+    "ComparedConfiguration",
+    "ComparedImage",
+    "Comparison",
+    "ExplainedWord",
+    "Explanation",
+    "GuidedBackpropInfo",
+    "ImageCaptions",
+    "ImageFile",
+    "ImageFileNotFoundError",
+    "ImageInput",
+    "ImagesInput",
+    "IntegratedGradientsInfo",
+    "ModelsInfo",
+    "PairSimilarity",
+    "ProbeImage",
+    "ProbeJob",
+    "RankerInfo",
+    "ReadyStatus",
+    "Request",
+    "Rerank",
+    "ResolvedConfiguration",
+    "RetryPolicy",
+    "Timings",
+    "UnderArgmax",
+    "error_from_response",
+    "parse_retry_after",
+]

@@ -1,0 +1,467 @@
+"""Typed answers of the gateway: frozen dataclasses mirroring the response schemas of
+``service.api.schemas`` (captions, models), ``service.explain.schemas`` (``Explanation``) and
+``service.compare.schemas`` (``Comparison``), read with ``from_json`` — tolerant of fields a newer
+gateway adds. Plain dataclasses, so that the client imports neither pydantic nor the server.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, TypeVar
+
+TERMINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
+D = TypeVar("D")
+
+
+def _known(cls: type[D], d: Mapping[str, Any], **converted: Any) -> D:
+    """``cls`` from the keys of ``d`` it has a field for (others ignored), ``converted`` overriding."""
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in d.items() if k in names and k not in converted}, **converted)
+
+
+@dataclass(frozen=True)
+class Caption:
+    text: str
+    tokens: list[int]
+    logprob: float
+    normalized_logprob: float
+    ranker_score: float | None
+    beam_rank: int
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Caption:
+        return cls(
+            text=d["text"],
+            tokens=list(d.get("tokens", [])),
+            logprob=float(d["logprob"]),
+            normalized_logprob=float(d["normalized_logprob"]),
+            ranker_score=None if d.get("ranker_score") is None else float(d["ranker_score"]),
+            beam_rank=int(d["beam_rank"]),
+        )
+
+
+@dataclass(frozen=True)
+class ImageCaptions:
+    """One image's captions in final order (ranker order when re-ranked); ``original_*``: the captions
+    without substitution when the ``synonym_substitution`` hook ran; ``in_domain``/``domain_score``
+    when the captioner is calibrated for out-of-domain images."""
+
+    index: int
+    caption: str
+    captions: list[Caption]
+    original_caption: str | None = None
+    original_captions: list[Caption] | None = None
+    in_domain: bool | None = None  # like the captioner's validation images (None: not calibrated)
+    domain_score: float | None = None  # typicality distance over the calibrated threshold (<= 1: in)
+
+    @property
+    def texts(self) -> list[str]:
+        return [c.text for c in self.captions]
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ImageCaptions:
+        original = d.get("original_captions")
+        return cls(
+            index=int(d["index"]),
+            caption=d["caption"],
+            captions=[Caption.from_json(c) for c in d["captions"]],
+            original_caption=d.get("original_caption"),
+            original_captions=None if original is None else [Caption.from_json(c) for c in original],
+            in_domain=d.get("in_domain"),
+            domain_score=None if d.get("domain_score") is None else float(d["domain_score"]),
+        )
+
+
+@dataclass(frozen=True)
+class Timings:
+    decode_images: float
+    encode: float
+    decode: float
+    rerank: float
+    total: float
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Timings:
+        return cls(
+            **{
+                name: float(d.get(name, 0.0))
+                for name in ("decode_images", "encode", "decode", "rerank", "total")
+            }
+        )
+
+
+@dataclass(frozen=True)
+class CaptionResult:
+    """``POST /v1/captions``: the parameters the gateway resolved and one ``ImageCaptions`` per image."""
+
+    model: str
+    ranker: str | None
+    beam_size: int
+    n_best: int
+    max_length: int
+    length_penalty: float
+    rerank_weight: float
+    hooks: list[str]
+    results: list[ImageCaptions]
+    timings_ms: Timings
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> CaptionResult:
+        return cls(
+            model=d["model"],
+            ranker=d.get("ranker"),
+            beam_size=int(d["beam_size"]),
+            n_best=int(d["n_best"]),
+            max_length=int(d["max_length"]),
+            length_penalty=float(d["length_penalty"]),
+            rerank_weight=float(d["rerank_weight"]),
+            hooks=list(d.get("hooks", [])),
+            results=[ImageCaptions.from_json(r) for r in d["results"]],
+            timings_ms=Timings.from_json(d.get("timings_ms", {})),
+        )
+
+
+@dataclass(frozen=True)
+class CaptionerInfo:
+    name: str
+    architecture: str
+    reads: str
+    max_length: int
+    default_ranker: str | None
+    training: dict[str, Any]
+    quality: dict[str, float]
+
+    @property
+    def trained_on(self) -> str:
+        """The split it was trained on: ``full`` or e.g. ``systematicity/1``."""
+        return str(self.training.get("split", ""))
+
+
+@dataclass(frozen=True)
+class RankerInfo:
+    name: str
+    architecture: str
+    embedding_dim: int
+    joint_with: str | None
+    training: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ModelsInfo:
+    """``GET /v1/models``: the captioners and rankers served, and the image size they read."""
+
+    preset: str
+    default_captioner: str
+    height: int
+    width: int
+    captioners: list[CaptionerInfo]
+    rankers: list[RankerInfo]
+
+    def captioner(self, name: str) -> CaptionerInfo:
+        for cap in self.captioners:
+            if cap.name == name:
+                return cap
+        raise KeyError(name)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ModelsInfo:
+        return cls(
+            preset=d.get("preset", ""),
+            default_captioner=d["default_captioner"],
+            height=int(d["image"]["height"]),
+            width=int(d["image"]["width"]),
+            captioners=[
+                CaptionerInfo(
+                    name=c["name"],
+                    architecture=c.get("architecture", ""),
+                    reads=c.get("reads", ""),
+                    max_length=int(c.get("max_length", 0)),
+                    default_ranker=c.get("default_ranker"),
+                    training=dict(c.get("training", {})),
+                    quality=dict(c.get("quality", {})),
+                )
+                for c in d["captioners"]
+            ],
+            rankers=[
+                RankerInfo(
+                    name=r["name"],
+                    architecture=r.get("architecture", ""),
+                    embedding_dim=int(r.get("embedding_dim", 0)),
+                    joint_with=r.get("joint_with"),
+                    training=dict(r.get("training", {})),
+                )
+                for r in d["rankers"]
+            ],
+        )
+
+
+@dataclass(frozen=True)
+class ReadyStatus:
+    """``GET /readyz``: ``status`` is ``ready``, ``loading`` or ``failed``."""
+
+    status: str
+    backend: str | None = None
+    error: str | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.status == "ready"
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ReadyStatus:
+        return cls(str(d.get("status", "")), d.get("backend"), d.get("error"))
+
+
+@dataclass(frozen=True)
+class ProbeJob:
+    """A live probe job (``GET /v1/probes/{id}``). ``partial`` and ``result`` are the kind's result
+    dicts (``None`` in listings, and until there is one)."""
+
+    id: str
+    kind: str
+    status: str
+    error: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    probe_set: str | None = None
+    done: int = 0
+    total: int = 0
+    partial: dict[str, Any] | None = None
+    result: dict[str, Any] | None = None
+    summary: str | None = None  # the kind's one-line summary of the result (so far)
+    timings_s: dict[str, Any] = field(default_factory=dict)
+    created_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+
+    @property
+    def finished(self) -> bool:
+        """Succeeded, failed or cancelled: nothing will change any more."""
+        return self.status in TERMINAL_STATUSES
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status == "succeeded"
+
+    def to_json(self) -> dict[str, Any]:
+        """The job in the gateway's JSON shape."""
+        body = asdict(self)
+        body["progress"] = {"done": body.pop("done"), "total": body.pop("total")}
+        return body
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ProbeJob:
+        progress = d.get("progress") or {}
+
+        def opt_float(key: str) -> float | None:
+            return None if d.get(key) is None else float(d[key])
+
+        return cls(
+            id=str(d["id"]),
+            kind=str(d.get("kind", "")),
+            status=str(d["status"]),
+            error=d.get("error"),
+            params=dict(d.get("params") or {}),
+            probe_set=d.get("probe_set"),
+            done=int(progress.get("done", 0)),
+            total=int(progress.get("total", 0)),
+            partial=d.get("partial"),
+            result=d.get("result"),
+            summary=d.get("summary"),
+            timings_s=dict(d.get("timings_s") or {}),
+            created_at=opt_float("created_at"),
+            started_at=opt_float("started_at"),
+            finished_at=opt_float("finished_at"),
+        )
+
+
+# -- explanations (POST /v1/explain) ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UnderArgmax:
+    """What lies under a word's highest-valued region (scene-graph images only)."""
+
+    labels: list[str]
+    object: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ExplainedWord:
+    """One caption word: its attribution map ``values`` (the grid ``[g][g]``, or one value per region),
+    the region it looked at most and, on a probe image, whether that is the object it names."""
+
+    index: int
+    word: str
+    noun: str | None
+    logprob: float | None
+    values: list[Any]
+    argmax_region: int
+    argmax_box: list[float] | None = None
+    overlay_png: str | None = None  # base64 PNG: the map over the image
+    under_argmax: UnderArgmax | None = None
+    pointing: bool | None = None
+    pointing_chance: float | None = None
+    grounded: bool | None = None
+
+    @property
+    def overlay(self) -> bytes | None:
+        """The heat-map overlay as PNG bytes (``None`` when asked for without overlays)."""
+        return None if self.overlay_png is None else base64.b64decode(self.overlay_png)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ExplainedWord:
+        under = d.get("under_argmax")
+        return _known(cls, d, under_argmax=None if under is None else _known(UnderArgmax, under))
+
+
+@dataclass(frozen=True)
+class IntegratedGradientsInfo:
+    n_steps: int
+    baseline: str
+    delta: list[float]  # per word: sum of attributions - (S_w(x) - S_w(baseline))
+    score_gap: list[float]
+    mean_abs_delta: float
+    mean_relative_delta: float
+
+
+@dataclass(frozen=True)
+class GuidedBackpropInfo:
+    relu_modules: int  # ReLUs whose negative gradients are stopped (0: a plain gradient)
+    note: str
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """``POST /v1/explain``: the caption explained (``source``: ``engine``, its best caption, or
+    ``client``, the caption given) and one map per word over the image regions; with a probe image
+    (``ProbeImage``) the grounding score by δ (``"0"``, ``"1"``, ``"3"``, ``"5"``, ``"inf"``)."""
+
+    model: str
+    method: str
+    attribute_to: str
+    caption: str
+    source: str
+    grid: list[int] | None
+    grid_area: list[float]
+    image_size: list[int]
+    scene_graph: bool
+    words: list[ExplainedWord]
+    grounding_score: dict[str, float] | None
+    logprob: float | None = None
+    normalized_logprob: float | None = None
+    ranker_score: float | None = None
+    integrated_gradients: IntegratedGradientsInfo | None = None
+    guided_backprop: GuidedBackpropInfo | None = None
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def texts(self) -> list[str]:
+        """The words explained, in order."""
+        return [w.word for w in self.words]
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Explanation:
+        ig, gb = d.get("integrated_gradients"), d.get("guided_backprop")
+        return _known(
+            cls,
+            d,
+            words=[ExplainedWord.from_json(w) for w in d["words"]],
+            grounding_score=d.get("grounding_score"),
+            integrated_gradients=None if ig is None else _known(IntegratedGradientsInfo, ig),
+            guided_backprop=None if gb is None else _known(GuidedBackpropInfo, gb),
+        )
+
+
+# -- comparisons (POST /v1/compare) -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResolvedConfiguration:
+    model: str
+    beam_size: int
+    ranker: str | None
+
+
+@dataclass(frozen=True)
+class ComparedConfiguration:
+    """A configuration as sent (``options``) and as the gateway resolved it."""
+
+    name: str
+    options: dict[str, Any]
+    resolved: ResolvedConfiguration
+
+
+@dataclass(frozen=True)
+class PairSimilarity:
+    """Two configurations' captions of one image: NGSM (1 = the same caption) and its tie-break."""
+
+    a: str
+    b: str
+    ngsm: float
+    tie_break: float
+
+
+@dataclass(frozen=True)
+class ComparedImage:
+    """One image: each configuration's best caption and the pairwise similarities."""
+
+    index: int  # the image's position in the request
+    captions: dict[str, str]
+    pairs: list[PairSimilarity]
+    min_ngsm: float
+    min_tie_break: float
+    most_discrepant_pair: list[str]
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ComparedImage:
+        return _known(cls, d, pairs=[_known(PairSimilarity, p) for p in d["pairs"]])
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """``POST /v1/compare``: the configurations and the images, most discrepant first (lowest
+    ``min_ngsm``); ``by_index()`` gives them in request order."""
+
+    configurations: list[ComparedConfiguration]
+    images: list[ComparedImage]
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    def by_index(self) -> list[ComparedImage]:
+        return sorted(self.images, key=lambda image: image.index)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Comparison:
+        return _known(
+            cls,
+            d,
+            configurations=[
+                _known(ComparedConfiguration, c, resolved=_known(ResolvedConfiguration, c["resolved"]))
+                for c in d["configurations"]
+            ],
+            images=[ComparedImage.from_json(i) for i in d["images"]],
+        )
+
+
+__all__ = [
+    "Caption",
+    "CaptionResult",
+    "CaptionerInfo",
+    "ComparedConfiguration",
+    "ComparedImage",
+    "Comparison",
+    "ExplainedWord",
+    "Explanation",
+    "GuidedBackpropInfo",
+    "ImageCaptions",
+    "IntegratedGradientsInfo",
+    "ModelsInfo",
+    "PairSimilarity",
+    "ProbeJob",
+    "RankerInfo",
+    "ReadyStatus",
+    "ResolvedConfiguration",
+    "Timings",
+    "UnderArgmax",
+]
