@@ -176,6 +176,11 @@ class CaptionerEntry(BaseModel):
         "transformers' generate() (an imported captioner: its captions are those of its own library)",
     )
     early_stopping: bool = Field(default=False, description="transformers search: its early_stopping")
+    image_cache: bool = Field(
+        default=False,
+        description="version 2: its step projects the cross-attention keys and values once per image of a "
+        "call, not once per row (the same outputs; kept at import where measured faster)",
+    )
     memory_grid: int | None = Field(
         default=None,
         description="version 2: its memory slots from memory_offset on are a g × g row-major grid over the "

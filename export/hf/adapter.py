@@ -22,9 +22,11 @@ RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}  # PIL's codes in preproc
 @dataclass(frozen=True)
 class Adapted:
     """An imported captioner ready to export: ``encoder`` (``image`` uint8 [B, H, W, 3] → ``memory``
-    [B, M, D], ``state`` [B, 1]) and ``step`` (the contract's step, see ``export.hf.ved``); ``start``
-    begins every prefix, ``eos`` ends a caption, ``pad`` pads; ``max_tokens`` is generate's
-    ``max_length`` (the start token counted); ``early_stopping`` its beam search's."""
+        [B, M, D], ``state`` [B, 1]) and ``step`` (the contract's step, see ``export.hf.ved``); ``start``
+        begins every prefix, ``eos`` ends a caption, ``pad`` pads; ``max_tokens`` is generate's
+        ``max_length`` (the start token counted); ``early_stopping`` its beam search's; ``cached_step`` the
+    same step with its cross-attention projected once per image (``export.hf.step.ImageCacheStep``), for
+    an architecture that has one."""
 
     model: Any
     encoder: nn.Module
@@ -35,6 +37,7 @@ class Adapted:
     pad: int
     max_tokens: int
     early_stopping: bool
+    cached_step: nn.Module | None = None  # the same step, cross-attention keys/values once per image
 
 
 def adapt(snapshot: Snapshot, pre: Preprocessing) -> Adapted:

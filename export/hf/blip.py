@@ -34,7 +34,7 @@ from torch import nn
 from export.hf.adapter import Adapted
 from export.hf.pixels import PixelValues
 from export.hf.snapshot import Snapshot, SnapshotError, offline
-from export.hf.step import CrossAttentionStep
+from export.hf.step import CrossAttentionStep, ImageCacheStep
 from service.manifest import Preprocessing
 
 DEFAULT_NEW_TOKENS = 20  # generate()'s max_length when nothing sets one: 20 tokens after the prompt
@@ -84,6 +84,7 @@ def adapt(snapshot: Snapshot, pre: Preprocessing) -> Adapted:
         model=model,
         encoder=Encoder(model, pre.rescale, pre.mean, pre.std),
         step=CrossAttentionStep(model.text_decoder),
+        cached_step=ImageCacheStep(model.text_decoder, int(start)),
         vocab_size=int(text.vocab_size),
         start=int(start),
         eos=int(end),

@@ -15,16 +15,18 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from export.hf.adapter import adapt, preprocessing
+from export.hf.adapter import Adapted, adapt, preprocessing
 from export.hf.programs import MIN_TOKENS, write_programs
 from export.hf.snapshot import Snapshot, SnapshotError, read_snapshot
 from export.hf.staging import HfImportError, ImportReport, commit, write_configs
+from export.hf.step_choice import STEP_FORMS, StepForm, StepTiming, choose
 from export.onnx import GraphSpec, export_graph, parity
 from export.programs import program_path
 from service.manifest import (
@@ -62,9 +64,17 @@ def _held_out(path: Path | None) -> list[HeldOutPair] | None:
 
 
 def import_hf(
-    snapshot_dir: str | Path, name: str, repo: str | Path, held_out_pairs: Path | None = None, seed: int = 0
+    snapshot_dir: str | Path,
+    name: str,
+    repo: str | Path,
+    held_out_pairs: Path | None = None,
+    seed: int = 0,
+    step_form: StepForm = "auto",
 ) -> ImportReport:
-    """Import the snapshot as captioner ``name`` of ``repo`` (see module docstring)."""
+    """Import the snapshot as captioner ``name`` of ``repo`` (see module docstring); ``step_form``: which
+    step graph of a cross-attention captioner to keep (``export.hf.step_choice``)."""
+    if step_form not in STEP_FORMS:
+        raise HfImportError(f"--step {step_form!r}: one of {', '.join(STEP_FORMS)}")
     repo = Path(repo)
     _check_name(name)
     snapshot = read_snapshot(snapshot_dir)
@@ -84,15 +94,48 @@ def import_hf(
             ranker, models, report = export_ranker(snapshot, name, stage, seed)
             commit(repo, manifest, stage, ranker, models)
         else:
-            entry, models, report = _export(snapshot, name, stage, held, seed)
+            entry, models, report = _export(snapshot, name, stage, held, seed, step_form)
             commit(repo, manifest, stage, entry, models)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return report
 
 
+def _keep_faster(
+    cached: torch.nn.Module,
+    step_path: Path,
+    trials: list[dict[str, torch.Tensor]],
+    dynamic: dict[str, dict[int, str]],
+    memory: tuple[int, int],
+    adapted: Adapted,
+    form: StepForm,
+) -> tuple[StepTiming, float]:
+    """Export the image-cache step beside the plain one at ``step_path``, check it, time both, and put
+    the one to keep at ``step_path``; the timing and the cached graph's parity."""
+    path = step_path.with_name("model.cached.onnx")
+    export_graph(
+        cached, cached.forward, GraphSpec(trials[0], ["logprobs", "state_out", "attention"], dynamic), path
+    )
+    diff = max(parity(cached, cached.forward, path, t) for t in trials)
+    if not diff <= PARITY_TOLERANCE:
+        raise HfImportError(
+            f"image-cache step: transformers vs onnxruntime max abs diff {diff:.2e} > {PARITY_TOLERANCE}"
+        )
+    timing = choose(step_path, path, memory, adapted.vocab_size, adapted.max_tokens, form)
+    if timing.kept == "cached":
+        os.replace(path, step_path)
+    else:
+        path.unlink()
+    return timing, diff
+
+
 def _export(
-    snapshot: Snapshot, name: str, stage: Path, held: list[HeldOutPair] | None, seed: int
+    snapshot: Snapshot,
+    name: str,
+    stage: Path,
+    held: list[HeldOutPair] | None,
+    seed: int,
+    step_form: StepForm,
 ) -> tuple[CaptionerEntry, list[ModelEntry], ImportReport]:
     tokenizer_file = snapshot.path / "tokenizer.json"
     if not tokenizer_file.is_file():
@@ -151,6 +194,12 @@ def _export(
         step, step.forward, GraphSpec(trials[0], ["logprobs", "state_out", "attention"], dynamic), step_path
     )
     report.parity[f"{name}_step"] = max(parity(step, step.forward, step_path, t) for t in trials)
+    if adapted.cached_step is not None and step_form != "plain":
+        report.step, diff = _keep_faster(
+            adapted.cached_step, step_path, trials, dynamic, (m, d), adapted, step_form
+        )
+        if report.step.kept == "cached":
+            report.parity[f"{name}_step"] = diff
     for graph, diff in report.parity.items():
         if not diff <= PARITY_TOLERANCE:
             raise HfImportError(
@@ -209,6 +258,7 @@ def _export(
         max_length=max(1, max_tokens - 1),  # generate's max_length counts the start token
         search="transformers",
         early_stopping=adapted.early_stopping,
+        image_cache=report.step is not None and report.step.kept == "cached",
         training=Training(
             split=EXTERNAL_SPLIT,
             held_out_pairs=held or [],

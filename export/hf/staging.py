@@ -9,6 +9,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from export.hf.step_choice import StepTiming
 from export.repo import config_pbtxt, parse_config
 from service.manifest import MANIFEST_NAME, CaptionerEntry, Manifest, ModelEntry, RankerEntry
 
@@ -23,6 +24,7 @@ class ImportReport:
     architecture: str
     parity: dict[str, float] = field(default_factory=dict)  # graph → max abs difference
     programs: dict[str, float] = field(default_factory=dict)  # graph → its program's max abs difference
+    step: StepTiming | None = None  # the plain vs image-cache step graphs, timed (cross-attention models)
     files: list[str] = field(default_factory=list)
 
 

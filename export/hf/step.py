@@ -4,7 +4,15 @@ encoder–decoder captioner whose text decoder cross-attends to the image (ViT +
 BLIP's ``text_decoder``): the decoder runs on each row's prefix with its image's states (every image
 position visible, as generate()'s all-ones mask), the next-token log-probs are read after the row's
 last real token, and ``attention`` is the last layer's cross-attention from that position averaged over
-its heads (the layer closest to the words, as seed 002 reads attention; no head singled out)."""
+its heads (the layer closest to the words, as seed 002 reads attention; no head singled out).
+
+``ImageCacheStep`` computes the same outputs with the cross-attention keys and values projected once
+per image of the call instead of once per row: a one-token pass of the decoder over the ``I`` images
+fills transformers' own ``EncoderDecoderCache`` with them, the rows gather theirs by ``image_index``,
+and the decoder reads them from that pre-filled cache (its ``is_updated`` path, as ``generate()`` does
+after its first step) instead of projecting its states again. With a beam of K the projection — most of
+a step's work for a ViT-base encoder's 197 states — is done K times less; the one-token pass costs a
+little, so the import keeps whichever graph it measured faster (``export.hf.importer``)."""
 
 from __future__ import annotations
 
@@ -27,7 +35,18 @@ class CrossAttentionStep(nn.Module):
         length: torch.Tensor,
         state: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        encoder_states = memory.index_select(0, image_index)
+        return self._decode(memory.index_select(0, image_index), tokens, length, state, use_cache=False)
+
+    def _decode(
+        self,
+        encoder_states: torch.Tensor,
+        tokens: torch.Tensor,
+        length: torch.Tensor,
+        state: torch.Tensor,
+        **cache: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The decoder on each row's prefix with its image's states (``cache``: transformers' cache
+        arguments); the contract's outputs."""
         positions = torch.arange(tokens.shape[1], device=tokens.device).unsqueeze(0)
         mask = (positions < length.unsqueeze(1)).to(torch.int64)
         out = self.decoder(
@@ -35,7 +54,7 @@ class CrossAttentionStep(nn.Module):
             attention_mask=mask,
             encoder_hidden_states=encoder_states,
             output_attentions=True,
-            use_cache=False,
+            **cache,
         )
         rows = torch.arange(tokens.shape[0], device=tokens.device)
         last = length - 1
@@ -44,4 +63,41 @@ class CrossAttentionStep(nn.Module):
         return logprobs, state, attention
 
 
-__all__ = ["CrossAttentionStep"]
+class ImageCacheStep(CrossAttentionStep):
+    """``CrossAttentionStep`` with the cross-attention keys and values projected once per image (module
+    docstring); ``start`` is the token of the one-token pass that fills the cache (any token would do:
+    the cross-attention projections do not depend on it)."""
+
+    def __init__(self, decoder: nn.Module, start: int) -> None:
+        super().__init__(decoder)
+        self.start = int(start)
+
+    def forward(
+        self,
+        memory: torch.Tensor,
+        image_index: torch.Tensor,
+        tokens: torch.Tensor,
+        length: torch.Tensor,
+        state: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+        first = torch.full((memory.shape[0], 1), self.start, dtype=torch.int64, device=memory.device)
+        per_image = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        self.decoder(input_ids=first, encoder_hidden_states=memory, past_key_values=per_image, use_cache=True)
+        cross = DynamicCache()
+        layers: Any = per_image.cross_attention_cache.layers  # DynamicLayer: keys, values [I, H, M, d]
+        for layer, cached in enumerate(layers):
+            keys, values = cached.keys, cached.values
+            cross.update(keys.index_select(0, image_index), values.index_select(0, image_index), layer)
+        return self._decode(
+            memory.index_select(0, image_index),
+            tokens,
+            length,
+            state,
+            past_key_values=EncoderDecoderCache(DynamicCache(), cross),
+            use_cache=True,
+        )
+
+
+__all__ = ["CrossAttentionStep", "ImageCacheStep"]

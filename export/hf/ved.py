@@ -25,7 +25,7 @@ from torch import nn
 from export.hf.adapter import Adapted
 from export.hf.pixels import PixelValues
 from export.hf.snapshot import Snapshot, SnapshotError, offline
-from export.hf.step import CrossAttentionStep
+from export.hf.step import CrossAttentionStep, ImageCacheStep
 from service.manifest import Preprocessing
 
 
@@ -70,6 +70,7 @@ def adapt(snapshot: Snapshot, pre: Preprocessing) -> Adapted:
         model=model,
         encoder=Encoder(model, pre.rescale, pre.mean, pre.std),
         step=CrossAttentionStep(model.decoder),
+        cached_step=ImageCacheStep(model.decoder, int(start)),
         vocab_size=int(config.decoder.vocab_size),
         start=int(start),
         eos=int(eos),

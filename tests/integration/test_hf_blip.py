@@ -48,7 +48,7 @@ def snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def repo(tiny_repo: Path, snapshot: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("imported") / "model_repo"
     shutil.copytree(tiny_repo, out)
-    report = import_hf(snapshot, NAME, out)
+    report = import_hf(snapshot, NAME, out, step_form="plain")  # the image-cache step: cached_repo
     assert set(report.parity) == {f"{NAME}_encoder", f"{NAME}_step"}
     assert all(diff <= PARITY_TOLERANCE for diff in report.parity.values()), report.parity
     print(f"ONNX parity (max abs diff): {report.parity}")
@@ -149,11 +149,25 @@ SEARCHES = [  # (beams, n_best, length_penalty, early_stopping): generate's sett
 ]
 
 
-def test_captions_are_those_of_generate(repo: Path, snapshot: Path, model: Any, ids: dict[str, int]) -> None:
+@pytest.fixture(scope="module")
+def cached_repo(tiny_repo: Path, snapshot: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same snapshot imported with the step that projects cross-attention once per image."""
+    out = tmp_path_factory.mktemp("cached") / "model_repo"
+    shutil.copytree(tiny_repo, out)
+    report = import_hf(snapshot, NAME, out, step_form="cached")
+    assert report.step is not None and report.step.kept == "cached" and report.parity[f"{NAME}_step"] <= 1e-4
+    return out
+
+
+@pytest.mark.parametrize("step", ["plain", "image_cache"])
+def test_captions_are_those_of_generate(
+    step: str, repo: Path, cached_repo: Path, snapshot: Path, model: Any, ids: dict[str, int]
+) -> None:
     """Greedy and beam search on 20 images: the engine's n-best captions are BLIP ``generate()``'s
     (``num_return_sequences``; its default length), token for token, with the same sequence scores; a
     difference is allowed only at a near-tie (scores within 1e-4), at most 5% of the captions, and
-    listed."""
+    listed. With either step graph: the plain one (``repo`` imports it) or the image-cache one."""
+    repo = cached_repo if step == "image_cache" else repo
     cap = load_manifest(repo).captioner(NAME)
     assert cap.image is not None
     images = np.random.default_rng(11).integers(0, 256, (20, 96, 96, 3), dtype=np.uint8)

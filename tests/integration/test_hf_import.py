@@ -50,7 +50,7 @@ def snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def repo(tiny_repo: Path, snapshot: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("imported") / "model_repo"
     shutil.copytree(tiny_repo, out)
-    report = import_hf(snapshot, NAME, out)
+    report = import_hf(snapshot, NAME, out, step_form="plain")  # the image-cache step: cached_repo
     assert set(report.parity) == {f"{NAME}_encoder", f"{NAME}_step"}
     assert all(diff <= PARITY_TOLERANCE for diff in report.parity.values()), report.parity
     return out
@@ -112,10 +112,24 @@ SEARCHES = [  # (beams, n_best, length_penalty, early_stopping): generate's sett
 ]
 
 
-def test_captions_are_those_of_generate(repo: Path, snapshot: Path) -> None:
+@pytest.fixture(scope="module")
+def cached_repo(tiny_repo: Path, snapshot: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same snapshot imported with the step that projects cross-attention once per image."""
+    out = tmp_path_factory.mktemp("cached") / "model_repo"
+    shutil.copytree(tiny_repo, out)
+    report = import_hf(snapshot, NAME, out, step_form="cached")
+    assert report.step is not None and report.step.kept == "cached", report.step
+    assert load_manifest(out).captioner(NAME).image_cache is True
+    return out
+
+
+@pytest.mark.parametrize("step", ["plain", "image_cache"])
+def test_captions_are_those_of_generate(step: str, repo: Path, cached_repo: Path, snapshot: Path) -> None:
     """Greedy and beam search on 20 images: the engine's n-best captions are ``generate()``'s
     (``num_return_sequences``), token for token, with the same sequence scores; a difference is allowed
-    only at a near-tie (scores within 1e-4), at most 5% of the captions, and listed."""
+    only at a near-tie (scores within 1e-4), at most 5% of the captions, and listed. With either step
+    graph: the plain one (``repo`` imports it) or the image-cache one."""
+    repo = cached_repo if step == "image_cache" else repo
     from transformers import VisionEncoderDecoderModel
 
     model = VisionEncoderDecoderModel.from_pretrained(snapshot, local_files_only=True).eval()
@@ -247,7 +261,7 @@ def test_the_gateway_serves_it_with_the_request_options(repo: Path) -> None:
 
 def test_importing_again_replaces_it(repo: Path, snapshot: Path) -> None:
     before = load_manifest(repo)
-    import_hf(snapshot, NAME, repo)
+    import_hf(snapshot, NAME, repo, step_form="plain")
     after = load_manifest(repo)
     assert [m.name for m in after.models] == [m.name for m in before.models]
     assert [c.name for c in after.captioners] == [c.name for c in before.captioners]
