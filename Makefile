@@ -99,8 +99,8 @@ models: $(STAMP)
 	$(VENV)/bin/compcap models --preset $(PRESET) --out $(ZOO)
 
 report: $(STAMP)
-	$(VENV)/bin/compcap report --zoo $(ZOO) --out reports --rerank-sweep
+	$(VENV)/bin/compcap report --repo $(ZOO) --out reports --rerank-sweep
 
 # seed 002's grounding study on the zoo (explanations per captioner x method; reports/explanations.md)
 explain-report: $(STAMP)
-	$(VENV)/bin/compcap explain-report --zoo $(ZOO) --out reports
+	$(VENV)/bin/compcap explain-report --repo $(ZOO) --out reports

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from PIL import Image
 
+from export.progress import stages
 from service.engine.domain import calibrate
 from service.engine.engine import CaptionEngine
 from service.manifest import MANIFEST_NAME, DomainSpec, load_manifest
@@ -106,9 +108,10 @@ def calibrate_repo(
     half = len(validation) // 2
     figures: dict[str, Any] = {}
 
-    async def run() -> None:
+    async def run(stage: Callable[[str], None]) -> None:
         async with await CaptionEngine.from_repo(repo) as engine:
             for name in names:
+                stage(f"calibrating {name}")
                 feats = await _features(engine, name, validation)
                 model = calibrate(validation[:half], feats[:half], validation[half:], feats[half:], quantile)
                 model.save(repo / "domain" / f"{name}.npz")
@@ -122,7 +125,8 @@ def calibrate_repo(
                     out[label] = {"images": len(imgs), key: round(share, 4)}
                 figures[name] = out
 
-    asyncio.run(run())
+    with stages(len(names)) as stage:
+        asyncio.run(run(stage))
     raw = json.loads((repo / MANIFEST_NAME).read_text(encoding="utf-8"))
     for entry in raw["captioners"]:
         if entry["name"] in names:

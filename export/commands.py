@@ -9,6 +9,18 @@ import json
 import sys
 from pathlib import Path
 
+from service.cli_args import (
+    ListAction,
+    existing_dir,
+    existing_file,
+    fraction,
+    held_out_group,
+    one_of,
+    positive_int,
+    writable_dir,
+    writable_file,
+)
+from service.cli_errors import UsageError
 from service.cli_table import Command, CommandTable
 
 PRESETS = ("tiny", "default")
@@ -16,10 +28,10 @@ SPLIT_KINDS = ("systematicity", "productivity", "substitutivity", "full")
 
 
 def _world_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--images", type=int, default=1000)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--out", type=writable_dir, required=True, help="folder of the dataset (created)")
+    parser.add_argument("--images", type=positive_int, default=1000, help="images to generate")
+    parser.add_argument("--seed", type=int, default=0, help="the world's seed")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def _world(args: argparse.Namespace) -> int:
@@ -31,10 +43,10 @@ def _world(args: argparse.Namespace) -> int:
 
 
 def _train_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", required=True, help="a SceneWorld dataset folder")
-    parser.add_argument("--preset", choices=PRESETS, default="default")
-    parser.add_argument("--out", required=True, help="folder for checkpoints")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data", type=existing_dir, required=True, help="a SceneWorld dataset folder")
+    parser.add_argument("--preset", choices=PRESETS, default="default", help="model and training sizes")
+    parser.add_argument("--out", type=writable_dir, required=True, help="folder for checkpoints")
+    parser.add_argument("--seed", type=int, default=0, help="training seed")
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -45,10 +57,15 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _build_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", choices=PRESETS, default="default")
-    parser.add_argument("--out", default="model_repo")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--work", default=None, help="folder for data and checkpoints (default: <out>/.work)")
+    parser.add_argument("--preset", choices=PRESETS, default="default", help="data, model and training sizes")
+    parser.add_argument("--out", type=writable_dir, default="model_repo", help="the repository to write")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the world and the training")
+    parser.add_argument(
+        "--work",
+        type=writable_dir,
+        default=None,
+        help="folder for data and checkpoints (default: <out>.work)",
+    )
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -63,10 +80,15 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _models_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", choices=PRESETS, default="default")
-    parser.add_argument("--out", default="model_zoo")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--work", default=None)
+    parser.add_argument("--preset", choices=PRESETS, default="default", help="data, model and training sizes")
+    parser.add_argument("--out", type=writable_dir, default="model_zoo", help="the zoo repository to write")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the world and the training")
+    parser.add_argument(
+        "--work",
+        type=writable_dir,
+        default=None,
+        help="folder for data and checkpoints (default: <out>.work)",
+    )
 
 
 def _models(args: argparse.Namespace) -> int:
@@ -78,18 +100,30 @@ def _models(args: argparse.Namespace) -> int:
 
 
 def _splits_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", required=True, help="folder with captions.json (SceneWorld or COCO format)")
-    parser.add_argument("--kind", required=True, choices=SPLIT_KINDS)
-    parser.add_argument("--group", type=int, default=None, help="held-out pair group 1-4 (systematicity)")
+    parser.add_argument(
+        "--data",
+        type=existing_dir,
+        required=True,
+        help="folder with captions.json (SceneWorld or COCO format)",
+    )
+    parser.add_argument("--kind", required=True, choices=SPLIT_KINDS, help="which split")
+    parser.add_argument(
+        "--group",
+        type=held_out_group,
+        default=None,
+        help="held-out pair group, 1..4 (required for --kind systematicity)",
+    )
     parser.add_argument("--by", default="length", choices=["length", "density"], help="productivity measure")
     parser.add_argument(
         "--out",
+        type=writable_dir,
         default=None,
         help="folder for split.json (default: <data>/splits/<kind>[_<group>], where compcap evaluate looks)",
     )
 
 
 def _splits(args: argparse.Namespace) -> int:
+    require_group(args.kind, args.group, "--kind")
     from export.data.splits import run_splits_cli
 
     out = Path(args.out) if args.out else None
@@ -97,14 +131,27 @@ def _splits(args: argparse.Namespace) -> int:
     return 0
 
 
+def require_group(kind: str, group: int | None, flag: str) -> None:
+    """A systematicity split needs its held-out pair group."""
+    if kind == "systematicity" and group is None:
+        from service.cli_args import held_out_groups
+
+        raise UsageError(
+            f"--group is required for {flag} systematicity: the held-out pair group, 1..{held_out_groups()}"
+        )
+
+
 PROBE_KINDS = ("systematicity", "productivity", "substitutivity")
 
 
 def _probeset_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--data", required=True, help="COCO-format folder (captions.json, images, optional instances.json)"
+        "--data",
+        type=existing_dir,
+        required=True,
+        help="COCO-format folder (captions.json, images, optional instances.json)",
     )
-    parser.add_argument("--kind", required=True, choices=PROBE_KINDS)
+    parser.add_argument("--kind", required=True, choices=PROBE_KINDS, help="which probe")
     parser.add_argument(
         "--out",
         default=None,
@@ -112,16 +159,20 @@ def _probeset_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--repo",
+        type=existing_dir,
         default=None,
         help="a model repository: write the set into it and list it in its manifest (the gateway's probes "
         "serve it as probe_set <name>; a set of the same name is replaced)",
     )
     parser.add_argument(
-        "--per-pair", type=int, default=50, help="images per pair (comb and no_comb each) or per object count"
+        "--per-pair",
+        type=positive_int,
+        default=50,
+        help="images per pair (comb and no_comb each) or per object count",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the splits and the image choice")
     parser.add_argument(
-        "--min-count", type=int, default=200, help="substitutivity: synonym words' training count"
+        "--min-count", type=positive_int, default=200, help="substitutivity: synonym words' training count"
     )
     parser.add_argument(
         "--name",
@@ -131,13 +182,10 @@ def _probeset_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _probeset(args: argparse.Namespace) -> int:
+    if args.out is None and args.repo is None:
+        raise UsageError("give --out DIR, or --repo REPO to add the set to a repository")
     from export.probesets.coco import run_probeset_cli
 
-    if args.out is None and args.repo is None:
-        print(
-            "compcap probeset: give --out DIR, or --repo REPO to add the set to a repository", file=sys.stderr
-        )
-        return 2
     try:
         run_probeset_cli(
             Path(args.data),
@@ -156,9 +204,23 @@ def _probeset(args: argparse.Namespace) -> int:
 
 
 def _probesets_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--repo", required=True, help="a built repository (compcap build / compcap models)")
-    parser.add_argument("--work", default=None, help="its work folder (default: <repo>.work)")
-    parser.add_argument("--kind", action="append", choices=PROBE_KINDS, help="only these kinds (repeatable)")
+    parser.add_argument(
+        "--repo",
+        type=existing_dir,
+        required=True,
+        help="a built repository (compcap build / compcap models)",
+    )
+    parser.add_argument(
+        "--work", type=writable_dir, default=None, help="its work folder (default: <repo>.work)"
+    )
+    parser.add_argument(
+        "--kind",
+        action=ListAction,
+        item=one_of(*PROBE_KINDS),
+        default=PROBE_KINDS,
+        metavar="KIND",
+        help="only these kinds (" + ", ".join(PROBE_KINDS) + ")",
+    )
     parser.add_argument(
         "--preset", choices=PRESETS, default=None, help="sizes (default: the repository's preset)"
     )
@@ -168,15 +230,17 @@ def _probesets(args: argparse.Namespace) -> int:
     from export.probesets.repo import add_probe_sets
 
     work = Path(args.work) if args.work else None
-    add_probe_sets(Path(args.repo), work, args.kind or PROBE_KINDS, args.preset)  # prints a summary
+    add_probe_sets(Path(args.repo), work, args.kind, args.preset)  # prints a summary
     return 0
 
 
 def _import_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", choices=["hf"], help="hf: a Hugging Face transformers snapshot")
-    parser.add_argument("snapshot", help="the snapshot directory (what save_pretrained wrote)")
+    parser.add_argument(
+        "snapshot", type=existing_dir, help="the snapshot directory (what save_pretrained wrote)"
+    )
     parser.add_argument("--name", required=True, help="the captioner's name in the repository")
-    parser.add_argument("--repo", required=True, help="the model repository to add it to")
+    parser.add_argument("--repo", type=existing_dir, required=True, help="the model repository to add it to")
     parser.add_argument(
         "--role",
         choices=["captioner", "ranker"],
@@ -185,8 +249,10 @@ def _import_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--held-out-pairs",
+        type=existing_file,
         default=None,
-        help="JSON list of {kind, modifier, noun}: concept pairs its training data never showed",
+        help="a JSON file, a list of {kind, modifier, noun}: concept pairs its training data never showed "
+        "([] declares that none were held out; default: not declared)",
     )
 
 
@@ -214,15 +280,22 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--repo", required=True)
+    parser.add_argument("--repo", type=existing_dir, required=True, help="the model repository")
     parser.add_argument(
-        "--model", action="append", default=None, help="a captioner (repeatable; default: all)"
+        "--model", action=ListAction, default=None, metavar="MODEL", help="captioners (default: all)"
     )
-    parser.add_argument("--data", default=None, help="a folder of the captioner's own validation images")
-    parser.add_argument("--images", type=int, default=1500, help="SceneWorld validation images")
+    parser.add_argument(
+        "--data",
+        type=existing_dir,
+        default=None,
+        help="a folder of the captioner's own validation images (default: SceneWorld images)",
+    )
+    parser.add_argument("--images", type=positive_int, default=1500, help="SceneWorld validation images")
     parser.add_argument("--seed", type=int, default=0, help="the repository's training seed")
-    parser.add_argument("--quantile", type=float, default=0.025, help="share each test flags of its images")
-    parser.add_argument("--json", default=None, help="write the figures here")
+    parser.add_argument(
+        "--quantile", type=fraction, default=0.025, help="share each test flags of its images"
+    )
+    parser.add_argument("--json", type=writable_file, default=None, help="write the figures here")
 
 
 def _calibrate(args: argparse.Namespace) -> int:

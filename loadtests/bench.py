@@ -7,7 +7,7 @@ closed-loop HTTP load, measured in one run on one backend.
 (b) naive: the in-process engine with cross-request batching off (the same scheduler, one per
     request), ``--naive-clients`` concurrent callers (each request's step calls carry only its rows).
 (c) load: ``compcap serve`` started on a free port (cross-request batching on), ``clients`` closed-loop
-    HTTP clients for ``--duration`` s each; mean rows per decoder call from the gateway's /metrics.
+    HTTP clients for ``--seconds`` s each; mean rows per decoder call from the gateway's /metrics.
 
 Every figure comes from the same images, model and beam size (5), so the ratios are comparable.
 """
@@ -37,6 +37,17 @@ from loadtests.ceiling import ceiling_of_limit, step_ms_alone
 from loadtests.cpu import bounds_of_limit
 from loadtests.http_load import Gateway, closed_loop
 from service.backends.factory import make_backend
+from service.cli_args import (
+    RERANK_HELP,
+    ListAction,
+    add_renamed,
+    existing_dir,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    rerank,
+    writable_file,
+)
 from service.engine.engine import CaptionEngine
 from service.engine.params import SearchParams
 from service.engine.runner import ModelRunner
@@ -315,7 +326,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         if isinstance(args.rerank, str):
             raise SystemExit(
-                "--baseline torch re-ranks with the captioner's own ranker or none (--rerank false)"
+                "--baseline torch re-ranks with the captioner's own ranker or none (--rerank none)"
             )
         if missing := missing_programs(repo, model, args.rerank is not False):
             raise SystemExit(
@@ -450,40 +461,58 @@ def peer_load(
     return {"name": name, "load": rows}
 
 
-def _rerank(value: str) -> str | bool | None:
-    lowered = value.lower()
-    if lowered in ("default", ""):
-        return None
-    if lowered in ("false", "none", "off"):
-        return False
-    if lowered == "true":
-        return True
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backend", choices=["onnxruntime", "triton"], default="onnxruntime")
-    parser.add_argument("--clients", default="1,8,32,64", help="comma-separated client counts")
-    parser.add_argument("--duration", type=float, default=20.0, help="seconds per load level")
-    parser.add_argument("--json", default=None, help="write the result here")
-    parser.add_argument("--repo", default="model_repo")
+    parser.add_argument(
+        "--backend", choices=["onnxruntime", "triton"], default="onnxruntime", help="the model backend"
+    )
+    parser.add_argument(
+        "--clients",
+        action=ListAction,
+        item=positive_int,
+        default=(1, 8, 32, 64),
+        metavar="N",
+        help="closed-loop client counts, one load level each",
+    )
+    add_renamed(
+        parser,
+        "--seconds",
+        "--duration",
+        dest="duration",
+        metavar="SECONDS",
+        type=positive_float,
+        default=20.0,
+        help="seconds per load level",
+    )
+    parser.add_argument("--json", type=writable_file, default=None, help="write the result here")
+    parser.add_argument("--repo", type=existing_dir, default="model_repo", help="the model repository")
     parser.add_argument("--model", default=None, help="captioner (default: the manifest's default)")
-    parser.add_argument("--rerank", type=_rerank, default=None, help="ranker name, false, or default")
-    parser.add_argument("--images", type=int, default=64, help="distinct bench images")
-    parser.add_argument("--single-runs", type=int, default=50)
-    parser.add_argument("--naive-clients", type=int, default=32)
+    parser.add_argument("--rerank", type=rerank, default=None, help=RERANK_HELP)
+    parser.add_argument("--images", type=positive_int, default=64, help="distinct bench images")
+    parser.add_argument(
+        "--single-runs", type=positive_int, default=50, help="single-image captions timed one by one"
+    )
+    parser.add_argument(
+        "--naive-clients",
+        type=positive_int,
+        default=32,
+        help="concurrent callers of the engine without cross-request batching",
+    )
     parser.add_argument(
         "--naive-gateway-clients",
-        type=int,
+        type=non_negative_int,
         default=32,
         help="also load a gateway without cross-request batching at this many clients (0: skip)",
     )
-    parser.add_argument("--max-rows", type=int, default=640, help="largest step batch in the limit curve")
-    parser.add_argument("--curve-seconds", type=float, default=0.5, help="timing per step batch size")
+    parser.add_argument(
+        "--max-rows", type=positive_int, default=640, help="largest step batch in the limit curve"
+    )
+    parser.add_argument(
+        "--curve-seconds", type=positive_float, default=0.5, help="timing per step batch size"
+    )
     parser.add_argument("--triton-url", default=None, help="use this Triton instead of starting one")
     parser.add_argument(
         "--floor-clients",
-        type=int,
+        type=non_negative_int,
         default=32,
         help="also load the HTTP floor server (loadtests.http_floor) at this many clients, for the "
         "CPU bounds (0: skip)",
@@ -497,7 +526,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "or transformers (loadtests.transformers_baseline: generate() on --snapshot, the snapshot the "
         "imported --model came from)",
     )
-    parser.add_argument("--snapshot", default=None, help="--baseline transformers: the snapshot directory")
+    parser.add_argument(
+        "--snapshot",
+        type=existing_dir,
+        default=None,
+        help="--baseline transformers: the snapshot directory",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """``compcap bench --mix``: do the beam-5 users keep their throughput next to other kinds of traffic?
 
-One gateway (``compcap serve`` on a free port), then scenarios of ``--duration`` s each, every scenario
+One gateway (``compcap serve`` on a free port), then scenarios of ``--seconds`` s each, every scenario
 a set of closed-loop client kinds running at once:
 
 - ``alone``: ``--mix-users`` beam-5 clients (24), the reference;
@@ -39,6 +39,7 @@ from rich.table import Table
 from loadtests.bench import bench_images, png_bytes, print_and_save
 from loadtests.cpu import CpuMeter
 from loadtests.http_load import BOUNDARY, Gateway, RawConnection, request_head, samples, step_rows
+from service.cli_args import ListAction, positive_int
 from service.manifest import load_manifest
 from service.metrics import ABANDONED, PACED_ABANDONERS
 
@@ -314,7 +315,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     manifest = load_manifest(repo)
     cap = manifest.captioner(args.model or manifest.default_captioner)
     every = scenarios(cap.name, args.mix_users, args.rows_users, args.hang_up_source or None)
-    wanted = [s.strip() for s in args.mix_scenarios.split(",") if s.strip()] if args.mix_scenarios else []
+    chosen_names = (
+        args.mix_scenarios.split(",") if isinstance(args.mix_scenarios, str) else args.mix_scenarios
+    )
+    wanted = [s.strip() for s in chosen_names or () if s.strip()]
     unknown = set(wanted) - {s.name for s in every}
     if unknown:
         raise SystemExit(f"--mix-scenarios: unknown {sorted(unknown)}; known: {[s.name for s in every]}")
@@ -388,10 +392,18 @@ def mix_table(result: dict[str, Any]) -> Table:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mix", action="store_true", help="run the mixed-traffic scenarios instead")
-    parser.add_argument("--mix-users", type=int, default=24, help="beam-5 clients in the mix scenarios")
-    parser.add_argument("--rows-users", type=int, default=32, help="beam-5 clients in rows / rows+100")
-    parser.add_argument("--mix-repeat", type=int, default=1, help="rounds of every scenario, interleaved")
-    parser.add_argument("--mix-scenarios", default="", help="comma-separated subset (default: all)")
+    parser.add_argument(
+        "--mix-users", type=positive_int, default=24, help="beam-5 clients in the mix scenarios"
+    )
+    parser.add_argument(
+        "--rows-users", type=positive_int, default=32, help="beam-5 clients in rows / rows+100"
+    )
+    parser.add_argument(
+        "--mix-repeat", type=positive_int, default=1, help="rounds of every scenario, interleaved"
+    )
+    parser.add_argument(
+        "--mix-scenarios", action=ListAction, default=(), metavar="SCENARIO", help="a subset (default: all)"
+    )
     parser.add_argument(
         "--hang-up-source",
         default="127.0.0.2",

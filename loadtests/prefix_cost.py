@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     for length, row in figures["per_length"].items():
         print(
             f"L={length:2d}  step {figures['step_ms'][length]:7.2f} ms  whole caption: prefix "
-            f"{row['prefix_ms']:8.2f} ms  cache >= {row['cache_bound_ms']:8.2f} ms  at most {row['max_speedup']:.2f}x"
+            f"{row['prefix_ms']:8.2f} ms  cache >= {row['cache_bound_ms']:8.2f} ms  "
+            f"at most {row['max_speedup']:.2f}x"
         )
     if args.out:
         Path(args.out).write_text(json.dumps(figures, indent=2), encoding="utf-8")

@@ -22,6 +22,16 @@ from rich.table import Table
 
 from loadtests.bench import bench_images, png_bytes, print_and_save
 from loadtests.http_load import Gateway, closed_loop
+from service.cli_args import (
+    add_renamed,
+    existing_dir,
+    fraction,
+    non_negative_float,
+    positive_float,
+    positive_int,
+    rerank,
+    writable_file,
+)
 from service.client import CompCapClient
 from service.manifest import load_manifest
 
@@ -41,7 +51,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     pngs = [png_bytes(x) for x in images]
     query = {"beam_size": "5", "model": cap.name}
     probe = {"kind": "systematicity", "model": cap.name, "beam_size": args.probe_beam, "n_best": 5}
-    probe["rerank"] = args.probe_rerank if args.probe_rerank != "false" else False
+    probe["rerank"] = args.probe_rerank  # a name, False (none) or None (the captioner's own)
     env = {
         "COMPCAP_PROBE_HISTORY": "",
         "COMPCAP_MAX_BACKGROUND_ROWS": str(args.background_rows),
@@ -114,19 +124,31 @@ def summary(result: dict[str, Any]) -> Table:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--repo", default="model_repo")
+    parser.add_argument("--repo", type=existing_dir, default="model_repo", help="the model repository")
     parser.add_argument("--model", default=None, help="captioner (default: the repository's default)")
-    parser.add_argument("--clients", type=int, default=8)
-    parser.add_argument("--seconds", type=float, default=20.0, help="length of each phase")
-    parser.add_argument("--rounds", type=int, default=2, help="A/B pairs")
-    parser.add_argument(
-        "--settle", type=float, default=2.0, help="seconds between starting the probe and measuring"
+    parser.add_argument("--clients", type=positive_int, default=8, help="closed-loop caption clients")
+    add_renamed(
+        parser, "--seconds", "--duration", type=positive_float, default=20.0, help="length of each phase"
     )
-    parser.add_argument("--probe-beam", type=int, default=100)
-    parser.add_argument("--probe-rerank", default="butr", help="ranker of the probe, or false")
-    parser.add_argument("--background-rows", type=int, default=128, help="COMPCAP_MAX_BACKGROUND_ROWS")
-    parser.add_argument("--background-share", type=float, default=0.25, help="COMPCAP_BACKGROUND_SHARE")
-    parser.add_argument("--json", default=None)
+    parser.add_argument("--rounds", type=positive_int, default=2, help="A/B pairs")
+    parser.add_argument(
+        "--settle",
+        type=non_negative_float,
+        default=2.0,
+        help="seconds between starting the probe and measuring",
+    )
+    parser.add_argument("--probe-beam", type=positive_int, default=100, help="the probe's beam size")
+    parser.add_argument(
+        "--probe-rerank",
+        type=rerank,
+        default="butr",
+        help="the probe's ranker, or 'none' for plain beam search",
+    )
+    parser.add_argument(
+        "--background-rows", type=positive_int, default=128, help="COMPCAP_MAX_BACKGROUND_ROWS"
+    )
+    parser.add_argument("--background-share", type=fraction, default=0.25, help="COMPCAP_BACKGROUND_SHARE")
+    parser.add_argument("--json", type=writable_file, default=None, help="write the result here")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 """``compcap bench --profile DIR``: where the gateway's time goes at ``--profile-clients`` clients.
 
 Starts ``compcap serve`` on a free port, loads it with the bench's closed-loop beam-5 clients and, for
-the middle ``--duration`` s of that load, samples every Python thread of the gateway with py-spy (two
+the middle ``--seconds`` s of that load, samples every Python thread of the gateway with py-spy (two
 samplers at once, neither pausing the process: one writes the flame graph ``DIR/flame.svg``, the
 other the collapsed stacks ``DIR/stacks.txt``). Each sampled stack is put in one category: that of
 the frame nearest the leaf that carries one of ``CATEGORIES``' markers (numpy called by the beam
@@ -30,6 +30,7 @@ from rich.table import Table
 
 from loadtests.bench import bench_images, png_bytes, print_and_save
 from loadtests.http_load import Gateway, closed_loop
+from service.cli_args import positive_int, writable_dir
 from service.manifest import load_manifest
 
 RATE_HZ = 100
@@ -185,8 +186,15 @@ def profile_table(result: dict[str, Any]) -> Table:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--profile", default=None, help="profile the gateway; write the flame graph here")
-    parser.add_argument("--profile-clients", type=int, default=32, help="closed-loop clients while profiling")
+    parser.add_argument(
+        "--profile",
+        type=writable_dir,
+        default=None,
+        help="profile the gateway; write the flame graph and breakdown into this folder",
+    )
+    parser.add_argument(
+        "--profile-clients", type=positive_int, default=32, help="closed-loop clients while profiling"
+    )
 
 
 def profile(args: argparse.Namespace) -> int:

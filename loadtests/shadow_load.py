@@ -22,6 +22,7 @@ from rich.table import Table
 
 from loadtests.bench import bench_images, png_bytes, print_and_save
 from loadtests.http_load import Gateway, closed_loop, samples
+from service.cli_args import add_renamed, existing_dir, fraction, positive_float, positive_int, writable_file
 from service.compare.shadow import SHADOW_REQUESTS
 from service.manifest import load_manifest
 
@@ -119,15 +120,17 @@ def summary(result: dict[str, Any]) -> Table:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--repo", default="model_repo")
+    parser.add_argument("--repo", type=existing_dir, default="model_repo", help="the model repository")
     parser.add_argument("--model", default=None, help="users' captioner (default: the repository's default)")
     parser.add_argument("--shadow", default=None, help="shadow configuration (default: another captioner)")
-    parser.add_argument("--rate", type=float, default=1.0, help="COMPCAP_SHADOW_RATE")
-    parser.add_argument("--clients", type=int, default=8)
-    parser.add_argument("--seconds", type=float, default=20.0, help="length of each phase")
-    parser.add_argument("--rounds", type=int, default=2, help="A/B pairs")
-    parser.add_argument("--background-share", type=float, default=0.25, help="COMPCAP_BACKGROUND_SHARE")
-    parser.add_argument("--json", default=None)
+    parser.add_argument("--rate", type=fraction, default=1.0, help="COMPCAP_SHADOW_RATE")
+    parser.add_argument("--clients", type=positive_int, default=8, help="closed-loop caption clients")
+    add_renamed(
+        parser, "--seconds", "--duration", type=positive_float, default=20.0, help="length of each phase"
+    )
+    parser.add_argument("--rounds", type=positive_int, default=2, help="A/B pairs")
+    parser.add_argument("--background-share", type=fraction, default=0.25, help="COMPCAP_BACKGROUND_SHARE")
+    parser.add_argument("--json", type=writable_file, default=None, help="write the result here")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

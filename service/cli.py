@@ -1,18 +1,30 @@
 """``compcap``: one entry point over the command tables of the installed packages. The service's own
-commands (serve, triton) come from ``service.commands``; every other package registers its table in the
-``compcap.commands`` entry-point group (``pyproject.toml``), so this module names no package above
-``service``. Listing the commands imports only those light tables; a command's arguments and its heavy
-modules are imported only when it is chosen, so ``compcap serve`` runs without torch."""
+commands (serve, triton, probe, caption) come from ``service.commands``; every other package registers
+its table in the ``compcap.commands`` entry-point group (``pyproject.toml``), so this module names no
+package above ``service``. Listing the commands imports only those light tables; a command's arguments
+and its heavy modules are imported only when it is chosen, so ``compcap serve`` runs without torch.
+
+Failures are reported here, once for every command (``service.cli_errors``): a mistake of the user's is
+one line ``compcap COMMAND: what is wrong`` and exit 2, anything else one line and exit 1, Ctrl-C exit
+130; a traceback only with ``--debug``."""
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
-from collections.abc import Mapping, Sequence
-from importlib.metadata import entry_points
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from importlib.metadata import PackageNotFoundError, entry_points
+from importlib.metadata import version as installed_version
+from pathlib import Path
+from typing import Any, NoReturn
 
+from service.cli_errors import INTERRUPTED, USAGE, describe, one_line
 from service.cli_table import ENTRY_POINT_GROUP, Command, CommandTable
 from service.commands import COMMANDS as SERVICE_COMMANDS
+
+DEBUG_HELP = "on a failure, print the traceback too"
 
 
 def command_tables() -> list[tuple[str, CommandTable]]:
@@ -39,32 +51,155 @@ def all_commands() -> dict[str, Command]:
     return commands
 
 
-def build_parser(
-    argv: Sequence[str], commands: Mapping[str, Command] | None = None
-) -> argparse.ArgumentParser:
+def version() -> str:
+    """The installed distribution's version, else the checkout's ``pyproject.toml``'s."""
+    try:
+        return installed_version("compcap")
+    except PackageNotFoundError:
+        import tomllib
+
+        try:
+            text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8")
+            return str(tomllib.loads(text)["project"]["version"])
+        except (OSError, KeyError, ValueError):
+            return "unknown"
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Each flag's help ends with its default ``(default: X)``, unless the help already speaks of its
+    default or there is none to show (``None``, ``False``, an empty list)."""
+
+    def add_argument(self, action: argparse.Action) -> None:
+        super().add_argument(action)
+        subactions = getattr(action, "_get_subactions", None)  # the commands, one level more indented
+        if action.help is not argparse.SUPPRESS and subactions is not None:
+            for subaction in subactions():
+                width = len(self._format_action_invocation(subaction)) + self._current_indent
+                self._action_max_length = max(self._action_max_length, width + self._indent_increment)
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            default is None
+            or default is False
+            or default is argparse.SUPPRESS
+            or "default" in text.lower()
+            or (not action.option_strings and action.nargs not in ("?", "*"))
+        ):
+            return action.help
+        shown = " ".join(map(str, default)) if isinstance(default, list | tuple) else str(default)
+        if not shown:
+            return action.help
+        return f"{text} (default: {shown.replace('%', '%%')})".lstrip()
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser with one-line errors: ``compcap COMMAND: argument --x: what is wrong`` on
+    stderr and exit 2, without the usage block."""
+
+    chosen: Parser | None = None  # the subparser of the command chosen (``build_parser``)
+
+    def error(self, message: str) -> NoReturn:
+        hint = " (compcap --help lists the commands)" if self.prog == "compcap" else ""
+        self.exit(USAGE, f"{self.prog}: {one_line(message)}{hint}\n")
+
+
+def build_parser(argv: Sequence[str], commands: Mapping[str, Command] | None = None) -> Parser:
     """The parser for ``argv``: every command listed with its help, and the arguments of the command
     ``argv`` chooses (its first word) added, so that no other command's modules are imported."""
     commands = all_commands() if commands is None else commands
-    chosen = next((word for word in argv if not word.startswith("-")), None)
-    parser = argparse.ArgumentParser(
+    chosen = _chosen(argv)
+    parser = Parser(
         prog="compcap",
         description="CompCap: build, serve and study image captioners (`compcap COMMAND --help` for a "
         "command's options).",
+        formatter_class=HelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"compcap {version()}")
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, command in commands.items():
-        subparser = sub.add_parser(name, help=command.help, description=command.help)
+        subparser = sub.add_parser(
+            name, help=command.help, description=command.help, formatter_class=HelpFormatter
+        )
         if name == chosen:
             command.add_arguments(subparser)
+            subparser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
+            parser.chosen = subparser
         subparser.set_defaults(func=command.run)
     return parser
 
 
+def _chosen(argv: Sequence[str]) -> str | None:
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def _words_before_separator(argv: Sequence[str]) -> list[str]:
+    words = list(argv)
+    return words[: words.index("--")] if "--" in words else words
+
+
+def _unknown_command(name: str, commands: Mapping[str, Command]) -> NoReturn:
+    close = difflib.get_close_matches(name, list(commands), n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    print(f"compcap: unknown command {name!r}{hint}; compcap --help lists the commands", file=sys.stderr)
+    raise SystemExit(USAGE)
+
+
+def _unrecognized(parser: Parser, command: str, extras: Sequence[str]) -> NoReturn:
+    options = [o for a in (parser.chosen._actions if parser.chosen else []) for o in a.option_strings]
+    flags = [word.split("=")[0] for word in extras if word.startswith("--")]
+    close = difflib.get_close_matches(flags[0], options, n=1) if flags else []
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    print(f"compcap {command}: unrecognized arguments: {' '.join(extras)}{hint}", file=sys.stderr)
+    raise SystemExit(USAGE)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``compcap`` on ``argv`` (default: ``sys.argv[1:]``). Returns the command's exit code (2 for
+    a mistake found while it ran); raises ``SystemExit`` for a mistake on the command line itself (2,
+    as argparse does), an interrupt (130) or a crash (1, chained to the exception)."""
     words = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser(words).parse_args(words)
-    result: int = args.func(args)
-    return result
+    debug = "--debug" in _words_before_separator(words)
+    name = _chosen(words)
+    return guarded(lambda: _parse_and_run(words, name), f"compcap {name}" if name else "compcap", debug)
+
+
+def _parse_and_run(words: list[str], name: str | None) -> int:
+    commands = all_commands()
+    if name is not None and name not in commands:
+        _unknown_command(name, commands)
+    parser = build_parser(words, commands)
+    args, extras = parser.parse_known_args(words)
+    if extras:
+        _unrecognized(parser, args.command, extras)
+    result: Any = args.func(args)
+    return int(result)
+
+
+def guarded(work: Callable[[], int], prog: str, debug: bool = False) -> int:
+    """``work()`` with the one report of its failure."""
+    try:
+        return work()
+    except KeyboardInterrupt:
+        if debug:
+            traceback.print_exc()
+        raise SystemExit(INTERRUPTED) from None
+    except SystemExit as exc:
+        if not isinstance(exc.code, str):  # a code: argparse or the command has said what it had to
+            raise
+        message = exc.code.removeprefix(f"{prog}: ")
+        print(f"{prog}: {one_line(message)}", file=sys.stderr)
+        return USAGE
+    except Exception as exc:
+        code, message = describe(exc, debug)
+        if debug:
+            traceback.print_exception(exc)
+        print(f"{prog}: {message}", file=sys.stderr)
+        if code == USAGE:
+            return code
+        raise SystemExit(code) from exc
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""The service's ``compcap`` commands: ``serve`` (the HTTP gateway), ``triton`` (a local Triton) and
-``probe`` (a live probe on a running gateway, through ``service.client``)."""
+"""The service's ``compcap`` commands: ``serve`` (the HTTP gateway), ``triton`` (a local Triton),
+``probe`` (a live probe on a running gateway, through ``service.client``) and ``caption`` (one-off
+captions of image files, ``service.caption_files``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from service.cli_args import (
+    RERANK_HELP,
+    ListAction,
+    existing_dir,
+    existing_file,
+    non_negative_float,
+    port,
+    positive_float,
+    positive_int,
+    rerank,
+    url,
+    writable_dir,
+    writable_file,
+)
+from service.cli_errors import UsageError
 from service.cli_table import Command, CommandTable
 
 if TYPE_CHECKING:
@@ -23,9 +39,34 @@ SERVE_FLAGS = ("host", "port", "repo")
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     # No defaults here: a flag overrides its COMPCAP_* variable only when given (service/settings.py).
     parser.add_argument("--host", default=None, help="bind address (default: COMPCAP_HOST, else 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=None, help="port (default: COMPCAP_PORT, else 8080)")
+    parser.add_argument(
+        "--port", type=port, default=None, help="port, 0 = any free port (default: COMPCAP_PORT, else 8080)"
+    )
     parser.add_argument(
         "--repo", default=None, help="model repository (default: COMPCAP_REPO, else model_repo)"
+    )
+    parser.epilog = (
+        "Every other setting is a COMPCAP_* environment variable (service/settings.py); logs are "
+        "human-readable on a terminal and JSON otherwise (COMPCAP_LOG_FORMAT=auto|json|text)."
+    )
+
+
+def check_repo(given: str | None) -> Path:
+    """The repository ``compcap serve`` will read (``--repo``, else COMPCAP_REPO, else ./model_repo),
+    refused in one line pointing at ``--repo`` unless it has a manifest."""
+    from_env = os.environ.get("COMPCAP_REPO")
+    repo = Path(given or from_env or "model_repo")
+    if (repo / "manifest.json").is_file():
+        return repo
+    source = "--repo" if given else ("COMPCAP_REPO" if from_env else "the default")
+    if repo.is_dir():
+        raise UsageError(
+            f"{repo} ({source}) is not a model repository: it has no manifest.json (give --repo a built "
+            f"one, or build it: compcap build --out {repo})"
+        )
+    raise UsageError(
+        f"no model repository at {repo} ({source}): give --repo DIR (or COMPCAP_REPO), e.g. the "
+        "model_repo folder of a CompCap checkout"
     )
 
 
@@ -40,22 +81,32 @@ def serve_settings(args: argparse.Namespace) -> Settings:
 def _serve(args: argparse.Namespace) -> int:
     from service.gateway.server import serve
 
+    check_repo(args.repo)
     serve(serve_settings(args))
     return 0
 
 
 def _triton_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--repo", default="model_repo")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--http-port", type=int, default=8000, help="0 = any free port")
-    parser.add_argument("--grpc-port", type=int, default=8001, help="0 = any free port")
-    parser.add_argument("--metrics-port", type=int, default=8002, help="0 = any free port")
+    parser.add_argument("--repo", type=existing_dir, default="model_repo", help="model repository to serve")
+    parser.add_argument("--host", default="127.0.0.1", help="bind address")
+    parser.add_argument("--http-port", type=port, default=8000, help="HTTP port, 0 = any free port")
+    parser.add_argument("--grpc-port", type=port, default=8001, help="gRPC port, 0 = any free port")
+    parser.add_argument("--metrics-port", type=port, default=8002, help="metrics port, 0 = any free port")
     parser.add_argument(
-        "--work", default=None, help="keep the mirror and tritonserver.log here (default: a temp dir)"
+        "--work",
+        type=writable_dir,
+        default=None,
+        help="keep the mirror and tritonserver.log here (default: a temp dir)",
     )
-    parser.add_argument("--venv", default=None, help="venv with nvidia-pytriton (default: .venv-triton)")
-    parser.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads per model")
-    parser.add_argument("--ready-timeout", type=float, default=120.0)
+    parser.add_argument(
+        "--venv", type=existing_dir, default=None, help="venv with nvidia-pytriton (default: .venv-triton)"
+    )
+    parser.add_argument(
+        "--threads", type=positive_int, default=1, help="onnxruntime intra-op threads per model"
+    )
+    parser.add_argument(
+        "--ready-timeout", type=positive_float, default=120.0, help="seconds to wait for the models to load"
+    )
 
 
 def _triton(args: argparse.Namespace) -> int:
@@ -75,7 +126,7 @@ def _triton(args: argparse.Namespace) -> int:
 
 
 def _probe_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", required=True, help="the gateway, e.g. http://127.0.0.1:8080")
+    parser.add_argument("--url", type=url, required=True, help="the gateway, e.g. http://127.0.0.1:8080")
     parser.add_argument(
         "--kind",
         required=True,
@@ -83,25 +134,45 @@ def _probe_arguments(parser: argparse.ArgumentParser) -> None:
         "(GET /v1/probe-kinds)",
     )
     parser.add_argument("--model", default=None, help="captioner (default: the gateway's default)")
+    parser.add_argument("--rerank", type=rerank, default=None, help=RERANK_HELP)
     parser.add_argument(
-        "--rerank", default=None, help="ranker name, or 'none' for plain beam search (default: its own)"
+        "--beam-size", type=positive_int, default=None, help="beam size (default: the kind's own)"
     )
-    parser.add_argument("--beam-size", type=int, default=None)
-    parser.add_argument("--n-best", type=int, default=None)
-    parser.add_argument("--rerank-weight", type=float, default=None)
+    parser.add_argument(
+        "--n-best", type=positive_int, default=None, help="captions kept per image (default: the kind's own)"
+    )
+    parser.add_argument(
+        "--rerank-weight",
+        type=non_negative_float,
+        default=None,
+        help="re-ranked order = cosine + weight × normalised log-prob (default: the gateway's)",
+    )
     parser.add_argument("--probe-set", default=None, help="probe set name (default: the first of the kind)")
     parser.add_argument(
-        "--pairs", default=None, help="kinds that take pairs (systematicity): e.g. 'black cat,red bus'"
+        "--pairs",
+        action=ListAction,
+        default=None,
+        metavar="PAIR",
+        help="kinds that take pairs (systematicity): e.g. --pairs 'black cat' 'red bus' (default: all)",
     )
-    parser.add_argument("--images", type=int, default=None, help="at most N images per pair / bucket")
+    parser.add_argument(
+        "--images", type=positive_int, default=None, help="at most N images per pair / bucket (default: all)"
+    )
     parser.add_argument(
         "--api-key",
         default=os.environ.get("COMPCAP_API_KEY"),
         help="sent as 'Authorization: Bearer KEY' (default: COMPCAP_API_KEY)",
     )
-    parser.add_argument("--json", default=None, help="write the finished job (with its result) here")
-    parser.add_argument("--poll", type=float, default=1.0, help="seconds between progress polls")
-    parser.add_argument("--timeout", type=float, default=None, help="give up waiting after S seconds")
+    parser.add_argument(
+        "--json", type=writable_file, default=None, help="write the finished job (with its result) here"
+    )
+    parser.add_argument("--poll", type=positive_float, default=1.0, help="seconds between progress polls")
+    parser.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=None,
+        help="give up waiting after S seconds (default: never)",
+    )
 
 
 def _probe(args: argparse.Namespace) -> int:
@@ -110,9 +181,7 @@ def _probe(args: argparse.Namespace) -> int:
     from service.client import CompCapClient, CompCapError
 
     rerank: str | bool | None = args.rerank
-    if isinstance(rerank, str) and rerank.strip().lower() in ("none", "false", "off", "no"):
-        rerank = False
-    pairs = [p.strip() for p in args.pairs.split(",") if p.strip()] if args.pairs else None
+    pairs = args.pairs or None
     with CompCapClient(args.url, api_key=args.api_key) as client:
         try:
             job = client.start_probe(
@@ -190,6 +259,36 @@ def probe_summary(job: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _caption_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("images", nargs="+", type=existing_file, metavar="IMAGE", help="image files")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--repo",
+        type=existing_dir,
+        default=None,
+        help="decode in process from this model repository (default: model_repo)",
+    )
+    source.add_argument(
+        "--url", type=url, default=None, help="post to the gateway at this URL instead (compcap serve)"
+    )
+    parser.add_argument("--model", default=None, help="captioner (default: the repository's default)")
+    parser.add_argument(
+        "--beam-size", type=positive_int, default=None, help="beam size (default: COMPCAP_DEFAULT_BEAM_SIZE)"
+    )
+    parser.add_argument("--rerank", type=rerank, default=None, help=RERANK_HELP)
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("COMPCAP_API_KEY"),
+        help="with --url: sent as 'Authorization: Bearer KEY' (default: COMPCAP_API_KEY)",
+    )
+
+
+def _caption(args: argparse.Namespace) -> int:
+    from service.caption_files import caption_files
+
+    return caption_files(args)
+
+
 COMMANDS: CommandTable = {
     "serve": Command("serve the HTTP gateway", _serve_arguments, _serve),
     "triton": Command(
@@ -199,5 +298,10 @@ COMMANDS: CommandTable = {
         "run a live probe (systematicity, productivity, substitutivity...) on a gateway, print its table",
         _probe_arguments,
         _probe,
+    ),
+    "caption": Command(
+        "caption image files (in process on a repository, or on a gateway with --url)",
+        _caption_arguments,
+        _caption,
     ),
 }

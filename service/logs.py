@@ -1,14 +1,17 @@
-"""Process logging: one JSON object per line (``COMPCAP_LOG_FORMAT=json``, the default) or plain text.
+"""Process logging: human-readable lines on a terminal, one JSON object per line otherwise
+(``COMPCAP_LOG_FORMAT=auto``, the default; ``json`` or ``text`` choose one whatever stderr is).
 
-A record's ``extra`` fields become keys of its JSON object; the request log (``compcap.access``,
-written by ``service.api.requestlog``) uses that for request id, route, status, latency and model."""
+A record's ``extra`` fields become keys of its JSON object (``key=value`` after a text line); the
+request log (``compcap.access``, written by ``service.api.requestlog``) uses that for request id, route,
+status, latency and model."""
 
 from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
-from typing import Any
+from typing import Any, TextIO
 
 # attributes every LogRecord has; anything else on a record came from ``extra=``
 # (uvicorn adds ``color_message``, its message with terminal colour codes: not for a JSON log)
@@ -17,6 +20,10 @@ _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
     "asctime",
     "color_message",
 }
+
+
+def _extra(record: logging.LogRecord) -> dict[str, Any]:
+    return {k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")}
 
 
 class JsonFormatter(logging.Formatter):
@@ -30,21 +37,39 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        for key, value in vars(record).items():
-            if key not in _STANDARD and not key.startswith("_"):
-                body[key] = value
+        body.update(_extra(record))
         if record.exc_info:
             body["exc"] = self.formatException(record.exc_info)
         return json.dumps(body, default=str, separators=(",", ":"))
 
 
-def configure_logging(fmt: str = "json", level: str = "info") -> None:
-    """Route every logger (uvicorn's included) through one stderr handler in ``fmt``."""
+class TextFormatter(logging.Formatter):
+    """``12:00:01 INFO    compcap.access: message key=value ...`` (local time), then any traceback."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s", datefmt="%H:%M:%S")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        extra = " ".join(f"{k}={v}" for k, v in _extra(record).items())
+        if not extra:
+            return line
+        head, sep, rest = line.partition("\n")  # the traceback, if any, stays below
+        return f"{head} {extra}{sep}{rest}"
+
+
+def resolve_format(fmt: str, stream: TextIO | None = None) -> str:
+    """``json`` or ``text``: ``auto`` is text when ``stream`` (stderr) is a terminal."""
+    if fmt != "auto":
+        return fmt
+    stream = sys.stderr if stream is None else stream
+    return "text" if stream.isatty() else "json"
+
+
+def configure_logging(fmt: str = "auto", level: str = "info") -> None:
+    """Route every logger (uvicorn's included) through one stderr handler in ``fmt`` (auto, json, text)."""
     handler = logging.StreamHandler()
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(JsonFormatter() if resolve_format(fmt) == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
@@ -53,4 +78,4 @@ def configure_logging(fmt: str = "json", level: str = "info") -> None:
         logging.getLogger(name).propagate = True
 
 
-__all__ = ["JsonFormatter", "configure_logging"]
+__all__ = ["JsonFormatter", "TextFormatter", "configure_logging", "resolve_format"]

@@ -15,6 +15,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_core import InitErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from service.cli_errors import UsageError
 from service.manifest import MANIFEST_NAME
 
 MAX_BEAM_SIZE = 100  # re-ranking reads up to 100 candidates (the seeds' BUTR+RR evaluation: B = 100)
@@ -109,7 +110,9 @@ class EngineSettings(Section):
     @classmethod
     def _repo_has_manifest(cls, value: Path) -> Path:
         if not (value / MANIFEST_NAME).is_file():
-            raise ValueError(f"{value} has no {MANIFEST_NAME} (build one with `compcap build --out {value}`)")
+            raise ValueError(
+                f"{value} is not a model repository (no {MANIFEST_NAME}): point --repo or COMPCAP_REPO at one"
+            )
         return value
 
     @model_validator(mode="after")
@@ -166,8 +169,10 @@ class GatewaySettings(Section):
     captions_require_key: bool = Field(
         default=False, description="with api_keys set, caption endpoints need a key too"
     )
-    log_format: Literal["json", "text"] = Field(
-        default="json", description="json: one JSON object per log line (one per request from compcap.access)"
+    log_format: Literal["auto", "json", "text"] = Field(
+        default="auto",
+        description="json: one JSON object per log line (one per request from compcap.access); text: "
+        "human-readable lines; auto: text when stderr is a terminal, else json",
     )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -334,10 +339,11 @@ def check_setting(name: str, value: T, parse: Callable[[T], R]) -> R:
         raise invalid_setting((name,), exc, value) from None
 
 
-def settings_exit(exc: ValidationError) -> SystemExit:
-    """``compcap serve``'s exit for invalid settings: every problem, each naming its field."""
+def settings_error(exc: ValidationError) -> UsageError:
+    """``compcap serve``'s one line for invalid settings (``compcap serve: invalid settings: ...``, exit
+    2): every problem, each naming its field."""
     problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-    return SystemExit(f"compcap serve: invalid settings: {problems}")
+    return UsageError(f"invalid settings: {problems}")
 
 
 def load_settings(**overrides: object) -> Settings:
@@ -345,4 +351,4 @@ def load_settings(**overrides: object) -> Settings:
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
-        raise settings_exit(exc) from None
+        raise settings_error(exc) from None

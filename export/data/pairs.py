@@ -66,6 +66,24 @@ def _write_cache(path: Path, key: str, pairs: dict[str, list[list[str]]]) -> Non
     os.replace(tmp, path)  # atomic: concurrent builders never read a half-written cache
 
 
+PARSE_CHUNK = 1024  # captions per spaCy batch between progress updates
+
+
+def _parse_with_progress(checker: AttachmentChecker, texts: list[str]) -> list[frozenset[ConceptPair]]:
+    """``checker.pairs_batch(texts)`` in chunks, with a progress bar on stderr when there are many."""
+    from tqdm import tqdm
+
+    parsed: list[frozenset[ConceptPair]] = []
+    with tqdm(
+        total=len(texts), desc="parsing captions", unit="caption", disable=len(texts) <= PARSE_CHUNK
+    ) as bar:
+        for start in range(0, len(texts), PARSE_CHUNK):
+            part = texts[start : start + PARSE_CHUNK]
+            parsed += checker.pairs_batch(part)
+            bar.update(len(part))
+    return parsed
+
+
 def parse_captions(
     texts: list[str],
     checker: AttachmentChecker | None = None,
@@ -94,7 +112,7 @@ def parse_captions(
 
             checker = AttachmentChecker(concepts, model=model)
         t0 = time.perf_counter()
-        parsed = checker.pairs_batch(missing)
+        parsed = _parse_with_progress(checker, missing)
         seconds = time.perf_counter() - t0
         for text, found in zip(missing, parsed, strict=True):
             stored[caption_key(text)] = sorted([p.kind, p.modifier, p.noun] for p in found)

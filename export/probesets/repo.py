@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from export.data.splits import Split, build_split, load_split, split_path_for, w
 from export.presets import Preset, get_preset
 from export.probesets import KINDS
 from export.probesets.sceneworld import sceneworld_probe_sets
+from export.progress import stages
 from service.manifest import MANIFEST_NAME, Manifest, ProbeSetEntry, load_manifest
 
 
@@ -31,8 +32,10 @@ def preset_probe_sets(
     references: str,
     image_size: int | None = None,
     kinds: Sequence[str] = KINDS,
+    on_kind: Callable[[str], object] | None = None,
 ) -> list[ProbeSetEntry]:
-    """The probe sets of a repository trained on world ``seed``, sized by the preset."""
+    """The probe sets of a repository trained on world ``seed``, sized by the preset (``on_kind(kind)``
+    as each kind starts)."""
     return sceneworld_probe_sets(
         repo,
         train_references,
@@ -43,6 +46,7 @@ def preset_probe_sets(
         min_count=preset.probe_min_synonym_count,
         kinds=kinds,
         references=references,
+        on_kind=on_kind,
     )
 
 
@@ -79,11 +83,21 @@ def add_probe_sets(
     seed = int(json.loads((train_dir / "captions.json").read_text(encoding="utf-8"))["info"]["seed"])
     split_name = manifest.captioner(manifest.default_captioner).training.split
     t0 = time.perf_counter()
-    refs, about = training_references(train_dir, split_name, seed)
-    entries = preset_probe_sets(
-        repo, get_preset(preset or manifest.preset), seed, refs, about, manifest.image.height, kinds
-    )
-    register_probe_sets(repo, entries, manifest)
+    with stages(len(kinds) + 2) as stage:
+        stage("training references")
+        refs, about = training_references(train_dir, split_name, seed)
+        entries = preset_probe_sets(
+            repo,
+            get_preset(preset or manifest.preset),
+            seed,
+            refs,
+            about,
+            manifest.image.height,
+            kinds,
+            on_kind=lambda kind: stage(f"{kind} probe set"),
+        )
+        stage("manifest")
+        register_probe_sets(repo, entries, manifest)
     summary = {
         "repo": str(repo),
         "training_world_seed": seed,

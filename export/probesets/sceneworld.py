@@ -18,7 +18,7 @@ An image that qualifies for several slots goes to the least filled one (ties: fi
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -221,11 +221,12 @@ def sceneworld_probe_sets(
     kinds: Sequence[str] = KINDS,
     references: str = "",
     max_graphs: int = MAX_GRAPHS,
+    on_kind: Callable[[str], object] | None = None,
 ) -> list[ProbeSetEntry]:
     """Write the SceneWorld probe sets of a repository trained on world ``seed`` into
     ``<repo>/probes/<kind>/`` and return their manifest entries. ``train_references``: the references of
     each training image (CIDEr-D document frequencies, synonym counts); ``references`` says which
-    images they are (recorded in probe.json)."""
+    images they are (recorded in probe.json). ``on_kind(kind)`` is called as each kind starts."""
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:
         raise ValueError(f"kinds must be among {KINDS}, got {unknown}")
@@ -234,6 +235,8 @@ def sceneworld_probe_sets(
     train_captions = [c for refs in train_references for c in refs]
     entries = []
     for kind in kinds:
+        if on_kind is not None:
+            on_kind(kind)
         world.searched = 0
         splits: list[Split] = []
         if kind == "systematicity":

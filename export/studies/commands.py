@@ -9,6 +9,18 @@ import os
 import sys
 from pathlib import Path
 
+from service.cli_args import (
+    ListAction,
+    add_renamed,
+    existing_dir,
+    existing_file,
+    held_out_group,
+    non_negative_float,
+    positive_int,
+    url,
+    writable_dir,
+    writable_file,
+)
 from service.cli_table import Command, CommandTable
 
 SPLIT_KINDS = ("systematicity", "productivity", "substitutivity", "full")
@@ -16,42 +28,57 @@ SPLIT_KINDS = ("systematicity", "productivity", "substitutivity", "full")
 
 def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--repo", help="decode in process from this model repository")
+    source.add_argument("--repo", type=existing_dir, help="decode in process from this model repository")
     source.add_argument(
         "--url",
+        type=url,
         help="decode over HTTP on the gateway at this URL (e.g. http://127.0.0.1:8080); the runs come "
         "from its GET /v1/models, so no --repo",
     )
-    parser.add_argument("--data", required=True)
-    parser.add_argument("--split", required=True, choices=SPLIT_KINDS)
-    parser.add_argument("--group", type=int, default=None)
+    parser.add_argument(
+        "--data", type=existing_dir, required=True, help="the dataset folder (captions.json, images)"
+    )
+    parser.add_argument("--split", required=True, choices=SPLIT_KINDS, help="which split (compcap splits)")
+    parser.add_argument(
+        "--group",
+        type=held_out_group,
+        default=None,
+        help="held-out pair group, 1..4 (required for --split systematicity without --split-file)",
+    )
     parser.add_argument(
         "--split-file",
+        type=existing_file,
         default=None,
         help="split.json (default: <data>/splits/<kind>[_<group>]/split.json, where compcap splits writes)",
     )
-    parser.add_argument("--json", default=None, help="write the results JSON here")
+    parser.add_argument("--json", type=writable_file, default=None, help="write the results JSON here")
     parser.add_argument(
         "--set",
         default="test",
         help="set of the split: test, test_no_comb, test_rich, test_base, test_dense, val",
     )
     parser.add_argument(
-        "--rerank-beam-size", type=int, default=100, help="beams a re-ranked run re-ranks (B; default 100)"
+        "--rerank-beam-size", type=positive_int, default=100, help="beams a re-ranked run re-ranks (B)"
     )
     parser.add_argument(
         "--rerank-weight",
-        type=float,
+        type=non_negative_float,
         default=0.0,
         help="re-ranked order = cosine + weight × normalised log-prob (default 0: the ranker alone)",
     )
-    parser.add_argument("--limit", type=int, default=None, help="evaluate only the set's first N images")
+    parser.add_argument(
+        "--limit",
+        type=positive_int,
+        default=None,
+        help="evaluate only the set's first N images (default: all)",
+    )
     parser.add_argument("--no-meteor", action="store_true", help="skip METEOR (a Java start per run)")
     parser.add_argument(
-        "--concurrency", type=_positive, default=None, help="with --url: requests in flight (default 8)"
+        "--concurrency", type=positive_int, default=None, help="with --url: requests in flight (default 8)"
     )
     parser.add_argument(
         "--checkpoint",
+        type=writable_file,
         default=None,
         help="with --url: JSON-lines file of finished images; a rerun skips them (resumes)",
     )
@@ -62,21 +89,18 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
 def _evaluate(args: argparse.Namespace) -> int:
-    from export.studies.evaluate import run_evaluate_cli
+    from export.commands import require_group
 
     split_path = Path(args.split_file) if args.split_file else None
     json_out = Path(args.json) if args.json else None
     if args.repo and (args.checkpoint or args.concurrency):
         print("compcap evaluate: --checkpoint and --concurrency need --url", file=sys.stderr)
         return 2
+    if split_path is None:
+        require_group(args.split, args.group, "--split")
+    from export.studies.evaluate import run_evaluate_cli
+
     return run_evaluate_cli(
         Path(args.repo) if args.repo else None,
         Path(args.data),
@@ -96,13 +120,28 @@ def _evaluate(args: argparse.Namespace) -> int:
     )
 
 
+def _repo_argument(parser: argparse.ArgumentParser, help: str = "the model zoo (compcap models)") -> None:
+    """``--repo`` of the studies (their old spelling ``--zoo`` still works)."""
+    add_renamed(parser, "--repo", "--zoo", type=existing_dir, default="model_zoo", help=help)
+
+
 def _report_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--zoo", default="model_zoo")
+    _repo_argument(parser)
     parser.add_argument(
-        "--data", default=None, help="evaluation world (default: <zoo>.work/data/eval_<seed>)"
+        "--data",
+        type=existing_dir,
+        default=None,
+        help="evaluation world (default: <repo>.work/data/eval_<seed>)",
     )
-    parser.add_argument("--groups", default="1,2,3,4")
-    parser.add_argument("--out", default="reports")
+    parser.add_argument(
+        "--groups",
+        action=ListAction,
+        item=held_out_group,
+        default=(1, 2, 3, 4),
+        metavar="GROUP",
+        help="held-out pair groups",
+    )
+    parser.add_argument("--out", type=writable_dir, default="reports", help="folder of the report")
     parser.add_argument("--reuse", action="store_true", help="re-render from reports/reproduction.json")
     parser.add_argument(
         "--rerank-sweep",
@@ -112,8 +151,9 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dev-data",
         default=None,
+        type=existing_dir,
         help="world whose held-out halves choose BUTR+RR's re-ranking weight "
-        "(default: <zoo>.work/data/train)",
+        "(default: <repo>.work/data/train)",
     )
 
 
@@ -122,16 +162,16 @@ def _report(args: argparse.Namespace) -> int:
     from export.studies.report import write_report
     from export.zoo import EVAL_SEED, ensure_eval_world
 
-    work = Path(args.zoo + ".work")
-    groups = [int(g) for g in args.groups.split(",")]
+    work = Path(args.repo + ".work")
+    groups = list(args.groups)
     if args.data:
         data = Path(args.data)
     else:  # render and split the evaluation world if this zoo has not met it yet
-        build = json.loads((Path(args.zoo) / "build_report.json").read_text(encoding="utf-8"))
+        build = json.loads((Path(args.repo) / "build_report.json").read_text(encoding="utf-8"))
         data = ensure_eval_world(work, get_preset(build["preset"]), EVAL_SEED, build.get("seed", 0), groups)
     dev = Path(args.dev_data) if args.dev_data else work / "data" / "train"
     write_report(
-        Path(args.zoo),
+        Path(args.repo),
         data,
         Path(args.out),
         groups=groups,
@@ -144,24 +184,28 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _substitutivity_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--zoo", default="model_zoo")
-    parser.add_argument("--data", required=True, help="evaluation world folder (with splits/full)")
-    parser.add_argument("--train", required=True, help="the captioner's training world folder")
-    parser.add_argument("--captioner", default="butd_full")
-    parser.add_argument("--images", type=int, default=2000)
-    parser.add_argument("--out", default="reports")
-    parser.add_argument("--no-meteor", action="store_true")
+    _repo_argument(parser)
+    parser.add_argument(
+        "--data", type=existing_dir, required=True, help="evaluation world folder (with splits/full)"
+    )
+    parser.add_argument(
+        "--train", type=existing_dir, required=True, help="the captioner's training world folder"
+    )
+    add_renamed(parser, "--model", "--captioner", default="butd_full", help="the captioner studied")
+    parser.add_argument("--images", type=positive_int, default=2000, help="evaluation images substituted")
+    parser.add_argument("--out", type=writable_dir, default="reports", help="folder of the report")
+    parser.add_argument("--no-meteor", action="store_true", help="skip METEOR (a Java start per run)")
 
 
 def _substitutivity(args: argparse.Namespace) -> int:
     from export.studies.substitutivity import run_substitutivity
 
     result = run_substitutivity(
-        Path(args.zoo),
+        Path(args.repo),
         Path(args.data),
         Path(args.train),
         Path(args.out),
-        captioner=args.captioner,
+        captioner=args.model,
         images=args.images,
         meteor=not args.no_meteor,
     )
@@ -170,13 +214,18 @@ def _substitutivity(args: argparse.Namespace) -> int:
 
 
 def _productivity_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--train-data", required=True, help="the training world folder")
-    parser.add_argument("--eval-data", required=True, help="the evaluation world folder")
-    parser.add_argument("--by", default="length", choices=["length", "density"])
-    parser.add_argument("--zoo", default="model_zoo", help="visual encoder, vocabulary and FULL BUTD")
-    parser.add_argument("--out", default="reports")
-    parser.add_argument("--work", default=None, help="default: <zoo>.work/productivity_<by>")
-    parser.add_argument("--no-meteor", action="store_true")
+    parser.add_argument("--train-data", type=existing_dir, required=True, help="the training world folder")
+    parser.add_argument("--eval-data", type=existing_dir, required=True, help="the evaluation world folder")
+    parser.add_argument("--by", default="length", choices=["length", "density"], help="productivity measure")
+    _repo_argument(parser, "the zoo: visual encoder, vocabulary and FULL BUTD")
+    parser.add_argument("--out", type=writable_dir, default="reports", help="folder of the report")
+    parser.add_argument(
+        "--work",
+        type=writable_dir,
+        default=None,
+        help="folder of the retrained captioner (default: <repo>.work/productivity_<by>)",
+    )
+    parser.add_argument("--no-meteor", action="store_true", help="skip METEOR (a Java start per run)")
 
 
 def _productivity(args: argparse.Namespace) -> int:
@@ -188,7 +237,7 @@ def _productivity(args: argparse.Namespace) -> int:
         args.by,
         Path(args.out),
         work=Path(args.work) if args.work else None,
-        zoo=Path(args.zoo),
+        zoo=Path(args.repo),
         meteor=not args.no_meteor,
     )
     print(f"wrote {Path(args.out) / f'productivity_{args.by}.md'}")
@@ -196,17 +245,28 @@ def _productivity(args: argparse.Namespace) -> int:
 
 
 def _explain_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--zoo", default="model_zoo", help="the repository whose captioners are explained")
+    _repo_argument(parser, "the repository whose captioners are explained")
     parser.add_argument(
         "--data",
+        type=existing_dir,
         default=None,
-        help="SceneWorld folder with scene graphs (default: the zoo's evaluation world)",
+        help="SceneWorld folder with scene graphs (default: the repository's evaluation world)",
     )
-    parser.add_argument("--images", type=_positive, default=500)
-    parser.add_argument("--captioners", default=None, help="comma-separated (default: one per architecture)")
-    parser.add_argument("--methods", default=None, help="comma-separated (default: all four)")
-    parser.add_argument("--n-steps", type=_positive, default=50, help="integrated gradients' path steps")
-    parser.add_argument("--out", default="reports")
+    parser.add_argument("--images", type=positive_int, default=500, help="images explained")
+    add_renamed(
+        parser,
+        "--model",
+        "--captioners",
+        action=ListAction,
+        default=None,
+        metavar="MODEL",
+        help="captioners (default: one per architecture)",
+    )
+    parser.add_argument(
+        "--methods", action=ListAction, default=None, metavar="METHOD", help="methods (default: all four)"
+    )
+    parser.add_argument("--n-steps", type=positive_int, default=50, help="integrated gradients' path steps")
+    parser.add_argument("--out", type=writable_dir, default="reports", help="folder of the report")
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -214,14 +274,14 @@ def _explain(args: argparse.Namespace) -> int:
     from export.zoo import EVAL_SEED
     from service.explain.service import METHODS
 
-    data = Path(args.data) if args.data else Path(args.zoo + ".work") / "data" / f"eval_{EVAL_SEED}"
+    data = Path(args.data) if args.data else Path(args.repo + ".work") / "data" / f"eval_{EVAL_SEED}"
     report = run_explain_report(
-        Path(args.zoo),
+        Path(args.repo),
         data,
         Path(args.out),
         images=args.images,
-        captioners=args.captioners.split(",") if args.captioners else None,
-        methods=args.methods.split(",") if args.methods else METHODS,
+        captioners=args.model or None,
+        methods=args.methods or METHODS,
         n_steps=args.n_steps,
     )
     print(f"{report['images']} images explained; wrote {Path(args.out) / 'explanations.md'}")
@@ -229,7 +289,12 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _mad_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--repo", default="model_repo", help="model repository whose captioners are compared")
+    parser.add_argument(
+        "--repo",
+        type=existing_dir,
+        default="model_repo",
+        help="model repository whose captioners are compared",
+    )
     parser.add_argument(
         "--configs",
         nargs="+",
@@ -239,24 +304,41 @@ def _mad_arguments(parser: argparse.ArgumentParser) -> None:
     )
     pool = parser.add_argument_group("pool R (one of)")
     pool.add_argument("--world-seed", type=int, default=None, help="SceneWorld seed (default 20261123)")
-    pool.add_argument("--images", type=_positive, default=None, help="SceneWorld images (default 5000)")
-    pool.add_argument("--data", default=None, help="a COCO-format folder (captions.json) as the pool")
-    pool.add_argument("--image-dir", default=None, help="a folder of images (no references: --no-referee)")
-    parser.add_argument("--k", type=_positive, default=None, help="images per pairwise set D_ij (default 70)")
-    parser.add_argument(
-        "--out", default="reports", help="mad.md, mad.json, figures; work under <out>/mad_work"
+    pool.add_argument("--images", type=positive_int, default=None, help="SceneWorld images (default 5000)")
+    pool.add_argument(
+        "--data", type=existing_dir, default=None, help="a COCO-format folder (captions.json) as the pool"
     )
-    parser.add_argument("--state", default=None, help="state file (default <out>/mad_work/state.json)")
+    pool.add_argument(
+        "--image-dir",
+        type=existing_dir,
+        default=None,
+        help="a folder of images (no references: --no-referee)",
+    )
+    parser.add_argument(
+        "--k", type=positive_int, default=None, help="images per pairwise set D_ij (default 70)"
+    )
+    parser.add_argument(
+        "--out",
+        type=writable_dir,
+        default="reports",
+        help="mad.md, mad.json, figures; work under <out>/mad_work",
+    )
+    parser.add_argument(
+        "--state", type=writable_file, default=None, help="state file (default <out>/mad_work/state.json)"
+    )
     parser.add_argument(
         "--add", default=None, help="add one configuration to the state's study (Algorithm 2)"
     )
     parser.add_argument(
         "--iid-data",
+        type=existing_dir,
         default=None,
         help="i.i.d. test set for the conventional CIDEr-D ranking (its splits/full test set when it has "
         "one; default: <repo>.work/data/eval_<seed>, else <repo>.work/data/test)",
     )
-    parser.add_argument("--iid-images", type=_positive, default=1000)
+    parser.add_argument(
+        "--iid-images", type=positive_int, default=1000, help="images of the i.i.d. test set scored"
+    )
     parser.add_argument("--no-referee", action="store_true", help="stop after selection (no references)")
 
 

@@ -102,7 +102,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         "scene-graph object covering ≥ 25% of its grid cell (else the background, or the backdrop above "
         "the horizon). Integrated gradients: zero region features as baseline, "
         f"n_steps = {report['n_steps']}. "
-        f"Regenerate: `{report.get('command', 'compcap explain-report --zoo model_zoo')}`.",
+        f"Regenerate: `{report.get('command', 'compcap explain-report --repo model_zoo')}`.",
         "",
         "## GroundingScore(δ) (Table 3's shape)",
         "",

@@ -12,7 +12,7 @@ path (``service.explain.ExplainService`` on a ``CaptionEngine``), and the study 
   (the same images captioned with and without it, interleaved);
 - a figure of per-word heat maps for one image per captioner.
 
-``compcap explain-report --zoo model_zoo [--images 500] [--out reports]``"""
+``compcap explain-report --repo model_zoo [--images 500] [--out reports]``"""
 
 from __future__ import annotations
 
@@ -190,11 +190,11 @@ async def _run(
     service = ExplainService(
         zoo, manifest, vocab, max_concurrent=1, max_ig_steps=max(n_steps, 20), torch_threads=2
     )
-    command = f"compcap explain-report --zoo {zoo} --data {data} --images {images} --n-steps {n_steps}"
+    command = f"compcap explain-report --repo {zoo} --data {data} --images {images} --n-steps {n_steps}"
     if captioners:
-        command += f" --captioners {','.join(captioners)}"
+        command += f" --model {' '.join(captioners)}"
     if tuple(methods) != METHODS:
-        command += f" --methods {','.join(methods)}"
+        command += f" --methods {' '.join(methods)}"
     report: dict[str, Any] = {
         "images": len(ids),
         "data": str(data),

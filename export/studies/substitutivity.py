@@ -12,7 +12,7 @@ O vs S (O as the reference), and Ot vs St, the sub-captions after the first S1 w
 the word that replaced it in S (``service.probes.substitutivity.substituted_tails``). High O-vs-S and
 Ot-vs-St overlap means the model goes on describing the image the same way after the substitution.
 
-``compcap substitutivity --zoo model_zoo --data <eval world> --train <training world> --out reports``
+``compcap substitutivity --repo model_zoo --data <eval world> --train <training world> --out reports``
 """
 
 from __future__ import annotations

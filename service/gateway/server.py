@@ -1,23 +1,56 @@
 """``serve(settings)``: run the gateway under uvicorn (settings: ``service.settings.load_settings``; the
-features check their own settings as they install, and a bad one exits the same way)."""
+features check their own settings as they install, and a bad one exits the same way). A busy port is
+refused before anything is loaded: uvicorn would find it only after the models, in a log line."""
 
 from __future__ import annotations
+
+import errno
+import socket
 
 import uvicorn
 from pydantic import ValidationError
 
+from service.cli_errors import UsageError
 from service.gateway.app import create_app
 from service.logs import configure_logging
-from service.settings import Settings, settings_exit
+from service.settings import Settings, settings_error
+
+
+def check_address(host: str, port: int) -> None:
+    """Refuse ``host:port`` unless the gateway could listen there now (port 0: any free port)."""
+    if port == 0:
+        return
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise UsageError(f"--host {host}: {exc.strerror}") from None
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise UsageError(f"port {port} on {host} is in use (--port to choose another)") from None
+                if exc.errno == errno.EACCES:
+                    raise UsageError(
+                        f"port {port} on {host}: permission denied (--port to choose another)"
+                    ) from None
+                if exc.errno == errno.EADDRNOTAVAIL:
+                    raise UsageError(f"--host {host}: not an address of this machine") from None
+                raise
 
 
 def serve(settings: Settings) -> None:
     """Serve ``settings.repo`` on ``settings.host:settings.port`` until interrupted."""
+    check_address(settings.host, settings.port)
     configure_logging(settings.log_format, settings.log_level)
     try:
         app = create_app(settings)
     except ValidationError as exc:  # a feature's setting (the probe schedule, the shadow) is invalid
-        raise settings_exit(exc) from None
+        raise settings_error(exc) from None
     # uvicorn's own logging config and access log are off: compcap.access writes one line per request
     uvicorn.run(
         app,

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[3]
 EVERY_COMMAND = {
     "world", "train", "build", "splits", "evaluate", "models", "report", "serve", "triton", "substitutivity",
     "productivity", "explain-report", "bench", "probeset", "probesets", "probe", "probe-load", "shadow-load",
-    "mad", "import", "calibrate",
+    "mad", "import", "calibrate", "caption",
 }  # fmt: skip
 HEAVY = ("numpy", "torch", "onnxruntime", "fastapi", "uvicorn", "pydantic", "matplotlib", "PIL", "spacy")
 COMMAND_TABLES = {
@@ -134,19 +134,25 @@ def test_serve_without_flags_or_environment_uses_the_defaults(
     ],
 )
 def test_serve_exits_naming_a_bad_setting(
-    tiny_repo: Path, monkeypatch: pytest.MonkeyPatch, variable: str, value: str, message: str
+    tiny_repo: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    variable: str,
+    value: str,
+    message: str,
 ) -> None:
     """A setting a feature parses at install (the schedule, the shadow) stops ``compcap serve`` with
-    the same message as one ``Settings`` refuses, before anything is served."""
+    the same one line (exit 2) as one ``Settings`` refuses, before anything is served."""
     from service.gateway import server
 
     monkeypatch.setenv("COMPCAP_REPO", str(tiny_repo))
+    monkeypatch.setenv("COMPCAP_PORT", "0")  # any free port: whatever this machine already serves
     monkeypatch.setenv(f"COMPCAP_{variable}", value)
     monkeypatch.setattr(server, "configure_logging", lambda *_: None)
     monkeypatch.setattr(server.uvicorn, "run", lambda *_, **__: pytest.fail("served"))
-    with pytest.raises(SystemExit) as exit_:
-        cli.main(["serve"])
-    assert str(exit_.value).startswith(f"compcap serve: invalid settings: {message}")
+    assert cli.main(["serve"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"compcap serve: invalid settings: {message}") and err.count("\n") == 1
 
 
 def test_command_tables_offer_the_split_kinds_of_the_pipeline() -> None:
