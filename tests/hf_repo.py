@@ -26,10 +26,15 @@ def import_offline(snapshot: Path, name: str, repo: Path, held_out_pairs: Path |
     return report
 
 
+def coco_box(box: list[float]) -> list[float]:
+    """A scene graph's [x0, y0, x1, y1] as COCO writes a box: [x, y, width, height]."""
+    return [box[0], box[1], box[2] - box[0], box[3] - box[1]]
+
+
 def coco_folder(folder: Path, images: int, seed: int, image_size: int = 32) -> Path:
     """A COCO-format folder of ``images`` SceneWorld images: ``captions.json`` (5 references each),
-    ``images/``, and ``instances.json`` (each object a category annotation with its box); its scene
-    graphs are removed, as real COCO has none."""
+    ``images/``, and ``instances.json`` (each object a category annotation with its box, COCO's
+    [x, y, w, h]); its scene graphs are removed, as real COCO has none."""
     from export.world.dataset import write_dataset
     from service.text.concepts import load_concepts
 
@@ -41,7 +46,7 @@ def coco_folder(folder: Path, images: int, seed: int, image_size: int = 32) -> P
     instances = {
         "images": [{"id": int(i)} for i in graphs],
         "annotations": [
-            {"id": k, "image_id": i, "category_id": nouns.index(o["noun"]) + 1, "bbox": o["bbox"]}
+            {"id": k, "image_id": i, "category_id": nouns.index(o["noun"]) + 1, "bbox": coco_box(o["bbox"])}
             for k, (i, o) in enumerate(objects)
         ],
         "categories": [{"id": k + 1, "name": n} for k, n in enumerate(nouns)],

@@ -84,7 +84,7 @@ class ImageCacheStep(CrossAttentionStep):
 
         first = torch.full((memory.shape[0], 1), self.start, dtype=torch.int64, device=memory.device)
         per_image = EncoderDecoderCache(DynamicCache(), DynamicCache())
-        self.decoder(input_ids=first, encoder_hidden_states=memory, past_key_values=per_image, use_cache=True)
+        self.decoder(input_ids=first, encoder_hidden_states=memory, cache=per_image, use_cache=True)
         cross = DynamicCache()
         layers: Any = per_image.cross_attention_cache.layers  # DynamicLayer: keys, values [I, H, M, d]
         for layer, cached in enumerate(layers):
@@ -95,7 +95,7 @@ class ImageCacheStep(CrossAttentionStep):
             tokens,
             length,
             state,
-            past_key_values=EncoderDecoderCache(DynamicCache(), cross),
+            cache=EncoderDecoderCache(DynamicCache(), cross),
             use_cache=True,
         )
 

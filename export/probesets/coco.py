@@ -115,19 +115,57 @@ def _systematicity(
     return extra, splits, sorted(used)
 
 
-def instance_objects(folder: Path, ids: Sequence[int]) -> dict[int, list[str]] | None:
-    """Category names of each image's instance annotations (``instances.json``), None without one."""
+def _instances(folder: Path, ids: Sequence[int]) -> dict[int, list[tuple[str, dict[str, Any]]]] | None:
+    """Each image's instance annotations (``instances.json``) with their category names, None without
+    the file."""
     path = next((folder / n for n in INSTANCES_NAMES if (folder / n).is_file()), None)
     if path is None:
         return None
     data = json.loads(path.read_text(encoding="utf-8"))
     names = {int(c["id"]): str(c["name"]) for c in data.get("categories", [])}
-    out: dict[int, list[str]] = {int(i): [] for i in ids}
+    out: dict[int, list[tuple[str, dict[str, Any]]]] = {int(i): [] for i in ids}
     for ann in data["annotations"]:
         image_id = int(ann["image_id"])
         if image_id in out:
-            out[image_id].append(names.get(int(ann.get("category_id", -1)), str(ann.get("category_id"))))
+            name = names.get(int(ann.get("category_id", -1)), str(ann.get("category_id")))
+            out[image_id].append((name, ann))
     return out
+
+
+def instance_objects(folder: Path, ids: Sequence[int]) -> dict[int, list[str]] | None:
+    """Category names of each image's instance annotations (``instances.json``), None without one."""
+    found = _instances(folder, ids)
+    return None if found is None else {i: [name for name, _ in anns] for i, anns in found.items()}
+
+
+def instance_scenes(ds: CaptionDataset, ids: Sequence[int]) -> dict[int, dict[str, Any]] | None:
+    """Scene graphs made of the images' instance boxes, so that explanations of the probe set's images
+    get the pointing game and GroundingScore: ``objects`` (``id``, ``noun`` — the concept inventory's
+    noun class of the category name, else the name — and ``bbox`` [x0, y0, x1, y1] from COCO's
+    [x, y, w, h]), ``size`` [height, width] of the image the boxes are in (the gateway scales them to
+    the size it serves), ``background`` for cells no box covers, no horizon. None without
+    ``instances.json`` or when an annotation has no box."""
+    from service.text.lexicon import default_lexicon
+
+    found = _instances(ds.root, ids)
+    if found is None or any("bbox" not in ann for anns in found.values() for _, ann in anns):
+        return None
+    lexicon = default_lexicon()
+    scenes: dict[int, dict[str, Any]] = {}
+    for i, anns in found.items():
+        with Image.open(Path(ds.root) / ds.file_names[i]) as im:
+            width, height = im.size
+        objects = [
+            {
+                "id": int(ann.get("id", k)),
+                "noun": lexicon.noun_class(name) or name,
+                "bbox": [float(x), float(y), float(x) + float(w), float(y) + float(h)],
+            }
+            for k, (name, ann) in enumerate(anns)
+            for x, y, w, h in [ann["bbox"]]
+        ]
+        scenes[i] = {"objects": objects, "size": [height, width], "background": "background", "horizon": 0}
+    return scenes
 
 
 def _productivity(ds: CaptionDataset, per_bucket: int, seed: int) -> tuple[dict[str, Any], list[int], Split]:
@@ -261,7 +299,7 @@ def coco_probe_set(
         extra["training_references"] = f"{split.kind} split train set ({len(train)} images, seed {seed})"
     if not ids:
         raise ValueError(f"{data}: no image qualifies for a {kind} probe set")
-    scenes = ds.scenes
+    scenes = ds.scenes if ds.scenes is not None else instance_scenes(ds, ids)
     content = ProbeContent(
         name=name or kind,
         kind=kind,

@@ -26,7 +26,7 @@ from service.engine.observer import StepObserver
 from service.engine.params import InvalidParameterError, OverloadedError, SearchParams, resolve_params
 from service.engine.request import Priority
 from service.engine.rerank import Caption, order_captions
-from service.engine.runner import ModelRunner
+from service.engine.runner import ModelRunner, prepare_images
 from service.engine.scheduler import Scheduler
 from service.engine.tokens import banned_ids, captioner_vocabularies, load_subword
 from service.manifest import Manifest, load_manifest
@@ -133,6 +133,12 @@ class CaptionEngine:
         """User requests in all the cross-request schedulers: background work of any captioner (probes,
         shadow, studies) yields to them, since every captioner shares the same cores."""
         return sum(s.user_requests for s in self._schedulers.values())
+
+    def encoder_images(self, model: str, images: np.ndarray) -> np.ndarray:
+        """uint8 images [N, H, W, 3] as captioner ``model``'s own encoder reads them (resized, or
+        resized and centre-cropped: contract v2); unchanged for a captioner of the shared encoder."""
+        pre = self.manifest.captioner(model).image
+        return images if pre is None else prepare_images(images, pre)
 
     def resolve(self, **options: Any) -> SearchParams:
         """Validate request options (``model``, ``beam_size``, ``max_length``, ``n_best``, ``rerank``,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends
@@ -16,6 +17,7 @@ from service.api.errors import ApiError
 from service.api.feature import error_responses, feature_router
 from service.api.requestlog import annotate
 from service.api.schemas import MAX_IMAGE_CHARS, CaptionOptions
+from service.explain.scene import scaled_scene
 from service.explain.schemas import ExplainResponse
 from service.explain.service import METHODS, ExplainInput, ExplainService
 from service.images import decode_image
@@ -71,7 +73,7 @@ _ERRORS = error_responses(
 )
 
 
-def _image(body: ExplainRequest, runtime: RuntimeDep) -> tuple[Any, dict[str, Any] | None]:
+def _image(body: ExplainRequest, runtime: RuntimeDep) -> tuple[Any, Mapping[str, Any] | None]:
     """uint8 [1, H, W, 3] and the scene graph (probe-set images only)."""
     image = runtime.manifest.image
     settings = runtime.settings
@@ -96,7 +98,8 @@ def _image(body: ExplainRequest, runtime: RuntimeDep) -> tuple[Any, dict[str, An
                 field="image_ref.image_id",
             )
         scene = (probe.scenes or {}).get(ref.image_id)
-        return probe.images([ref.image_id], image.height, image.width), scene
+        scaled = None if scene is None else scaled_scene(scene, image.height, image.width)
+        return probe.images([ref.image_id], image.height, image.width), scaled
     text = body.image or ""
     try:
         blob = base64.b64decode(

@@ -37,6 +37,26 @@ class CaptionGrounding:
     scores: dict[str, float] | None  # GroundingScore by δ key, None without nouns
 
 
+def scaled_scene(scene: Mapping[str, Any], height: int, width: int) -> Mapping[str, Any]:
+    """``scene`` with its boxes (and horizon) in a ``height`` × ``width`` image's pixels: a scene that
+    records the ``size`` [h, w] its boxes are in (one made of COCO instance boxes) is scaled; a SceneWorld
+    scene graph is drawn at the served size already and comes back as it is."""
+    size = scene.get("size")
+    if not size or (int(size[0]), int(size[1])) == (height, width):
+        return scene
+    sy, sx = height / float(size[0]), width / float(size[1])
+    objects = [
+        {**o, "bbox": [o["bbox"][0] * sx, o["bbox"][1] * sy, o["bbox"][2] * sx, o["bbox"][3] * sy]}
+        for o in scene.get("objects", [])
+    ]
+    return {
+        **scene,
+        "objects": objects,
+        "horizon": float(scene.get("horizon", 0)) * sy,
+        "size": [height, width],
+    }
+
+
 def cell_labels(
     cell: Sequence[float], scene: Mapping[str, Any]
 ) -> tuple[tuple[str, ...], Mapping[str, Any] | None]:

@@ -21,7 +21,6 @@ from service.api.gate import BoundedGate, RequestError
 from service.engine.engine import CaptionEngine
 from service.engine.params import SearchParams
 from service.engine.request import Priority
-from service.engine.runner import prepare_images
 from service.explain.attention import AttentionRecorder, ForceWords
 from service.explain.geometry import cell_boxes, fold_slots, grid_area, grid_size, pool_to_grid
 from service.explain.render import overlay_png, place, stretch
@@ -254,7 +253,8 @@ class ExplainService:
             raw = self._cells(spec.params.model, maps)
             logprobs: list[float | None] = recorder.word_logprobs(words)
         else:
-            raw, pixel_maps, logprobs, extra = await asyncio.to_thread(self._gradients, spec, words)
+            image = engine.encoder_images(spec.params.model, spec.image)  # what its programs read
+            raw, pixel_maps, logprobs, extra = await asyncio.to_thread(self._gradients, spec, image, words)
         t2 = time.perf_counter()
         result = self._shape(spec, words, raw, pixel_maps, logprobs, engine.vocabs[spec.params.model])
         t3 = time.perf_counter()
@@ -276,15 +276,13 @@ class ExplainService:
         }
 
     def _gradients(
-        self, spec: ExplainInput, words: list[int]
+        self, spec: ExplainInput, image: np.ndarray, words: list[int]
     ) -> tuple[np.ndarray, np.ndarray | None, list[float | None], dict[str, Any]]:
         from service.explain.gradients import ProgramCache  # torch: the explain extra
 
         if self._programs is None:
             self._programs = ProgramCache(self.repo, self.manifest, self.torch_threads)
         cap = self.manifest.captioner(spec.params.model)
-        # an imported captioner's programs read its encoder's input: the image resized (and cropped) for it
-        image = spec.image if cap.image is None else prepare_images(spec.image, cap.image)
         pixels = spec.attribute_to == "pixels"
         maps = self._programs.attribute(cap.name, image, words, spec.method, spec.attribute_to, spec.n_steps)
         extra: dict[str, Any] = {}

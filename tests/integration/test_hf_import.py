@@ -424,8 +424,9 @@ def test_the_gateway_reranks_an_imported_captioner(
 
 
 def test_probes_and_every_hook_run_on_it(repo: Path) -> None:
-    """A systematicity and a productivity probe job decode the imported captioner's captions (the spaCy
-    parse and the scores run on its text); min_length and diverse_beam act on its tokens."""
+    """A systematicity, a productivity and a substitutivity probe job decode the imported captioner's
+    captions (the spaCy parse and the scores run on its text; the synonym table restricted to the words
+    its tokenizer writes); min_length and diverse_beam act on its tokens."""
     from io import BytesIO
 
     from PIL import Image
@@ -447,7 +448,7 @@ def test_probes_and_every_hook_run_on_it(repo: Path) -> None:
         )
         assert grouped.status_code == 200, grouped.text
         assert grouped.json()["hooks"] == ["diverse_beam"]
-        for kind in ("systematicity", "productivity"):
+        for kind in ("systematicity", "productivity", "substitutivity"):
             started = client.post(
                 "/v1/probes", json={"kind": kind, "model": NAME, "beam_size": 2, "images": 2}
             )

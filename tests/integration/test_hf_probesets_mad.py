@@ -93,7 +93,8 @@ def test_probeset_adds_a_coco_set_to_the_repository(
     sets = repo_probe_sets(repo, manifest)
     for kind, name in SETS.items():
         entry = entries[name]
-        assert (entry.kind, entry.path, entry.scene_graphs) == (kind, f"probes/{name}", False)
+        # no SceneWorld scene graphs, but its instance boxes serve as such for explanations
+        assert (entry.kind, entry.path, entry.scene_graphs) == (kind, f"probes/{name}", True)
         assert entry.source == str(coco.resolve()) and entry.world_seed is None
         assert entry.images == len(sets[name].image_ids) > 0
     assert sets[SETS["productivity"]].objects() is not None  # from instances.json
@@ -114,6 +115,39 @@ def test_probeset_adds_a_coco_set_to_the_repository(
     assert main(base) == 2
     assert "--out" in capsys.readouterr().err
     assert (repo / "manifest.json").read_bytes() == before
+
+
+def test_explanations_of_a_coco_image_point_at_its_instance_boxes(repo: Path, coco: Path) -> None:
+    """A COCO set's instance boxes are its explanations' scene: the pointing game of a noun is played
+    against its boxes, scaled from the 32-pixel images of the folder to the 96 pixels the gateway
+    serves, and GroundingScore is computed."""
+    from service.explain.geometry import cell_boxes, centre_inside
+    from service.text.lexicon import default_lexicon
+
+    instances = json.loads((coco / "instances.json").read_text())
+    probe = repo_probe_sets(repo, load_manifest(repo))[SETS["productivity"]]
+    assert probe.scenes is not None
+    image_id = next(i for i in probe.image_ids if probe.scenes[i]["objects"])
+    scene = probe.scenes[image_id]
+    assert scene["size"] == [32, 32]
+    noun = scene["objects"][0]["noun"]
+    x, y, w, h = next(a["bbox"] for a in instances["annotations"] if a["image_id"] == image_id)
+    assert scene["objects"][0]["bbox"] == [x, y, x + w, y + h]  # COCO's [x, y, w, h] read as corners
+    boxes = [[v * 3 for v in o["bbox"]] for o in scene["objects"] if o["noun"] == noun]
+    chance = sum(any(centre_inside(c, b) for b in boxes) for c in cell_boxes(4, 96, 96)) / 16
+    ref = {"probe_set": SETS["productivity"], "image_id": image_id}
+    with TestClient(create_app(Settings(repo=repo, intra_op_threads=1))) as client:
+        wait_ready(client)
+        answer = client.post(
+            "/v1/explain",
+            json={"model": NAME, "image_ref": ref, "method": "attention", "caption": f"a {noun}"},
+        )
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["scene_graph"] is True and body["grounding_score"] is not None
+    entry = next(e for e in body["words"] if e["word"] == noun)
+    assert entry["noun"] == default_lexicon().noun_class(noun) and entry["pointing"] is not None
+    assert entry["pointing_chance"] == pytest.approx(chance)
 
 
 Recorder = dict[tuple[str, str], dict[int, list[str]]]  # (probe set, model) -> image id -> captions

@@ -16,7 +16,7 @@ from export.build import TEST_SEED_OFFSET
 from export.data.splits import load_split
 from export.probesets import KINDS, PROBE_SEED_OFFSET, ZOO_EVAL_SEED, probe_seed
 from export.probesets.coco import coco_probe_set
-from export.world.dataset import generate_one, write_dataset
+from export.world.dataset import generate_one
 from export.zoo import EVAL_SEED
 from service import cli
 from service.manifest import Manifest, load_manifest
@@ -214,25 +214,11 @@ def test_old_manifests_load_without_probe_sets(tiny_repo: Path) -> None:
 # ----------------------------------------------------------------------------------- COCO folders
 @pytest.fixture(scope="module")
 def coco_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A COCO-format folder (captions.json, images, instances.json) made of SceneWorld images, without
-    scene graphs."""
-    folder = tmp_path_factory.mktemp("coco")
-    write_dataset(folder, images=160, seed=11, image_size=32, progress=False)
-    graphs = json.loads((folder / "scene_graphs.json").read_text())
-    (folder / "scene_graphs.json").unlink()
-    nouns = list(load_concepts().nouns)
-    objects = [(int(i), o) for i, g in graphs.items() for o in g["objects"]]
-    annotations = [
-        {"id": k, "image_id": i, "category_id": nouns.index(o["noun"]) + 1, "bbox": o["bbox"]}
-        for k, (i, o) in enumerate(objects)
-    ]
-    instances = {
-        "images": [{"id": int(i)} for i in graphs],
-        "annotations": annotations,
-        "categories": [{"id": k + 1, "name": n} for k, n in enumerate(nouns)],
-    }
-    (folder / "instances.json").write_text(json.dumps(instances))
-    return folder
+    """A COCO-format folder (captions.json, images, instances.json with COCO boxes) made of SceneWorld
+    images, without scene graphs."""
+    from tests.hf_repo import coco_folder as make
+
+    return make(tmp_path_factory.mktemp("coco"), images=160, seed=11)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -241,12 +227,20 @@ def test_probeset_command_on_a_coco_folder(coco_folder: Path, tmp_path: Path, ki
     argv = ["probeset", "--data", str(coco_folder), "--kind", kind, "--out", str(out), "--per-pair", "3"]
     assert cli.main([*argv, "--min-count", "3", "--seed", "1"]) == 0
     probe = load_probe_set(out)
+    # no SceneWorld scene graphs: the instance boxes stand in for them (explanations' grounding)
     assert (probe.kind, probe.name, probe.has_scene_graphs, probe.info["world_seed"]) == (
         kind,
         kind,
-        False,
+        True,
         None,
     )
+    instances = json.loads((coco_folder / "instances.json").read_text())
+    for i in probe.image_ids:
+        assert probe.scenes is not None and probe.scenes[i]["size"] == [32, 32]
+        boxes = [a["bbox"] for a in instances["annotations"] if a["image_id"] == i]
+        assert [o["bbox"] for o in probe.scenes[i]["objects"]] == [
+            [x, y, x + w, y + h] for x, y, w, h in boxes
+        ]
     assert probe.info["source"] == str(coco_folder.resolve())
     assert len(set(probe.image_ids)) == len(probe.image_ids) > 0
     original = json.loads((coco_folder / "captions.json").read_text())
