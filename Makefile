@@ -20,7 +20,7 @@ TRITON_HTTP_PORT    ?= 8000
 TRITON_GRPC_PORT    ?= 8001
 TRITON_METRICS_PORT ?= 8002
 
-.PHONY: probesets install serve-venv triton-venv triton run build models report explain-report test test-unit lint clean locks test-tools
+.PHONY: docs probesets install serve-venv triton-venv triton run build models report explain-report test test-unit lint clean locks test-tools
 
 # torch: from local disk where the machine keeps its wheel (no index asked), else PyTorch's CPU index
 $(STAMP): requirements.lock requirements-torch.lock requirements-models.lock pyproject.toml
@@ -82,6 +82,11 @@ run: $(STAMP) $(REPO)/manifest.json
 test: $(STAMP) $(TSTAMP) test-tools
 	$(VPY) -m pytest -q -p no:cacheprovider
 
+# the documentation site (docs/ -> site/): reference pages generated from the code, then a strict build
+docs: $(STAMP)
+	$(VPY) scripts/gen_docs.py
+	$(VENV)/bin/mkdocs build --strict
+
 test-unit: $(STAMP)
 	$(VPY) -m pytest -q tests/unit
 
@@ -91,7 +96,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy service export
 
 clean:
-	rm -rf $(VENV) $(TVENV) $(SVENV) build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(TVENV) $(SVENV) build site docs/reference docs/assets .pytest_cache .mypy_cache .ruff_cache
 
 ZOO ?= model_zoo
 

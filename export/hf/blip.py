@@ -1,5 +1,5 @@
 """A transformers ``BlipForConditionalGeneration`` (BLIP's captioner) in CompCap's model contract, version
-2 (DESIGN.md): two graphs around the unchanged transformers module, as ``export.hf.ved`` does for a
+2 (docs/architecture.md): two graphs around the unchanged transformers module, as ``export.hf.ved`` does for a
 ``VisionEncoderDecoderModel``.
 
 - ``Encoder``: ``image`` uint8 [B, H, W, 3] at the image processor's size → ``memory`` float32 [B, M, D]

@@ -1,5 +1,5 @@
 """A transformers ``VisionEncoderDecoderModel`` (e.g. ViT + GPT-2) in CompCap's model contract, version 2
-(DESIGN.md): two graphs around the unchanged transformers module.
+(docs/architecture.md): two graphs around the unchanged transformers module.
 
 - ``Encoder``: ``image`` uint8 [B, H, W, 3] at the image processor's size → ``memory`` float32 [B, M, D]
   (the vision encoder's last hidden states, projected to the decoder's width where the model does so)

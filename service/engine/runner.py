@@ -1,5 +1,5 @@
 """The model runner: the only code that knows the five-model contract of ``model_repo/manifest.json``
-(DESIGN.md "The model contract") and builds model inputs.
+(docs/architecture.md, "The model contract") and builds model inputs.
 
 - ``encode``: ``visual_encoder`` (uint8 images → regions) then ``<cap>_init`` (regions → memory, state);
   a captioner with an encoder of its own (contract v2) gets the images, resized to its preprocessing's
