@@ -287,8 +287,8 @@ def evaluate(
     return out
 
 
-def _fmt(x: float | None, scale: float = 1.0) -> str:
-    return "-" if x is None else f"{x * scale:.1f}"
+def _fmt(x: float | None, scale: float = 1.0, digits: int = 1) -> str:
+    return "-" if x is None else f"{x * scale:.{digits}f}"
 
 
 def run_evaluate_cli(
@@ -309,8 +309,8 @@ def run_evaluate_cli(
     api_key: str | None = None,
 ) -> int:
     """``compcap evaluate (--repo DIR | --url URL) --data DIR --split KIND [--group N] --json OUT``: evaluate
-    and print a summary table (recall and metrics ×100 as in seed 000's tables; CIDEr-D ×100). Returns the
-    exit code."""
+    and print a summary table (recall R@1, R@5 as fractions in [0, 1], as the API reports it; the caption
+    metrics ×100 as in seed 000's tables, CIDEr-D ×100). Returns the exit code."""
     from service.client import CompCapError
 
     try:
@@ -340,14 +340,15 @@ def run_evaluate_cli(
         return 1
     title = f"{kind}" + (f" group {group}" if group is not None else "") + f", {out['images']} images"
     print(title)
-    header = f"{'model':<18}{'trained_on':<18}{'R@1':>6}{'R@5':>6}{'B1':>6}{'B4':>6}{'M':>6}{'R-L':>6}"
+    print("recall R@1, R@5: fractions in [0, 1]; B1..C-D and Nov%: x100")
+    header = f"{'model':<18}{'trained_on':<18}{'R@1':>7}{'R@5':>7}{'B1':>6}{'B4':>6}{'M':>6}{'R-L':>6}"
     header += f"{'C-D':>7}{'ASL':>6}{'Types':>6}{'TTR1':>6}{'TTR2':>6}{'Nov%':>6}"
     print(header)
     for r in out["results"]:
         name = r["captioner"] + (f"+{r['ranker']}" if r["ranker"] else "")
         rk = r["recall_at_k"] or {}
         print(
-            f"{name:<18}{r['trained_on']:<18}{_fmt(rk.get('1'), 100):>6}{_fmt(rk.get('5'), 100):>6}"
+            f"{name:<18}{r['trained_on']:<18}{_fmt(rk.get('1'), digits=3):>7}{_fmt(rk.get('5'), digits=3):>7}"
             f"{_fmt(r['bleu1'], 100):>6}{_fmt(r['bleu4'], 100):>6}{_fmt(r['meteor'], 100):>6}"
             f"{_fmt(r['rouge_l'], 100):>6}{_fmt(r['cider_d'], 100):>7}{_fmt(r['asl']):>6}{r['types']:>6}"
             f"{r['ttr1']:>6.2f}{r['ttr2']:>6.2f}{_fmt(r['novel'], 100):>6}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -28,6 +29,12 @@ _HTTP_CODES = {
     413: "request_too_large",
     415: "unsupported_media_type",
 }
+
+
+def _body_model(request: Request) -> Any:
+    """The pydantic model FastAPI validated the route's body with, if any (for ``did you mean``)."""
+    field = getattr(request.scope.get("route"), "body_field", None)
+    return None if field is None else getattr(field.field_info, "annotation", None)
 
 
 def install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
@@ -58,10 +65,10 @@ def install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
         status = 404 if isinstance(exc, UnknownModelError) else 422
         return error_response(status, exc.code, exc.message, [{"field": exc.field, "message": exc.message}])
 
-    @app.exception_handler(RequestValidationError)
-    async def _request_validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+    @app.exception_handler(RequestValidationError)  # FastAPI's, and the kit's own ``InvalidRequest``
+    async def _request_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         count("validation_error")
-        return validation_response(list(exc.errors()))
+        return validation_response(list(exc.errors()), getattr(exc, "model", None) or _body_model(request))
 
     @app.exception_handler(ValidationError)
     async def _validation(_: Request, exc: ValidationError) -> JSONResponse:

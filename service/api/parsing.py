@@ -1,21 +1,29 @@
-"""Parsing of ``POST /v1/captions`` bodies: multipart uploads or JSON with base64 images, options from
-the query string and the body (a body field wins over the same query parameter), every part bounded
-(``limits``). Raises ``ApiError``/``ImageError`` naming the problem; no input raises anything else."""
+"""Parsing of request bodies that carry images, in either form every such route takes: a multipart
+upload (``image`` file parts, the other fields as form fields) or JSON with base64 images. Every part
+is bounded (``limits``); errors raise ``ApiError``/``ImageError`` (or the kit's ``InvalidRequest``)
+naming the problem; no input raises anything else.
+
+- ``request_parts``: the one reader of both forms (content type, size bound, JSON scan, multipart
+  parser bounds, upload sizes), for every route.
+- ``read_caption_request``: ``POST /v1/captions``, options also from the query string (a body field
+  wins over the same query parameter).
+- ``UploadBody`` (``service.api.bodies``) builds the other routes' bodies on ``request_parts``."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 import json
-from collections.abc import AsyncGenerator
-from contextlib import aclosing
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing, asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import Request
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
-from service.api.errors import ApiError
+from service.api.errors import ApiError, validate
 from service.api.limits import (
     MAX_FORM_FIELD_BYTES,
     MAX_FORM_FIELDS,
@@ -27,49 +35,102 @@ from service.api.schemas import CaptionJSONRequest, CaptionOptions
 from service.images import ImageError
 from service.settings import Settings
 
+FILE_FIELD = "image"  # the multipart file part of every route that takes images
+
 
 def body_limit(settings: Settings) -> int:
     """The largest body: every image at the upload limit, base64-encoded, plus 1 MiB of options."""
     return settings.max_upload_bytes * settings.max_images_per_request * 4 // 3 + (1 << 20)
 
 
-async def read_caption_request(request: Request, settings: Settings) -> tuple[list[bytes], CaptionOptions]:
+@dataclass
+class RequestParts:
+    """A request body read: ``fields`` — the JSON object (None for an empty body or one that is not
+    an object) or the form's text fields (strings) — and the form's ``image`` uploads (JSON: none)."""
+
+    form: bool
+    fields: dict[str, Any] | None
+    uploads: list[UploadFile] = field(default_factory=list)
+    max_upload_bytes: int = 0
+
+    async def images(self) -> list[bytes]:
+        """The uploads' bytes, in order; 413 ``image_too_large`` for one over the upload limit."""
+        blobs = []
+        for index, upload in enumerate(self.uploads):
+            data = await upload.read(self.max_upload_bytes + 1)
+            if len(data) > self.max_upload_bytes:
+                raise ImageError(
+                    "image_too_large",
+                    f"image {index} is larger than the limit of {self.max_upload_bytes} bytes",
+                    status=413,
+                )
+            blobs.append(data)
+        return blobs
+
+
+@asynccontextmanager
+async def request_parts(request: Request, settings: Settings, max_files: int) -> AsyncIterator[RequestParts]:
+    """Read ``request``'s body, multipart or JSON (415 otherwise), within ``body_limit``; the uploads
+    are open inside the block. ``max_files``: the most file parts the multipart parser takes."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    query: dict[str, Any] = dict(request.query_params)  # bounded by QueryLimitMiddleware
     limit = body_limit(settings)
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ApiError(
             413, "request_too_large", f"the request body is {declared} bytes; the limit is {limit}"
         )
+    if content_type not in ("multipart/form-data", "application/json", ""):
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            f"content type {content_type!r}: use multipart/form-data or application/json",
+        )
+    form = content_type == "multipart/form-data"
+    items: list[tuple[str, UploadFile | str]] = []
+    payload: Any = None
     try:
-        if content_type == "multipart/form-data":
-            async with aclosing(bounded_stream(request.stream(), limit)) as stream:
-                return await _read_multipart(request, stream, query, settings)
-        if content_type in ("application/json", ""):
-            async with aclosing(bounded_stream(request.stream(), limit)) as stream:
+        async with aclosing(bounded_stream(request.stream(), limit)) as stream:
+            if form:
+                items = await _parse_multipart(request, stream, max_files, settings)
+            else:
                 body = b"".join([chunk async for chunk in stream])
-            return _read_json(body, query, settings)
+                payload = _loads(body) if body else None
     except RecursionError:  # the bounds make this unreachable; if not, it is still the client's 400
         raise ApiError(400, "too_deep", "the request is nested too deeply to parse") from None
-    raise ApiError(
-        415,
-        "unsupported_media_type",
-        f"content type {content_type!r}: use multipart/form-data or application/json",
-    )
+    try:
+        yield (
+            _form_parts(items, settings)
+            if form
+            else RequestParts(False, payload if isinstance(payload, dict) else None)
+        )
+    finally:
+        for _, value in items:
+            if isinstance(value, UploadFile):
+                await value.close()
 
 
-def _read_json(body: bytes, query: dict[str, Any], settings: Settings) -> tuple[list[bytes], CaptionOptions]:
-    payload = _loads(body) if body else None
-    if not isinstance(payload, dict):
+async def read_caption_request(request: Request, settings: Settings) -> tuple[list[bytes], CaptionOptions]:
+    query: dict[str, Any] = dict(request.query_params)  # bounded by QueryLimitMiddleware
+    async with request_parts(request, settings, 4 * settings.max_images_per_request + 8) as parts:
+        if parts.form:
+            check_count(len(parts.uploads), settings.max_images_per_request)
+            options = validate(CaptionOptions, {**query, **(parts.fields or {})})
+            return await parts.images(), options
+    return _read_json(parts.fields, query, settings)
+
+
+def _read_json(
+    payload: dict[str, Any] | None, query: dict[str, Any], settings: Settings
+) -> tuple[list[bytes], CaptionOptions]:
+    if payload is None:
         raise ApiError(
             422, "no_image", "no image: send multipart field 'image' or a JSON object with 'images'"
         )
     if "images" in payload and isinstance(payload["images"], list):
-        _check_count(len(payload["images"]), settings)
-    req = CaptionJSONRequest.model_validate({**query, **payload})
-    _check_count(len(req.images), settings)
-    blobs = [b64_blob(text, index, settings.max_upload_bytes) for index, text in enumerate(req.images)]
+        check_count(len(payload["images"]), settings.max_images_per_request, field="images")
+    req = validate(CaptionJSONRequest, {**query, **payload})
+    check_count(len(req.images), settings.max_images_per_request, field="images")
+    blobs = [b64_blob(text, f"images.{i}", settings.max_upload_bytes) for i, text in enumerate(req.images)]
     return blobs, CaptionOptions.model_validate(req.model_dump(exclude={"images"}))
 
 
@@ -86,10 +147,9 @@ def _loads(body: bytes) -> Any:
         raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
 
 
-async def _read_multipart(
-    request: Request, stream: AsyncGenerator[bytes, None], query: dict[str, Any], settings: Settings
-) -> tuple[list[bytes], CaptionOptions]:
-    max_files = 4 * settings.max_images_per_request + 8
+async def _parse_multipart(
+    request: Request, stream: AsyncGenerator[bytes, None], max_files: int, settings: Settings
+) -> list[tuple[str, UploadFile | str]]:
     parser = MultiPartParser(
         request.headers,
         stream,
@@ -101,10 +161,7 @@ async def _read_multipart(
         form = await parser.parse()
     except MultiPartException as exc:
         raise _multipart_error(exc.message, max_files, settings) from None
-    try:
-        return await _read_form(form.multi_items(), query, settings)
-    finally:
-        await form.close()
+    return form.multi_items()
 
 
 def _multipart_error(message: str, max_files: int, settings: Settings) -> ApiError:
@@ -123,49 +180,43 @@ def _multipart_error(message: str, max_files: int, settings: Settings) -> ApiErr
     return ApiError(400, "invalid_multipart", f"the multipart body cannot be parsed: {message}")
 
 
-async def _read_form(
-    items: list[tuple[str, UploadFile | str]], query: dict[str, Any], settings: Settings
-) -> tuple[list[bytes], CaptionOptions]:
+def _form_parts(items: list[tuple[str, UploadFile | str]], settings: Settings) -> RequestParts:
     check_field_names((key for key, _ in items), "form")
-    files: list[UploadFile] = []
+    uploads: list[UploadFile] = []
     fields: dict[str, Any] = {}
     for key, value in items:
-        if key == "image":
+        if key == FILE_FIELD:
             if not isinstance(value, UploadFile):
-                raise ApiError(422, "validation_error", "image must be a file upload, not a text field")
-            files.append(value)
+                raise ApiError(
+                    422,
+                    "validation_error",
+                    f"{FILE_FIELD} must be a file upload, not a text field",
+                    field=FILE_FIELD,
+                )
+            uploads.append(value)
         else:
             fields[key] = value if isinstance(value, str) else f"<file {value.filename}>"
-    _check_count(len(files), settings)
-    options = CaptionOptions.model_validate({**query, **fields})
-    blobs = []
-    for index, upload in enumerate(files):
-        data = await upload.read(settings.max_upload_bytes + 1)
-        if len(data) > settings.max_upload_bytes:
-            raise ImageError(
-                "image_too_large",
-                f"image {index} is larger than the limit of {settings.max_upload_bytes} bytes",
-                status=413,
-            )
-        blobs.append(data)
-    return blobs, options
+    return RequestParts(True, fields, uploads, settings.max_upload_bytes)
 
 
-def _check_count(n: int, settings: Settings) -> None:
-    if n == 0:
-        raise ApiError(422, "no_image", "no image: send multipart field 'image' or JSON 'images'")
-    if n > settings.max_images_per_request:
+def check_count(n: int, most: int, least: int = 1, field: str = FILE_FIELD) -> None:
+    """422 ``no_image`` for fewer than ``least`` images, ``too_many_images`` for more than ``most``."""
+    if n < least:
         raise ApiError(
-            422, "too_many_images", f"{n} images; at most {settings.max_images_per_request} per request"
+            422, "no_image", "no image: send multipart field 'image' or JSON 'images'", field=field
         )
+    if n > most:
+        raise ApiError(422, "too_many_images", f"{n} images; at most {most} per request", field=field)
 
 
-def b64_blob(text: str, index: int, max_bytes: int) -> bytes:
+def b64_blob(text: str, label: str, max_bytes: int) -> bytes:
+    """A JSON image (base64, data: URLs accepted) as bytes; errors name it by ``label`` (its field
+    path, e.g. ``images.0``)."""
     if text.startswith("data:"):
         text = text.partition(",")[2]
     if len(text) > max_bytes * 4 // 3 + 8:
-        raise ImageError("image_too_large", f"images[{index}] is larger than {max_bytes} bytes", status=413)
+        raise ImageError("image_too_large", f"{label} is larger than {max_bytes} bytes", status=413)
     try:
         return base64.b64decode("".join(text.split()), validate=True)
     except (binascii.Error, ValueError):
-        raise ApiError(400, "invalid_base64", f"images[{index}] is not valid base64") from None
+        raise ApiError(400, "invalid_base64", f"{label} is not valid base64", field=label) from None

@@ -228,13 +228,19 @@ class ReadyResponse(BaseModel):
 
 
 class ErrorField(BaseModel):
-    field: str = Field(description="the offending option, e.g. ``beam_size`` or ``hooks.0.params.n``")
+    field: str = Field(
+        description="the path to the value at fault, dotted with list indices as segments, e.g. "
+        "``beam_size``, ``hooks.0.params.n``, ``configurations.1.model``; ``request`` for the whole request"
+    )
     message: str
 
 
 class ErrorDetail(BaseModel):
     code: str = Field(description="machine-readable reason, e.g. ``not_an_image``, ``json_too_deep``")
-    message: str = Field(description="what was wrong, naming the field or limit")
+    message: str = Field(
+        description="what was wrong, naming the field or limit; an unknown field or choice close to a "
+        "known one ends with ``(did you mean 'beam_size'?)``"
+    )
     details: list[ErrorField] | None = None
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from service.manifest import Manifest
+from service.text.suggest import did_you_mean
 
 OPTION_NAMES = frozenset(
     {"model", "beam_size", "max_length", "n_best", "rerank", "length_penalty", "hooks", "rerank_weight"}
@@ -54,8 +55,9 @@ class Configuration:
             )
         unknown = sorted(set(self.options) - OPTION_NAMES)
         if unknown:
+            hint = did_you_mean(unknown[0], OPTION_NAMES) if len(unknown) == 1 else ""
             raise ConfigurationError(
-                "options", f"{self.name}: unknown option(s) {unknown}; known: {sorted(OPTION_NAMES)}"
+                "options", f"{self.name}: unknown option(s) {unknown}{hint}; known: {sorted(OPTION_NAMES)}"
             )
         if not isinstance(self.options.get("model"), str):
             raise ConfigurationError("model", f"{self.name}: a configuration needs a captioner 'model'")
@@ -104,7 +106,8 @@ def parse_configuration(text: str) -> Configuration:
         raise ConfigurationError("options", f"{name}: options {query!r} are not key=value&...") from None
     for key, value in items:
         if key not in OPTION_NAMES or key == "model":
-            raise ConfigurationError("options", f"{name}: unknown option {key!r}")
+            known = OPTION_NAMES - {"model"}
+            raise ConfigurationError("options", f"{name}: unknown option {key!r}{did_you_mean(key, known)}")
         try:
             parsed[key] = _coerce(key, value)
         except ValueError:

@@ -9,10 +9,10 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.api.bodies import UploadBody
 from service.api.deps import EngineDep, RuntimeDep, from_state
 from service.api.errors import ApiError
 from service.api.feature import error_responses, feature_router
-from service.api.parsing import b64_blob
 from service.api.requestlog import annotate
 from service.api.schemas import MAX_IMAGE_CHARS, CaptionOptions
 from service.api.uploads import decode_uploads
@@ -29,14 +29,32 @@ class ConfigurationSpec(CaptionOptions):
     model: str = Field(max_length=128, description="captioner name")
 
 
-class CompareRequest(BaseModel):
+class CompareFields(BaseModel):
+    """The configurations to compare (in a multipart request, a JSON array in a form field)."""
+
     model_config = ConfigDict(extra="forbid")
-    images: list[Annotated[str, Field(max_length=MAX_IMAGE_CHARS)]] = Field(
-        min_length=1, description="base64 images (at most COMPCAP_MAX_IMAGES_PER_REQUEST)"
-    )
     configurations: list[ConfigurationSpec] = Field(
         min_length=2, description="two or more configurations (at most COMPCAP_MAX_COMPARE_CONFIGURATIONS)"
     )
+
+
+class CompareRequest(CompareFields):
+    """``POST /v1/compare`` as JSON: base64 images and the configurations."""
+
+    images: list[Annotated[str, Field(max_length=MAX_IMAGE_CHARS)]] = Field(
+        min_length=1, description="base64 images (at most COMPCAP_MAX_IMAGES_PER_REQUEST)"
+    )
+
+
+BODY = UploadBody(
+    CompareFields,
+    CompareRequest,
+    image_field="images",
+    many=True,
+    least=1,
+    description="the images as multipart file parts 'image' (repeated) with 'configurations' a JSON "
+    "array in a form field, or JSON with base64 images",
+)
 
 
 CompareDep = Annotated[CompareService, Depends(from_state("compare"))]
@@ -44,16 +62,17 @@ router = feature_router("comparison")
 _ERRORS = error_responses(
     "comparisons",
     {
-        400: "bad image or base64",
+        400: "bad image, base64, JSON or multipart body",
         404: "unknown model or ranker in a configuration; no shadow configured",
-        413: "image over the upload limit",
+        413: "image, body or form field over its limit",
+        415: "neither multipart/form-data nor application/json",
         422: "fewer than two configurations, repeated names, invalid option, too many images",
         503: "models not loaded yet, or the decoding queue is full",
     },
 )
 
 
-def _configs(body: CompareRequest, limit: int) -> list[Configuration]:
+def _configs(body: CompareFields, limit: int) -> list[Configuration]:
     if len(body.configurations) > limit:
         raise ApiError(
             422,
@@ -61,23 +80,28 @@ def _configs(body: CompareRequest, limit: int) -> list[Configuration]:
             f"{len(body.configurations)} configurations; at most {limit}",
             field="configurations",
         )
-    try:
-        return [
-            Configuration(c.name, c.model_dump(exclude={"name"}, exclude_defaults=True) | {"model": c.model})
-            for c in body.configurations
-        ]
-    except ConfigurationError as exc:
-        raise ApiError(422, "invalid_configuration", str(exc), field=f"configurations.{exc.field}") from None
+    configs = []
+    for i, c in enumerate(body.configurations):
+        try:
+            options = c.model_dump(exclude={"name"}, exclude_defaults=True) | {"model": c.model}
+            configs.append(Configuration(c.name, options))
+        except ConfigurationError as exc:
+            raise ApiError(
+                422, "invalid_configuration", str(exc), field=f"configurations.{i}.{exc.field}"
+            ) from None
+    return configs
 
 
-@router.post("/v1/compare", responses=_ERRORS, response_model=CompareResponse)
+@router.post("/v1/compare", responses=_ERRORS, response_model=CompareResponse, openapi_extra=BODY.operation())
 async def compare(
-    body: CompareRequest, runtime: RuntimeDep, engine: EngineDep, comparer: CompareDep
+    request: Request, runtime: RuntimeDep, engine: EngineDep, comparer: CompareDep
 ) -> dict[str, Any]:
     """Caption every image with every configuration (in the engine's shared batch, at background
     priority); per image each configuration's caption and the pairwise NGSM (seed 003 Eq. 4), images
-    most discrepant first. See README, Comparison."""
+    most discrepant first. The images come as multipart file parts ``image`` (``configurations`` a
+    JSON form field) or as base64 in JSON. See README, Comparison."""
     settings = runtime.settings
+    body, blobs = await BODY.read(request, settings, most=settings.max_images_per_request)
     configs = _configs(body, settings.max_compare_configurations)
     names = [c.name for c in configs]
     if len(set(names)) != len(names):
@@ -87,15 +111,7 @@ async def compare(
             f"configuration names must be unique: {names}",
             field="configurations",
         )
-    if len(body.images) > settings.max_images_per_request:
-        raise ApiError(
-            422,
-            "too_many_images",
-            f"{len(body.images)} images; at most {settings.max_images_per_request} per request",
-            field="images",
-        )
-    annotate(configurations=names, images=len(body.images))
-    blobs = [b64_blob(text, i, settings.max_upload_bytes) for i, text in enumerate(body.images)]
+    annotate(configurations=names, images=len(blobs))
     images = await decode_uploads(blobs, runtime.manifest.image, settings)
     return await comparer.compare(engine, images, configs)
 
@@ -114,4 +130,4 @@ async def shadow(request: Request) -> dict[str, Any]:
     return comparer.snapshot()
 
 
-__all__ = ["router"]
+__all__ = ["CompareFields", "CompareRequest", "router"]

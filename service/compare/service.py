@@ -27,14 +27,14 @@ from service.engine.request import Priority
 
 def resolve_all(engine: CaptionEngine, configs: Sequence[Configuration]) -> list[SearchParams]:
     """Each configuration's ``SearchParams``; the ``EngineError`` of the first bad one, its field
-    prefixed with ``configurations[i].`` and its message with the configuration's name."""
+    prefixed with ``configurations.i.`` and its message with the configuration's name."""
     check_unique(configs)
     out = []
     for i, config in enumerate(configs):
         try:
             out.append(engine.resolve(**config.options))
         except EngineError as exc:
-            exc.field = f"configurations[{i}].{exc.field}"
+            exc.field = f"configurations.{i}.{exc.field}"
             exc.message = f"{config.name}: {exc.message}"
             exc.args = (exc.message,)
             raise

@@ -39,6 +39,7 @@ from service.engine.processors import (
 )
 from service.text.concepts import load_concepts
 from service.text.subword import SubwordVocabulary, TokenVocabulary
+from service.text.suggest import did_you_mean
 from service.text.synonyms import (
     DIRECTIONS,
     distinct_first_tokens,
@@ -109,7 +110,10 @@ class HookParams:
         self.hook, self.index, self.raw = hook, index, raw
         for key in raw:
             if key not in allowed:
-                raise self.error(str(key), f"unknown parameter (known: {', '.join(allowed) or 'none'})")
+                raise self.error(
+                    str(key),
+                    f"unknown parameter{did_you_mean(key, allowed)} (known: {', '.join(allowed) or 'none'})",
+                )
 
     def error(self, param: str | None, message: str) -> HookError:
         return HookError(self.hook, param, message, self.index)
@@ -364,7 +368,9 @@ def resolve_hooks(specs: Sequence[Any] | None, vocab: TokenVocabulary) -> Resolv
         name, raw = spec_parts(spec, index)
         kind = HOOKS.get(name)
         if kind is None:
-            raise HookError(name, None, f"unknown hook (known: {', '.join(HOOKS)})", index)
+            raise HookError(
+                name, None, f"unknown hook{did_you_mean(name, HOOKS)} (known: {', '.join(HOOKS)})", index
+            )
         if not kind.repeatable and name in out.names:
             raise HookError(name, None, "may be given only once", index)
         kind.build(HookParams(name, index, raw, kind.params), vocab, out)

@@ -15,6 +15,7 @@ from service.engine.processors import LogitsProcessor
 from service.manifest import Manifest
 from service.settings import EngineSettings
 from service.text.subword import TokenVocabulary
+from service.text.suggest import did_you_mean
 
 MAX_RERANK_WEIGHT = 10.0
 MAX_LENGTH_PENALTY = 2.0
@@ -136,8 +137,10 @@ def resolve_params(
     try:
         cap = manifest.captioner(name)
     except KeyError:
-        known = ", ".join(c.name for c in manifest.captioners)
-        raise UnknownModelError("model", f"unknown model {name!r}; captioners: {known}") from None
+        names = [c.name for c in manifest.captioners]
+        raise UnknownModelError(
+            "model", f"unknown model {name!r}{did_you_mean(name, names)}; captioners: {', '.join(names)}"
+        ) from None
     beam = settings.default_beam_size if beam_size is None else beam_size
     if not 1 <= beam <= settings.max_beam_size:
         raise InvalidParameterError("beam_size", f"beam_size must be in [1, {settings.max_beam_size}]")
@@ -196,5 +199,8 @@ def _ranker(manifest: Manifest, captioner: str, own: str | None, rerank: str | b
     if rerank is False:
         return None
     if rerank not in {r.name for r in manifest.rankers}:
-        raise UnknownModelError("rerank", f"unknown ranker {rerank!r}; rankers: {rankers}")
+        known = [r.name for r in manifest.rankers]
+        raise UnknownModelError(
+            "rerank", f"unknown ranker {rerank!r}{did_you_mean(rerank, known)}; rankers: {rankers}"
+        )
     return rerank

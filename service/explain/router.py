@@ -4,14 +4,13 @@ result. Key-protected when ``COMPCAP_API_KEYS`` is set (as the probes)."""
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends
+from fastapi import Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from service.api.bodies import UploadBody
 from service.api.deps import EngineDep, RuntimeDep, from_state
 from service.api.errors import ApiError
 from service.api.feature import error_responses, feature_router
@@ -21,6 +20,7 @@ from service.explain.scene import scaled_scene
 from service.explain.schemas import ExplainResponse
 from service.explain.service import METHODS, ExplainInput, ExplainService
 from service.images import decode_image
+from service.text.suggest import did_you_mean
 
 
 class ImageRef(BaseModel):
@@ -31,12 +31,15 @@ class ImageRef(BaseModel):
     image_id: int = Field(ge=0)
 
 
-class ExplainRequest(CaptionOptions):
-    """Explain a caption word by word: ``image`` (base64) or ``image_ref`` (a probe-set image, which
-    brings its scene graph and so the grounding score); ``caption`` to explain the client's caption
-    (teacher-forced) instead of the engine's best one (decoded with the options below)."""
+ONE_IMAGE = "give exactly one of image and image_ref"
 
-    image: str | None = Field(default=None, max_length=MAX_IMAGE_CHARS, description="base64 image")
+
+class ExplainFields(CaptionOptions):
+    """Explain a caption word by word: the image (``image``: a file part of a multipart request, or
+    base64 in JSON) or ``image_ref`` (a probe-set image, which brings its scene graph and so the
+    grounding score); ``caption`` to explain the client's caption (teacher-forced) instead of the
+    engine's best one (decoded with the options below)."""
+
     image_ref: ImageRef | None = None
     method: Literal["attention", "saliency", "guided_backprop", "integrated_gradients"] = Field(
         default="attention",
@@ -51,11 +54,28 @@ class ExplainRequest(CaptionOptions):
     overlays: bool = Field(default=True, description="include a PNG heat-map overlay per word")
     overlay_scale: int = Field(default=2, ge=1, le=8, description="overlay enlargement")
 
+
+class ExplainRequest(ExplainFields):
+    """``POST /v1/explain`` as JSON: ``image`` (base64) or ``image_ref``, and the options."""
+
+    image: str | None = Field(default=None, max_length=MAX_IMAGE_CHARS, description="base64 image")
+
     @model_validator(mode="after")
     def _one_image(self) -> ExplainRequest:
         if (self.image is None) == (self.image_ref is None):
-            raise ValueError("give exactly one of image and image_ref")
+            raise ValueError(ONE_IMAGE)
         return self
+
+
+BODY = UploadBody(
+    ExplainFields,
+    ExplainRequest,
+    image_field="image",
+    many=False,
+    least=0,
+    description="the image as a multipart file part 'image' (the options as form fields, image_ref as "
+    "JSON), or JSON with the image in base64; or no image and a probe-set image_ref",
+)
 
 
 ExplainDep = Annotated[ExplainService, Depends(from_state("explain"))]
@@ -63,9 +83,10 @@ router = feature_router("explanations")
 _ERRORS = error_responses(
     "explanations",
     {
-        400: "bad image or base64",
+        400: "bad image, base64, JSON or multipart body",
         404: "unknown model, probe set or probe image",
-        413: "image over the upload limit",
+        413: "image, body or form field over its limit",
+        415: "neither multipart/form-data nor application/json",
         422: "invalid field, caption words outside the vocabulary",
         501: "a gradient method without the 'explain' extra, or a repository without programs",
         503: "models not loaded yet, or the decoding queue is full",
@@ -73,7 +94,9 @@ _ERRORS = error_responses(
 )
 
 
-def _image(body: ExplainRequest, runtime: RuntimeDep) -> tuple[Any, Mapping[str, Any] | None]:
+def _image(
+    body: ExplainFields, blob: bytes | None, runtime: RuntimeDep
+) -> tuple[Any, Mapping[str, Any] | None]:
     """uint8 [1, H, W, 3] and the scene graph (probe-set images only)."""
     image = runtime.manifest.image
     settings = runtime.settings
@@ -87,7 +110,10 @@ def _image(body: ExplainRequest, runtime: RuntimeDep) -> tuple[Any, Mapping[str,
         ref = body.image_ref
         if ref.probe_set not in sets:
             raise ApiError(
-                404, "unknown_probe_set", f"no probe set {ref.probe_set!r}", field="image_ref.probe_set"
+                404,
+                "unknown_probe_set",
+                f"no probe set {ref.probe_set!r}{did_you_mean(ref.probe_set, sets)}",
+                field="image_ref.probe_set",
             )
         probe = sets[ref.probe_set]
         if ref.image_id not in probe.file_names:
@@ -100,16 +126,8 @@ def _image(body: ExplainRequest, runtime: RuntimeDep) -> tuple[Any, Mapping[str,
         scene = (probe.scenes or {}).get(ref.image_id)
         scaled = None if scene is None else scaled_scene(scene, image.height, image.width)
         return probe.images([ref.image_id], image.height, image.width), scaled
-    text = body.image or ""
-    try:
-        blob = base64.b64decode(
-            "".join(text.partition(",")[2].split() if text.startswith("data:") else text.split()),
-            validate=True,
-        )
-    except (binascii.Error, ValueError):
-        raise ApiError(400, "invalid_base64", "image is not valid base64", field="image") from None
     array = decode_image(
-        blob,
+        blob or b"",
         image.height,
         image.width,
         max_bytes=settings.max_upload_bytes,
@@ -119,16 +137,20 @@ def _image(body: ExplainRequest, runtime: RuntimeDep) -> tuple[Any, Mapping[str,
     return array[None], None
 
 
-@router.post("/v1/explain", responses=_ERRORS, response_model=ExplainResponse)
+@router.post("/v1/explain", responses=_ERRORS, response_model=ExplainResponse, openapi_extra=BODY.operation())
 async def explain(
-    body: ExplainRequest, runtime: RuntimeDep, engine: EngineDep, explainer: ExplainDep
+    request: Request, runtime: RuntimeDep, engine: EngineDep, explainer: ExplainDep
 ) -> dict[str, Any]:
     """One map per caption word over the image regions (``method``), the region each word looked at
     most, what lies there and GroundingScore(δ) for δ ∈ {0, 1, 3, 5, ∞} when the image has a scene
-    graph (``image_ref``). See README, Explanations."""
+    graph (``image_ref``). The image comes as a multipart file part ``image`` (the options as form
+    fields) or as base64 in JSON. See README, Explanations."""
+    body, blobs = await BODY.read(request, runtime.settings, most=1)
+    if bool(blobs) == (body.image_ref is not None):
+        raise ApiError(422, "validation_error", ONE_IMAGE, field="request")
     params = engine.resolve(**body.model_dump(include=set(CaptionOptions.model_fields)))
     annotate(model=params.model, method=body.method)
-    image, scene = await asyncio.to_thread(_image, body, runtime)
+    image, scene = await asyncio.to_thread(_image, body, blobs[0] if blobs else None, runtime)
     spec = ExplainInput(
         image=image,
         params=params,
@@ -143,4 +165,4 @@ async def explain(
     return await explainer.explain(engine, spec)
 
 
-__all__ = ["METHODS", "router"]
+__all__ = ["METHODS", "ExplainFields", "ExplainRequest", "router"]

@@ -5,12 +5,13 @@ bodies, and every schema they reference lives in ``components/schemas`` (no dang
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from fastapi import FastAPI
 from pydantic.json_schema import models_json_schema
 
+from service.api.bodies import component_schemas as body_schemas
 from service.api.schemas import EXAMPLE_HOOKS, EXAMPLE_PNG, CaptionJSONRequest, CaptionOptions, HookSpec
 
 REF = "#/components/schemas/{model}"
@@ -114,8 +115,22 @@ def component_schemas() -> dict[str, dict[str, Any]]:
     return schemas
 
 
+def _refs(node: Any) -> Iterator[str]:
+    """The component names ``node`` references."""
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith(REF.format(model="")):
+            yield ref.removeprefix(REF.format(model=""))
+        for value in node.values():
+            yield from _refs(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _refs(value)
+
+
 def install_openapi(app: FastAPI) -> None:
-    """Add ``component_schemas()`` to the app's generated document, once, the first time it is built."""
+    """Add ``component_schemas()`` to the app's generated document, and the request bodies' schemas of
+    the routes it serves (``service.api.bodies``), once, the first time it is built."""
     generate: Callable[[], dict[str, Any]] = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -126,6 +141,13 @@ def install_openapi(app: FastAPI) -> None:
                 if name in schemas and schemas[name] != schema:
                     raise RuntimeError(f"two different OpenAPI schemas are named {name}")
                 schemas[name] = schema
+            bodies = body_schemas()
+            missing = [name for name in _refs(document) if name not in schemas and name in bodies]
+            while missing:  # those the document references, and those they reference in turn
+                name = missing.pop()
+                if name not in schemas:
+                    schemas[name] = bodies[name]
+                    missing += [n for n in _refs(bodies[name]) if n not in schemas and n in bodies]
         return app.openapi_schema or {}
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -11,6 +11,7 @@ from service.engine.engine import CaptionEngine
 from service.probes.kind import ProbeKind, ProbeSpec, invalid
 from service.probes.kinds import KINDS
 from service.probes.sets import ProbeSet
+from service.text.suggest import did_you_mean
 
 
 def choose_probe_set(kind: ProbeKind, name: str | None, sets: Mapping[str, ProbeSet]) -> ProbeSet:
@@ -29,7 +30,10 @@ def choose_probe_set(kind: ProbeKind, name: str | None, sets: Mapping[str, Probe
     if name not in sets:
         known = ", ".join(sorted(sets)) or "none"
         raise RequestError(
-            404, "unknown_probe_set", f"unknown probe set {name!r} (known: {known})", field="probe_set"
+            404,
+            "unknown_probe_set",
+            f"unknown probe set {name!r}{did_you_mean(name, sets)} (known: {known})",
+            field="probe_set",
         )
     chosen = sets[name]
     if chosen.kind != kind.sets:
@@ -64,7 +68,7 @@ def build_spec(
     ``invalid_probe``) or the engine's ``EngineError``, naming the field."""
     record = KINDS.get(kind)
     if record is None:
-        raise invalid(f"kind must be one of {list(KINDS)}, got {kind!r}", "kind")
+        raise invalid(f"kind must be one of {list(KINDS)}, got {kind!r}{did_you_mean(kind, KINDS)}", "kind")
     if images is not None and images < 1:
         raise invalid(f"images must be >= 1, got {images}", "images")
     params = engine.resolve(**{k: v for k, v in search.items() if v is not None})

@@ -209,7 +209,7 @@ def bad_requests(client: TestClient, bomb: bytes) -> dict[str, tuple[Callable[[]
         "no_image_multipart": (raw(files=other_file), 422, "no_image", "image"),
         "no_image_json": (raw(json={"images": []}), 422, "no_image", "image"),
         "no_body": (raw(), 422, "no_image", "image"),
-        "bad_base64": (raw(json={"images": ["@@not base64@@"]}), 400, "invalid_base64", "images[0]"),
+        "bad_base64": (raw(json={"images": ["@@not base64@@"]}), 400, "invalid_base64", "images.0"),
         "bad_json": (raw(content=b"{nope", headers=json_type), 400, "invalid_json", "JSON"),
         "wrong_type": (raw(json={"images": "abc"}), 422, "validation_error", "images"),
         "too_many": (form(*too_many), 422, "too_many_images", str(MAX_IMAGES)),
@@ -241,6 +241,26 @@ def test_bad_input_then_valid_request(client: TestClient, bomb_png: bytes, case:
     assert error["code"] == code
     assert mentions.lower() in error["message"].lower()
     assert_valid_request_works(client)
+
+
+@pytest.mark.parametrize("form", [True, False])
+def test_a_misspelt_option_gets_did_you_mean(client: TestClient, form: bool) -> None:
+    """An unknown query parameter or body field close to an option is answered with the option's
+    name; one far from every option is only named."""
+    image = [base64.b64encode(png(3)).decode()]
+    for params, body, field, message in [
+        ({"beamsize": "3"}, {}, "beamsize", "unknown field 'beamsize' (did you mean 'beam_size'?)"),
+        ({}, {"nbest": "2"}, "nbest", "unknown field 'nbest' (did you mean 'n_best'?)"),
+        ({}, {"colour": "red"}, "colour", "unknown field 'colour'"),
+    ]:
+        if form:
+            response = client.post(
+                "/v1/captions", params=params, files=[("image", ("a.png", png(3), "image/png"))], data=body
+            )
+        else:
+            response = client.post("/v1/captions", params=params, json={"images": image, **body})
+        assert response.status_code == 422, response.text
+        assert error_of(response)["details"] == [{"field": field, "message": message}]
 
 
 def test_unknown_route_is_json(client: TestClient) -> None:

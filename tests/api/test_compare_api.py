@@ -11,6 +11,7 @@ import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -81,12 +82,12 @@ def test_compare_gives_each_configurations_caption_and_orders_by_discrepancy(cli
     [
         ([{"name": "A", "model": "butd"}], 422, None),  # fewer than two
         ([{"name": "A", "model": "butd"}, {"name": "A", "model": "butr"}], 422, "configurations"),
-        ([{"name": "A", "model": "butd"}, {"name": "B", "model": "nope"}], 404, "configurations[1].model"),
+        ([{"name": "A", "model": "butd"}, {"name": "B", "model": "nope"}], 404, "configurations.1.model"),
         ([{"name": "A", "model": "butd"}, {"name": "B", "model": "butr", "beam_size": 0}], 422, None),
         (
             [{"name": "A", "model": "butd"}, {"name": "B", "model": "butd", "n_best": 9, "beam_size": 2}],
             422,
-            "configurations[1].n_best",
+            "configurations.1.n_best",
         ),
         ([{"name": "A b", "model": "butd"}, {"name": "B", "model": "butd"}], 422, None),
     ],
@@ -191,3 +192,73 @@ def test_shadow_settings_are_validated(tiny_repo: Path) -> None:
         create_app(Settings(repo=tiny_repo, shadow_model="X={not json", intra_op_threads=1))
     with pytest.raises(ValueError, match="shadow_rate"):
         Settings(repo=tiny_repo, shadow_model="butd", shadow_rate=1.5)
+
+
+def files(*seeds: int, **fields: str) -> list[tuple[str, tuple[str | None, bytes | str, str | None]]]:
+    """A multipart body: one ``image`` file part per seed and ``fields`` as form fields."""
+    parts: list[tuple[str, tuple[str | None, bytes | str, str | None]]] = [
+        ("image", (f"{s}.png", base64.b64decode(png(s)), "image/png")) for s in seeds
+    ]
+    return parts + [(name, (None, value, None)) for name, value in fields.items()]
+
+
+def test_a_multipart_comparison_answers_as_the_same_images_in_json(client: TestClient) -> None:
+    """Repeated ``image`` file parts and ``configurations`` as a JSON form field: the same answer."""
+    sent = client.post("/v1/compare", json={"images": [png(5), png(6)], "configurations": configs()})
+    uploaded = client.post("/v1/compare", files=files(5, 6, configurations=json.dumps(configs())))
+    assert sent.status_code == 200 and uploaded.status_code == 200, (sent.text, uploaded.text)
+    assert {**uploaded.json(), "timings_ms": None} == {**sent.json(), "timings_ms": None}
+
+
+@pytest.mark.parametrize(
+    ("parts", "status", "code", "field"),
+    [
+        (files(configurations="[{"), 422, "validation_error", "configurations"),
+        (files(configurations=json.dumps(configs())), 422, "no_image", "image"),
+        (files(*range(17), configurations=json.dumps(configs())), 422, "too_many_images", "image"),
+        (files(0, configurations=json.dumps(configs()[:1])), 422, "validation_error", "configurations"),
+        (files(0, configuration=json.dumps(configs())), 422, "validation_error", "configuration"),
+        (files(0, configurations=json.dumps(configs()), images="x"), 422, "validation_error", "images"),
+    ],
+)
+def test_bad_multipart_comparisons_name_the_field(
+    client: TestClient, parts: list[Any], status: int, code: str, field: str
+) -> None:
+    r = client.post("/v1/compare", files=parts)
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert error["code"] == code and field in {d["field"] for d in error["details"]}, error
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "message"),
+    [
+        (
+            {"configuration": configs()},
+            "configuration",
+            "unknown field 'configuration' (did you mean 'configurations'?)",
+        ),
+        (
+            {"configurations": [configs()[0], {"name": "B", "model": "butd", "beamsize": 2}]},
+            "configurations.1.beamsize",
+            "unknown field 'beamsize' (did you mean 'beam_size'?)",
+        ),
+        (
+            {"configurations": [configs()[0], {"name": "B", "model": "butd", "rerank": "butrr"}]},
+            "configurations.1.rerank",
+            "B: unknown ranker 'butrr' (did you mean 'butr'?); rankers: butr, vsepp",
+        ),
+        (
+            {"configurations": [configs()[0], {**configs()[2], "hooks": [{"name": "ban_word"}]}]},
+            "configurations.1.hooks.0.name",
+            "(did you mean 'ban_words'?)",
+        ),
+    ],
+)
+def test_a_misspelt_field_gets_did_you_mean_at_its_dotted_path(
+    client: TestClient, body: dict[str, Any], field: str, message: str
+) -> None:
+    r = client.post("/v1/compare", json={"images": [png(0)], **body})
+    assert r.status_code in (404, 422), r.text
+    detail = next(d for d in r.json()["error"]["details"] if d["field"] == field)
+    assert message in detail["message"], detail

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -122,3 +124,81 @@ def test_the_key_is_required_and_full_slots_answer_429(client: TestClient, tiny_
     assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
     assert r.json()["error"]["code"] == "too_many_explanations"
     assert client.post("/v1/captions", json={"images": [png()]}).status_code == 200  # captions go on
+
+
+def form(images: int, **fields: str) -> list[tuple[str, tuple[str | None, bytes | str, str | None]]]:
+    """A multipart body: ``images`` PNG file parts ``image`` and ``fields`` as form fields."""
+    parts: list[tuple[str, tuple[str | None, bytes | str, str | None]]] = [
+        ("image", (f"{i}.png", base64.b64decode(png(i)), "image/png")) for i in range(images)
+    ]
+    return parts + [(name, (None, value, None)) for name, value in fields.items()]
+
+
+def test_a_multipart_upload_is_explained_as_the_same_image_in_json(client: TestClient) -> None:
+    """The image as a file part and the options as form fields (``hooks``, ``image_ref`` as JSON): the
+    same answer as the JSON request."""
+    hooks = [{"name": "no_repeat_ngram", "params": {"n": 2}}]
+    options = {"beam_size": 2, "method": "attention", "overlay_scale": 1, "hooks": hooks}
+    sent = client.post("/v1/explain", json={"image": png(0), **options})
+    fields = {k: v if isinstance(v, str) else json.dumps(v) for k, v in options.items()}
+    uploaded = client.post("/v1/explain", files=form(1, **fields))
+    assert sent.status_code == 200 and uploaded.status_code == 200, (sent.text, uploaded.text)
+    assert {**uploaded.json(), "timings_ms": None} == {**sent.json(), "timings_ms": None}
+    assert uploaded.json()["words"][0]["overlay_png"]
+    ref = {"probe_set": "productivity", "image_id": first_image(client)}
+    caption = {"caption": "a dog on the grass", "overlays": "false"}
+    by_ref = client.post("/v1/explain", files=form(0, image_ref=json.dumps(ref), **caption))
+    assert by_ref.status_code == 200, by_ref.text
+    assert by_ref.json()["scene_graph"] is True and by_ref.json()["words"][1]["overlay_png"] is None
+
+
+@pytest.mark.parametrize(
+    ("images", "fields", "field"),
+    [
+        (1, {"methd": "saliency"}, "methd"),  # with did you mean 'method'
+        (1, {"image_ref": '{"probe_set": "productivity", "image_id": 0}'}, "request"),  # both
+        (0, {"method": "attention"}, "request"),  # neither
+        (2, {}, "image"),  # one image only
+        (1, {"n_steps": "many"}, "n_steps"),
+        (0, {"image_ref": "{not json"}, "image_ref"),
+        (0, {"image_ref": '{"probe_set": "productivity", "image_idx": 1}'}, "image_ref.image_idx"),
+        (1, {"image": "aGVsbG8="}, "image"),  # base64 in a text field: the image is a file part
+    ],
+)
+def test_bad_multipart_requests_name_the_field(
+    client: TestClient, images: int, fields: dict[str, str], field: str
+) -> None:
+    r = client.post("/v1/explain", files=form(images, **fields))
+    assert r.status_code == 422, r.text
+    assert field in {d["field"] for d in r.json()["error"]["details"]}, r.json()
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "suggestion"),
+    [
+        ({"beamsize": 2}, "beamsize", "beam_size"),
+        ({"method": "saliancy"}, "method", "saliency"),
+        ({"atribute_to": "pixels"}, "atribute_to", "attribute_to"),
+        ({"hooks": [{"name": "ban_word", "params": {"words": ["a"]}}]}, "hooks.0.name", "ban_words"),
+        ({"hooks": [{"name": "ban_words", "params": {"word": ["a"]}}]}, "hooks.0.params.word", "words"),
+        ({"model": "butdd"}, "model", "butd"),
+    ],
+)
+def test_a_misspelt_field_or_choice_gets_did_you_mean(
+    client: TestClient, body: dict[str, Any], field: str, suggestion: str
+) -> None:
+    r = client.post("/v1/explain", json={"image": png(), **body})
+    assert r.status_code in (404, 422), r.text
+    detail = r.json()["error"]["details"][0]
+    assert detail["field"] == field and f"(did you mean '{suggestion}'?)" in detail["message"], detail
+
+
+def test_a_misspelt_field_inside_an_object_is_named_by_its_dotted_path(client: TestClient) -> None:
+    r = client.post("/v1/explain", json={"image_ref": {"probe_set": "productivity", "image_idx": 1}})
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert error["code"] == "validation_error"
+    assert error["details"] == [
+        {"field": "image_ref.image_id", "message": "Field required"},
+        {"field": "image_ref.image_idx", "message": "unknown field 'image_idx' (did you mean 'image_id'?)"},
+    ]

@@ -71,6 +71,8 @@ def test_bad_hooks_are_422_naming_them(client: TestClient) -> None:
     image = base64.b64encode(png(13)).decode()
     cases = [
         ([{"name": "nope"}], "hooks.0.name", "unknown hook"),
+        ([{"name": "ban_word", "params": {"words": ["a"]}}], "hooks.0.name", "(did you mean 'ban_words'?)"),
+        ([{"name": "ban_words", "params": {"word": ["a"]}}], "hooks.0.params.word", "did you mean 'words'"),
         ([{"name": "no_repeat_ngram", "params": {"n": 0}}], "hooks.0.params.n", ">= 1"),
         ([{"name": "ban_words", "params": {"words": ["zzzz"]}}], "hooks.0.params.words", "zzzz"),
         (
@@ -92,7 +94,7 @@ def test_bad_hooks_are_422_naming_them(client: TestClient) -> None:
         response = client.post("/v1/captions", json={"images": [image], "beam_size": 4, "hooks": hooks})
         assert response.status_code == 422, (hooks, response.text)
         detail = response.json()["error"]
-        assert field in detail["details"][0]["field"] and text in detail["message"], detail
+        assert detail["details"][0]["field"] == field and text in detail["message"], detail
     not_json = post_images(client, png(13), hooks="[{")
     assert not_json.status_code == 422 and "hooks" in not_json.text
     assert caption_json(client, None)["results"][0]["caption"]  # still serving

@@ -10,8 +10,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from openapi_spec_validator import validate
+from pydantic import BaseModel
 
 from service.api.schemas import CaptionOptions
+from service.compare.router import CompareFields
+from service.explain.router import ExplainFields
 from tests.api.test_captions_api import png, post_images
 
 OPTIONS = set(CaptionOptions.model_fields)
@@ -91,6 +94,7 @@ def test_every_route_has_typed_responses_and_a_tag(spec: dict[str, Any]) -> None
         "/v1/probe-kinds",
         "/v1/probe-sets",
         "/v1/explain",
+        "/v1/explain/methods",
         "/v1/compare",
         "/v1/compare/shadow",
     }
@@ -149,3 +153,27 @@ def test_a_body_option_wins_over_the_same_query_parameter(client: TestClient) ->
     form = client.post("/v1/captions?beam_size=2", files=files, data={"beam_size": "3"}).json()
     assert form["beam_size"] == 3
     assert post_images(client, png(30), beam_size=2).json()["beam_size"] == 2
+
+
+@pytest.mark.parametrize(
+    ("path", "fields", "image", "json_image"),
+    [
+        ("/v1/explain", ExplainFields, {"type": "string"}, "image"),
+        ("/v1/compare", CompareFields, {"type": "array"}, "images"),
+    ],
+)
+def test_explain_and_compare_document_both_request_bodies(
+    spec: dict[str, Any], path: str, fields: type[BaseModel], image: dict[str, str], json_image: str
+) -> None:
+    """As the captions route: multipart (``image`` file parts, the options as form fields, objects and
+    arrays as JSON) and JSON (base64 images), both schemas in ``components``."""
+    content = spec["paths"][path]["post"]["requestBody"]["content"]
+    assert set(content) == {"multipart/form-data", "application/json"}
+    form = deref(spec, content["multipart/form-data"]["schema"])
+    assert set(form["properties"]) == set(fields.model_fields) | {"image"}
+    assert image.items() <= form["properties"]["image"].items()
+    encoding = content["multipart/form-data"]["encoding"]
+    assert encoding["image"]["contentType"].startswith("image/png")
+    assert all(encoding[name]["contentType"] == "application/json" for name in set(encoding) - {"image"})
+    body = deref(spec, content["application/json"]["schema"])
+    assert set(body["properties"]) == set(fields.model_fields) | {json_image}

@@ -147,10 +147,14 @@ class Gauges:
 
 
 def lines(result: Mapping[str, Any]) -> list[str]:
-    """Recall@K and false composition per pair, then the held-out / seen means per category."""
+    """Recall@K and false composition per pair, then the held-out / seen means per category: fractions
+    in [0, 1] with three decimals, as the API and the web page report them."""
     ks = [str(k) for k in (result.get("ks") or [1, 2, 3, 4, 5])]
     fc = ["1", ks[-1]]
-    out = ["Recall@K of each pair (%) on its Test-Comb images; false composition (%) on Test-no-Comb"]
+    out = [
+        "recall (Recall@K, a fraction in [0, 1]) of each pair on its Test-Comb images; "
+        "false composition (a fraction) on Test-no-Comb"
+    ]
     rows = [
         [
             cell(get(r, "pair")),
@@ -158,9 +162,9 @@ def lines(result: Mapping[str, Any]) -> list[str]:
             cell(get(r, "category")),
             cell(get(r, "held_out")),
             cell(get(r, "images")),
-            *(cell(get(r, "recall", k), 100) for k in ks),
+            *(cell(get(r, "recall", k), digits=3) for k in ks),
             cell(get(r, "no_comb_images")),
-            *(cell(get(r, "false_composition", k), 100) for k in fc),
+            *(cell(get(r, "false_composition", k), digits=3) for k in fc),
         ]
         for r in result.get("pairs") or []
     ]
@@ -175,37 +179,37 @@ def lines(result: Mapping[str, Any]) -> list[str]:
             [
                 label,
                 cell(get(part, "pairs")),
-                *(cell(get(part, "recall", k), 100) for k in ks),
+                *(cell(get(part, "recall", k), digits=3) for k in ks),
             ]
         )
         for cat, recall in (get(part, "per_category") or {}).items():
-            summary.append([f"  {cat}", "", *(cell(get(recall, k), 100) for k in ks)])
-    out += ["", "Mean Recall@K (%)", table(["pairs", "n", *(f"R@{k}" for k in ks)], summary)]
+            summary.append([f"  {cat}", "", *(cell(get(recall, k), digits=3) for k in ks)])
+    out += ["", "mean recall (Recall@K)", table(["pairs", "n", *(f"R@{k}" for k in ks)], summary)]
     out.append(
-        "false composition (%): "
-        + "  ".join(f"FC@{k} {cell(get(result, 'false_composition', k), 100)}" for k in fc)
+        "false composition: "
+        + "  ".join(f"FC@{k} {cell(get(result, 'false_composition', k), digits=3)}" for k in fc)
     )
     return out
 
 
 def summary(result: Mapping[str, Any]) -> str:
     """Held-out R@1 and R@K, seen R@K (or, held-out pairs unknown, R@1 and R@K of every pair), false
-    composition @1."""
+    composition @1: fractions with three decimals."""
     ks = result.get("ks") or [1, 5]
     last = str(ks[-1])
     if not held_out_known(result):
         every = result.get("all") or {}
         return (
             f"pairs ({every.get('pairs') or 0}, held-out pairs not declared): "
-            f"R@1 {fixed(get(every, 'recall', '1'), 2)}, R@{last} {fixed(get(every, 'recall', last), 2)}"
-            f" · false composition @1 {fixed(get(result, 'false_composition', '1'), 2)}"
+            f"R@1 {fixed(get(every, 'recall', '1'), 3)}, R@{last} {fixed(get(every, 'recall', last), 3)}"
+            f" · false composition @1 {fixed(get(result, 'false_composition', '1'), 3)}"
         )
     held = result.get("held_out") or {}
     return (
-        f"held-out pairs ({held.get('pairs') or 0}): R@1 {fixed(get(held, 'recall', '1'), 2)}, "
-        f"R@{last} {fixed(get(held, 'recall', last), 2)}"
-        f" · seen: R@{last} {fixed(get(result, 'seen', 'recall', last), 2)}"
-        f" · false composition @1 {fixed(get(result, 'false_composition', '1'), 2)}"
+        f"held-out pairs ({held.get('pairs') or 0}): R@1 {fixed(get(held, 'recall', '1'), 3)}, "
+        f"R@{last} {fixed(get(held, 'recall', last), 3)}"
+        f" · seen: R@{last} {fixed(get(result, 'seen', 'recall', last), 3)}"
+        f" · false composition @1 {fixed(get(result, 'false_composition', '1'), 3)}"
     )
 
 

@@ -47,6 +47,13 @@ def test_bad_text_names_the_part(text: str, field: str) -> None:
     assert err.value.field == field
 
 
+def test_a_misspelt_option_gets_did_you_mean() -> None:
+    with pytest.raises(ConfigurationError, match=r"unknown option 'beamsize' \(did you mean 'beam_size'\?\)"):
+        parse_configuration("A=butd?beamsize=3")
+    with pytest.raises(ConfigurationError, match=r"\['rerank_wieght'\] \(did you mean 'rerank_weight'\?\)"):
+        parse_configuration('A={"model": "butd", "rerank_wieght": 0.1}')
+
+
 def test_unique_and_at_least_two() -> None:
     a, b = Configuration("A", {"model": "x"}), Configuration("B", {"model": "x"})
     check_unique([a, b])

@@ -194,18 +194,19 @@ def test_probe_tables_print_every_kind_and_dash_for_what_is_missing() -> None:
         "color",
         "yes",
         "4",
-        "25.0",
-        "50.0",
-        "50.0",
-        "75.0",
-        "100.0",
+        "0.250",
+        "0.500",
+        "0.500",
+        "0.750",
+        "1.000",
         "3",
-        "0.0",
-        "33.3",
+        "0.000",
+        "0.333",
     ]
     red = next(line for line in text.splitlines() if line.startswith("red bus"))
     assert red.split()[2:] == ["1", *["-"] * 11]
-    assert "FC@1 0.0  FC@5 -" in text and "  color" in text
+    assert "FC@1 0.000  FC@5 -" in text and "  color" in text
+    assert "%" not in text and "recall" in text  # recall as a fraction, as the API and the page report it
     seen = next(line for line in text.splitlines() if line.startswith("seen"))
     assert set(seen.split()[1:]) == {"-"}
 
