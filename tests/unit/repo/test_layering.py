@@ -1,11 +1,11 @@
 """The layering of ``service/``, checked on the source (AST of every module, imports at any level, inside
 functions and under ``if TYPE_CHECKING:`` included): service never imports export, loadtests or torch
 (docs/architecture.md: the one-way contract is model_repo/manifest.json); the HTTP kit
-(``service/api/``) never imports a feature package or the gateway above them; below the command line nothing imports the
-gateway; every feature package exposes ``install``; the engine knows nothing of the API or the feature
-packages; settings import no feature, nor the kit, engine or gateway; the backends know nothing of the
-engine or the API; and no import cycle among the modules of ``service/``. The service must also import
-without torch (checked in a fresh interpreter)."""
+(``service/api/``) never imports a feature package or the gateway above them; below the command line
+nothing imports the gateway; every feature package exposes ``install``; the engine knows nothing of the
+API or the feature packages; settings import no feature, nor the kit, engine or gateway; the backends
+know nothing of the engine or the API; and no import cycle among the modules of ``service/``. The
+service must also import without torch (checked in a fresh interpreter)."""
 
 from __future__ import annotations
 
