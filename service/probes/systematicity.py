@@ -91,6 +91,7 @@ def systematicity_result(
     references: Mapping[int, Sequence[str]],
     pairs_fn: PairsFn,
     ks: Sequence[int] = KS,
+    own: Mapping[str, Sequence[int]] | None = None,
 ) -> dict[str, Any]:
     """The probe's result.
 
@@ -99,7 +100,11 @@ def systematicity_result(
     held_out: the pairs the captioner's training held out, None when that is not known (an imported
     captioner whose import declared none): then no pair is called held out or seen (``held_out`` None
     in each row, no ``held_out`` / ``seen`` means), and ``all``, the mean over every reported pair, is
-    the summary; generated: captions of every image above."""
+    the summary; generated: captions of every image above; own: pair label -> the Test-Comb images
+    chosen for that pair when a job caps the images per pair — each pair is then scored on its own
+    images only, so that it counts at most that many (on the group's images, a pair would also count
+    the images chosen for its group's other pairs whose references mention it); None: every pair on its
+    group's Test-Comb images, as ``compcap evaluate``."""
     ks = tuple(sorted(set(ks)))
     known = held_out is not None
     held = set(held_out or ())
@@ -111,7 +116,12 @@ def systematicity_result(
     for pair in reported:
         g = group_of[pair]
         empty = {"images": 0, "hits": {str(k): 0 for k in ks}, "recall": {str(k): None for k in ks}}
-        stats = per_group[g].get(pair.label, empty)
+        scored = (
+            per_group[g]
+            if own is None
+            else group_recall([pair], own.get(pair.label, ()), generated, references, pairs_fn, ks)
+        )
+        stats = scored.get(pair.label, empty)
         images = list(no_comb.get(pair.label, ()))
         rows.append(
             {

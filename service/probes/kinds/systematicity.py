@@ -61,6 +61,7 @@ async def run(
             generated,
             probe_set.captions,
             lookup(parsed),
+            own=None if spec.images is None else {e.pair.label: cap(e.comb, spec.images) for e in reported},
         )
         if n < len(groups):
             progress.partial = result
