@@ -1,4 +1,5 @@
-"""ONNX export of each role in the model contract (docs/architecture.md) and the torch ↔ onnxruntime parity check."""
+"""ONNX export of each role in the model contract (docs/architecture.md) and the torch ↔ onnxruntime
+parity check."""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
 (eq. 7) and a meshed decoder whose cross-attention reads every encoder layer through sigmoid gates
 (eqs. 8–9).
 
-Contract (docs/architecture.md): ``init`` gives memory [B, M, d] — the last encoder layer (Transformer, M = R) or all
+Contract (docs/architecture.md): ``init`` gives memory [B, M, d] — the last encoder layer
+(Transformer, M = R) or all
 N encoder layers stacked along M (M2, M = N·R) — and an unused state [B, 1]; ``step`` reads the whole
 right-padded prefix. Shapes: B batch, R regions, D region dim, T tokens, V vocabulary, d model dim.
 """
