@@ -1,6 +1,5 @@
 """A transformers ``CLIPModel`` as a ranker of the model contract, version 2 (docs/architecture.md):
-two graphs
-around the unchanged module.
+two graphs around the unchanged module.
 
 - ``ImageEmbedding``: ``image`` uint8 [B, H, W, 3] at the image processor's size → ``embedding``
   float32 [B, J], L2-normalised (the vision tower's pooled output through the visual projection); the
