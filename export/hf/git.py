@@ -1,7 +1,6 @@
 """A transformers ``GitForCausalLM`` (GIT: a CLIP vision tower, a visual projection and one BERT-like
 text transformer) in CompCap's model contract, version 2 (docs/architecture.md):
-two graphs around the unchanged
-transformers module.
+two graphs around the unchanged transformers module.
 
 GIT is decoder-only: ``GitModel.forward`` puts the image's projected features in front of the text's
 embeddings and runs one transformer over both, under a mask in which the image positions see each
