@@ -1,6 +1,6 @@
 """``install(app, runtime)``: the explanations as a feature of the gateway — the ``ExplainService``
-built from the settings, ``POST /v1/explain`` and its tag. Torch is imported only when a gradient
-method is asked for."""
+built from the settings, ``POST /v1/explain``, ``GET /v1/explain/methods`` (what can run here) and its
+tag. Torch is imported only when a gradient method is asked for."""
 
 from __future__ import annotations
 
@@ -8,18 +8,20 @@ from fastapi import FastAPI
 
 from service.api.deps import Runtime
 from service.api.feature import add_tag
+from service.explain import capabilities
 from service.explain.router import router
 from service.explain.service import ExplainService
 
 TAG = {
     "name": "explanations",
     "description": "Per-word attribution maps (attention, saliency, guided backprop, integrated "
-    "gradients) with the object under each word's argmax and GroundingScore(δ).",
+    "gradients) with the object under each word's argmax and GroundingScore(δ); which methods can run "
+    "here, per captioner.",
 }
 
 
 def install(app: FastAPI, runtime: Runtime) -> None:
-    """Serve ``POST /v1/explain``."""
+    """Serve ``POST /v1/explain`` and ``GET /v1/explain/methods``."""
     settings = runtime.settings.explain  # its own section
     app.state.explain = ExplainService(
         runtime.settings.engine.repo,
@@ -30,4 +32,5 @@ def install(app: FastAPI, runtime: Runtime) -> None:
         settings.explain_torch_threads,
     )
     app.include_router(router)
+    app.include_router(capabilities.router)
     add_tag(app, TAG)

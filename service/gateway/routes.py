@@ -24,7 +24,6 @@ from service.api.schemas import (
     ErrorResponse,
     HealthResponse,
     HooksResponse,
-    ModelsResponse,
     ReadyResponse,
 )
 from service.api.uploads import decode_uploads
@@ -32,7 +31,7 @@ from service.engine.engine import Caption, CaptionOutput
 from service.engine.hooks import hook_catalog
 from service.gateway.openapi import caption_operation
 from service.gateway.original import caption_with_original, resolve_with_original
-from service.gateway.shape import caption_response, models_response
+from service.gateway.shape import ModelsListing, caption_response, models_response
 from service.images import check_uploads
 
 router = APIRouter()
@@ -103,9 +102,10 @@ async def captions(
     return caption_response(out, original, (decoded - start) * 1e3, (time.perf_counter() - start) * 1e3)
 
 
-@router.get("/v1/models", tags=["models"], response_model=ModelsResponse)
-async def models(runtime: RuntimeDep) -> ModelsResponse:
-    """The captioners and rankers this deployment serves, with what each was trained on."""
+@router.get("/v1/models", tags=["models"], response_model=ModelsListing)
+async def models(runtime: RuntimeDep) -> ModelsListing:
+    """The captioners and rankers this deployment serves, with what each was trained on, the images
+    each reads and whether its captions flag images unlike those it was made for."""
     return models_response(runtime.manifest)
 
 

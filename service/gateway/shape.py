@@ -3,6 +3,8 @@ reads ``CaptionOutput`` / ``Caption`` fields)."""
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from service.api.schemas import (
     CaptionerInfo,
     CaptionOut,
@@ -14,7 +16,26 @@ from service.api.schemas import (
     Timings,
 )
 from service.engine.engine import Caption, CaptionOutput
-from service.manifest import Manifest
+from service.manifest import CaptionerEntry, Manifest
+
+
+class CaptionerListing(CaptionerInfo):
+    """A captioner of ``GET /v1/models`` with what a user should know before trusting its captions
+    (the web page's notice): where it came from, the images it reads, whether its captions say if an
+    image is like those it was made for."""
+
+    source: str = Field(description="'' when trained here (compcap build), else the snapshot it came from")
+    image: ImageShape = Field(description="the size its encoder reads: images are resized to it")
+    domain_calibration: str | None = Field(
+        description="the images its in_domain flag was calibrated on (compcap calibrate); null: not "
+        "calibrated, and its captions' in_domain is null"
+    )
+
+
+class ModelsListing(ModelsResponse):
+    """``GET /v1/models``: ``ModelsResponse`` with each captioner's ``CaptionerListing``."""
+
+    captioners: list[CaptionerListing]  # type: ignore[assignment]  # narrower: validated and documented as such
 
 
 def _captions(caps: list[Caption]) -> list[CaptionOut]:
@@ -72,23 +93,28 @@ def caption_response(
     )
 
 
-def models_response(m: Manifest) -> ModelsResponse:
-    return ModelsResponse(
+def _captioner(c: CaptionerEntry, m: Manifest) -> CaptionerListing:
+    size = c.image or m.image  # its own preprocessing (an imported captioner) or the shared encoder's
+    return CaptionerListing(
+        name=c.name,
+        architecture=c.architecture,
+        reads=c.reads,
+        max_length=c.max_length,
+        default_ranker=c.ranker,
+        training=c.training,
+        quality=c.quality,
+        source=c.source,
+        image=ImageShape(height=size.height, width=size.width),
+        domain_calibration=c.domain.source if c.domain is not None else None,
+    )
+
+
+def models_response(m: Manifest) -> ModelsListing:
+    return ModelsListing(
         preset=m.preset,
         default_captioner=m.default_captioner,
         image=ImageShape(height=m.image.height, width=m.image.width),
-        captioners=[
-            CaptionerInfo(
-                name=c.name,
-                architecture=c.architecture,
-                reads=c.reads,
-                max_length=c.max_length,
-                default_ranker=c.ranker,
-                training=c.training,
-                quality=c.quality,
-            )
-            for c in m.captioners
-        ],
+        captioners=[_captioner(c, m) for c in m.captioners],
         rankers=[
             RankerInfo(
                 name=r.name,

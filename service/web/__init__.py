@@ -1,7 +1,10 @@
-"""The web demo at ``/``: one static page (HTML, CSS, vanilla JavaScript) that calls the public API —
-upload or drop an image, pick the model, beam size, re-ranking and hooks, read the n-best list,
-scores and timings, and the recent probe jobs. Everything it loads comes from the app itself (no
-CDN, no web fonts); its Content-Security-Policy forbids any other origin."""
+"""The web demo at ``/``: one static page (HTML, CSS, vanilla JavaScript modules) that calls the public
+API — click a sample SceneWorld image or upload one, pick the model, beam size, re-ranking and hooks,
+read what the model knows, the n-best list, scores, timings and the caption's in-domain flag, explain
+the caption word by word (methods that cannot run here greyed out, with the reason); launch a probe and
+watch its Recall@K, held out against seen; compare configurations on the same images, most
+discrepant first. Everything it loads comes from the app itself (``static/``, the samples in
+``static/samples``; no CDN, no web fonts); its Content-Security-Policy forbids any other origin."""
 
 from __future__ import annotations
 

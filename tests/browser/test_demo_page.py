@@ -92,9 +92,15 @@ def test_page_is_served_offline_and_outside_the_schema(demo_server: str) -> None
     for asset in assets:
         assert "//" not in asset, f"{asset}: the page loads everything from the app"
         assert httpx.get(f"{demo_server}/{asset}", trust_env=False).status_code == 200, asset
-    for name in ("app.js", "style.css"):
-        text = httpx.get(f"{demo_server}/demo-static/{name}", trust_env=False).text
-        assert not re.search(r"https?://", text), f"{name} names another origin"
+    static = ROOT / "service" / "web" / "static"
+    scripts = sorted(p.name for p in static.glob("*.js"))
+    assert "app.js" in scripts and len(scripts) > 1, scripts  # app.js imports the others (ES modules)
+    for name in [*scripts, "style.css"]:
+        response = httpx.get(f"{demo_server}/demo-static/{name}", trust_env=False)
+        assert response.status_code == 200, name
+        assert not re.search(r"https?://", response.text), f"{name} names another origin"
+        for module in re.findall(r'from "\./([^"]+)"', response.text):
+            assert module in scripts, f"{name} imports {module}, which the page does not ship"
     schema = api_get(demo_server, "/openapi.json")
     assert "/" not in schema["paths"]
     assert not any(p.startswith("/demo-static") for p in schema["paths"])

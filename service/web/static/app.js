@@ -1,688 +1,687 @@
-// CompCap web demo: plain JavaScript over the public HTTP API, same origin only.
+// CompCap web demo: plain JavaScript over the public HTTP API, same origin only (ES modules: this one
+// runs the image panel — samples, upload, caption, in-domain badge, per-word explanations — and starts
+// the probes panel, probes.js, and the compare view, compare.js; common.js is their kit).
 // Every value that comes from the API is written with textContent, never as HTML.
-"use strict";
 
-(() => {
-  const $ = (id) => document.getElementById(id);
-  const KEY_STORE = "compcap.apiKey";
-  const METHOD_NAMES = {
-    attention: "attention",
-    saliency: "saliency",
-    guided_backprop: "guided backprop",
-    integrated_gradients: "integrated gradients",
-  };
-  const GROUNDING_DELTAS = ["0", "1", "3", "5", "inf"];
-  const state = {
-    models: null,
-    hooks: [],
-    file: null,
-    previewUrl: null,
-    probeTimer: null,
-    captioned: null, // what the shown caption came from: { file, options, caption, base64 }
-    explainSeq: 0, // bumped by every caption and explanation: a late answer for an older one is dropped
-  };
+import {
+  $,
+  ApiProblem,
+  SAMPLES,
+  api,
+  catalog,
+  el,
+  fillCaptionerOptions,
+  fillRankerOptions,
+  num,
+  readBase64,
+  sampleFile,
+  sampleImage,
+  sampleTitle,
+  showProblem,
+} from "./common.js";
+import { addDefaultConfigs, initCompare } from "./compare.js";
+import { fillProbeModels, initProbes, loadProbeKinds, loadProbes } from "./probes.js";
 
-  // ---------------------------------------------------------------- HTTP
+const KEY_STORE = "compcap.apiKey";
+const METHOD_NAMES = {
+  attention: "attention",
+  saliency: "saliency",
+  guided_backprop: "guided backprop",
+  integrated_gradients: "integrated gradients",
+};
+const GROUNDING_DELTAS = ["0", "1", "3", "5", "inf"];
+const state = {
+  hooks: [],
+  file: null,
+  previewUrl: null,
+  captioned: null, // what the shown caption came from: { file, options, caption, base64 }
+  explainSeq: 0, // bumped by every caption and explanation: a late answer for an older one is dropped
+  methods: null, // captioner -> its explanation methods (GET /v1/explain/methods), null: not known
+};
 
-  class ApiProblem extends Error {
-    constructor(status, code, message, details, retryAfter) {
-      super(message);
-      this.status = status;
-      this.code = code;
-      this.details = Array.isArray(details) ? details : [];
-      this.retryAfter = retryAfter;
-    }
+// ---------------------------------------------------------------- readiness
+
+async function checkReady() {
+  const badge = $("ready");
+  let body = null;
+  try {
+    const response = await fetch("readyz", { headers: { Accept: "application/json" } });
+    body = await response.json();
+  } catch {
+    body = { status: "unreachable" };
   }
-
-  function authHeaders() {
-    const key = $("api_key").value.trim();
-    return key ? { Authorization: `Bearer ${key}` } : {};
+  badge.className = `badge ${body.status}`;
+  if (body.status === "ready") {
+    badge.textContent = `ready · ${body.backend || "backend"}`;
+  } else if (body.status === "loading") {
+    badge.textContent = "models loading…";
+    setTimeout(checkReady, 1000);
+  } else {
+    badge.textContent = body.status === "failed" ? "models failed to load" : "server unreachable";
+    badge.title = body.error || "GET /readyz";
+    if (body.status !== "failed") setTimeout(checkReady, 3000);
   }
+}
 
-  async function api(path, init = {}) {
-    let response;
-    try {
-      response = await fetch(path, {
-        ...init,
-        headers: { Accept: "application/json", ...authHeaders(), ...(init.headers || {}) },
-      });
-    } catch (err) {
-      throw new ApiProblem(0, "network_error", `could not reach the server (${err.message})`);
-    }
-    const text = await response.text();
-    let body = null;
-    try {
-      body = text ? JSON.parse(text) : null;
-    } catch {
-      body = null;
-    }
-    if (!response.ok) {
-      const e = body && body.error;
-      const retry = response.headers.get("Retry-After");
-      if (e && typeof e.message === "string") {
-        throw new ApiProblem(response.status, e.code || "error", e.message, e.details, retry);
-      }
-      const snippet = text.trim().slice(0, 300) || response.statusText || "no details";
-      throw new ApiProblem(response.status, `http_${response.status}`, snippet, [], retry);
-    }
-    return body;
+// ---------------------------------------------------------------- models and hooks
+
+function currentCaptioner() {
+  if (!catalog.models) return null;
+  return catalog.models.captioners.find((c) => c.name === $("model").value) || null;
+}
+
+function fillRankers() {
+  fillRankerOptions($("rerank"), currentCaptioner());
+}
+
+// what a user should know before trusting the captioner's captions: what it was trained on, the
+// images it reads, whether its captions say when an image is unlike those
+function modelNotice(c) {
+  const t = c.training || {};
+  const size = c.image ? `${c.image.width}×${c.image.height}` : "";
+  const dataset = t.dataset || "";
+  const sceneworld = /^sceneworld/i.test(dataset);
+  let knows;
+  let warning;
+  if (c.source) {
+    const held = (t.held_out_pairs || []).length;
+    knows = `${c.name} is imported from the snapshot ${c.source} (${c.architecture}, reads ${size} images).`;
+    warning =
+      "What it was trained on is not recorded in this repository" +
+      (t.held_out_declared ? ` (its import declared ${held} held-out pairs)` : "") +
+      ": expect good captions only on images like its own training data.";
+  } else {
+    const count = /images=(\d+)/.exec(dataset);
+    const images = t.images || (count ? Number(count[1]) : 0);
+    const what = sceneworld ? "SceneWorld renders" : dataset || "its training images";
+    knows =
+      `${c.name} knows only ${what} at ${size}: trained here on ${t.split || "?"}` +
+      (images ? ` (${images} images).` : ".");
+    warning = sceneworld
+      ? "Real photos and anything else unlike those renders get confident but wrong captions."
+      : "Images unlike its training data get confident but wrong captions.";
   }
+  const domain = c.domain_calibration
+    ? `Each caption says whether its image looks like ${c.domain_calibration} (the in-domain badge).`
+    : `No in-domain check: ${c.name} is not calibrated (compcap calibrate), so captions come without one.`;
+  return { knows, warning, domain };
+}
 
-  // ---------------------------------------------------------------- helpers
-
-  function el(tag, text, className) {
-    const node = document.createElement(tag);
-    if (text !== undefined && text !== null) node.textContent = String(text);
-    if (className) node.className = className;
-    return node;
+function describeModel() {
+  const c = currentCaptioner();
+  const info = $("model-info");
+  if (!c) {
+    info.textContent = "";
+    return;
   }
+  $("max_length").placeholder = `model's: ${c.max_length}`;
+  const held = (c.training && c.training.held_out_pairs) || [];
+  const pairs = held.map((p) => `${p.modifier} ${p.noun}`).join(", ");
+  const cider = c.quality && c.quality.cider_d;
+  const quality = typeof cider === "number" ? ` · CIDEr-D ${num(cider, 3)}` : "";
+  const split = c.training && c.training.split ? ` · trained on ${c.training.split}` : "";
+  const heldOut = pairs ? ` · held out: ${pairs}` : "";
+  info.textContent = `${c.name}: ${c.architecture}${split}${quality}${heldOut}`;
+  const notice = modelNotice(c);
+  $("model-knows").textContent = notice.knows;
+  $("model-warning").textContent = notice.warning;
+  $("model-domain").textContent = notice.domain;
+  $("model-notice").hidden = false;
+}
 
-  function num(value, digits) {
-    return typeof value === "number" && Number.isFinite(value) ? value.toFixed(digits) : "—";
+async function loadModels() {
+  const select = $("model");
+  try {
+    catalog.models = await api("v1/models");
+  } catch (problem) {
+    select.replaceChildren(el("option", "unavailable"));
+    showProblem($("error"), problem, "GET /v1/models");
+    return;
   }
+  fillCaptionerOptions(select);
+  fillRankers();
+  describeModel();
+  applyMethods();
+  fillProbeModels();
+  addDefaultConfigs();
+}
 
-  function showProblem(box, problem, context) {
-    box.replaceChildren();
-    const head = el("p", null, "error-head");
-    const status = problem.status ? `${problem.status} ` : "";
-    head.append(el("strong", `${context}: ${status}${problem.code}`));
-    box.append(head, el("p", problem.message, "error-message"));
-    const fields = problem.details.filter((d) => d && d.field && d.message !== problem.message);
-    if (fields.length) {
-      const list = el("ul", null, "error-details");
-      for (const d of fields) list.append(el("li", `${d.field}: ${d.message}`));
-      box.append(list);
-    }
-    const hints = [];
-    if (problem.status === 401 || problem.status === 403) {
-      hints.push("This endpoint needs an API key: open “API key” and enter a valid bearer token.");
-    }
-    if (problem.retryAfter) hints.push(`The server asks to retry after ${problem.retryAfter} s.`);
-    for (const hint of hints) box.append(el("p", hint, "error-hint"));
-    box.hidden = false;
+function hookParamValue(raw, description) {
+  const text = raw.trim();
+  if (!text) return undefined;
+  try {
+    return JSON.parse(text);
+  } catch {
+    // not JSON: a list parameter takes comma-separated words, anything else the plain text
   }
+  if (/^list\b/i.test(description)) {
+    return text
+      .split(",")
+      .map((s) => s.trim())
+      .filter(Boolean)
+      .map((s) => (/^-?\d+$/.test(s) ? Number(s) : s));
+  }
+  return text;
+}
 
-  // ---------------------------------------------------------------- readiness
-
-  async function checkReady() {
-    const badge = $("ready");
-    let body = null;
-    try {
-      const response = await fetch("readyz", { headers: { Accept: "application/json" } });
-      body = await response.json();
-    } catch {
-      body = { status: "unreachable" };
+async function loadHooks() {
+  const box = $("hooks");
+  try {
+    state.hooks = (await api("v1/hooks")).hooks;
+  } catch (problem) {
+    box.replaceChildren(el("p", `hooks unavailable: ${problem.message}`, "muted small"));
+    return;
+  }
+  box.replaceChildren();
+  for (const hook of state.hooks) {
+    const row = el("div", null, "hook");
+    const label = el("label", null, "hook-name");
+    const check = document.createElement("input");
+    check.type = "checkbox";
+    check.dataset.hook = hook.name;
+    label.append(check, el("code", hook.name), el("span", ` ${hook.description}`, "muted small"));
+    const params = el("div", null, "hook-params");
+    params.hidden = true;
+    for (const [name, description] of Object.entries(hook.params || {})) {
+      const field = el("label", null, "hook-param");
+      const input = document.createElement("input");
+      input.type = "text";
+      input.dataset.param = name;
+      input.dataset.description = description;
+      input.placeholder = description;
+      input.disabled = true;
+      input.spellcheck = false;
+      field.append(el("code", name), input);
+      params.append(field);
     }
-    badge.className = `badge ${body.status}`;
-    if (body.status === "ready") {
-      badge.textContent = `ready · ${body.backend || "backend"}`;
-    } else if (body.status === "loading") {
-      badge.textContent = "models loading…";
-      setTimeout(checkReady, 1000);
+    check.addEventListener("change", () => {
+      params.hidden = !check.checked;
+      for (const input of params.querySelectorAll("input")) input.disabled = !check.checked;
+    });
+    row.append(label, params);
+    box.append(row);
+  }
+}
+
+function chosenHooks() {
+  const hooks = [];
+  for (const row of $("hooks").querySelectorAll(".hook")) {
+    const check = row.querySelector("input[type=checkbox]");
+    if (!check || !check.checked) continue;
+    const params = {};
+    for (const input of row.querySelectorAll("input[data-param]")) {
+      const value = hookParamValue(input.value, input.dataset.description || "");
+      if (value !== undefined) params[input.dataset.param] = value;
+    }
+    hooks.push({ name: check.dataset.hook, params });
+  }
+  return hooks;
+}
+
+// ---------------------------------------------------------------- image input
+
+function setFile(file, sample = null) {
+  if (!file) return;
+  state.file = file;
+  for (const button of $("samples").querySelectorAll("button")) {
+    button.setAttribute("aria-pressed", String(button.dataset.sample === sample));
+  }
+  if (state.previewUrl) URL.revokeObjectURL(state.previewUrl);
+  state.previewUrl = URL.createObjectURL(file);
+  const preview = $("preview");
+  preview.hidden = false;
+  preview.alt = `preview of ${file.name}`;
+  preview.src = state.previewUrl;
+  $("drop").classList.add("has-image");
+  const size = file.size < 1024 ? `${file.size} B` : `${(file.size / 1024).toFixed(1)} KiB`;
+  $("file-info").textContent = `${file.name || "pasted image"} · ${size} · ${file.type || "unknown type"}`;
+}
+
+function wireImageInput() {
+  const drop = $("drop");
+  const preview = $("preview");
+  $("file").addEventListener("change", (event) => setFile(event.target.files[0]));
+  preview.addEventListener("error", () => {
+    if (!state.file) return;
+    preview.hidden = true;
+    $("drop").classList.remove("has-image");
+    $("file-info").textContent += " · no preview (the server decides whether it is an image)";
+  });
+  for (const type of ["dragenter", "dragover"]) {
+    drop.addEventListener(type, (event) => {
+      event.preventDefault();
+      drop.classList.add("dragging");
+    });
+  }
+  for (const type of ["dragleave", "dragend"]) {
+    drop.addEventListener(type, () => drop.classList.remove("dragging"));
+  }
+  drop.addEventListener("drop", (event) => {
+    event.preventDefault();
+    drop.classList.remove("dragging");
+    const files = event.dataTransfer && event.dataTransfer.files;
+    if (files && files.length) setFile(files[0]);
+  });
+  // a drop that misses the zone must not navigate away from the page
+  window.addEventListener("dragover", (event) => event.preventDefault());
+  window.addEventListener("drop", (event) => event.preventDefault());
+  document.addEventListener("paste", (event) => {
+    const items = (event.clipboardData && event.clipboardData.files) || [];
+    if (items.length) setFile(items[0]);
+  });
+}
+
+// ---------------------------------------------------------------- sample images
+
+function renderSamples() {
+  const row = $("samples");
+  row.replaceChildren();
+  SAMPLES.forEach((sample, i) => {
+    const button = el("button", null, "sample");
+    button.type = "button";
+    button.dataset.sample = sample.file;
+    button.title = sampleTitle(sample, i);
+    button.setAttribute("aria-pressed", "false");
+    button.append(sampleImage(sample, i));
+    button.addEventListener("click", () => captionSample(sample));
+    row.append(button);
+  });
+}
+
+async function captionSample(sample) {
+  try {
+    setFile(await sampleFile(sample), sample.file);
+  } catch (problem) {
+    const unreadable = () => new ApiProblem(0, "sample_unreadable", String(problem.message));
+    const shown = problem instanceof ApiProblem ? problem : unreadable();
+    showProblem($("error"), shown, "Sample image");
+    return;
+  }
+  $("caption-form").requestSubmit();
+}
+
+// ---------------------------------------------------------------- captioning
+
+// the caption options as the form holds them, text as typed ("" = the server's default)
+function captionOptions() {
+  const options = { model: $("model").value, rerank: $("rerank").value, hooks: chosenHooks() };
+  for (const id of ["beam_size", "n_best", "max_length", "length_penalty", "rerank_weight"]) {
+    options[id] = $(id).value.trim();
+  }
+  return options;
+}
+
+function captionForm(file, options) {
+  const form = new FormData();
+  form.append("image", file, file.name || "image");
+  for (const [name, value] of Object.entries(options)) {
+    if (name !== "hooks" && value) form.append(name, value);
+  }
+  if (options.hooks.length) form.append("hooks", JSON.stringify(options.hooks));
+  return form;
+}
+
+function fillTable(table, captions, best) {
+  const body = table.querySelector("tbody");
+  body.replaceChildren();
+  captions.forEach((c, i) => {
+    const row = el("tr", null, c.text === best && i === 0 ? "best" : "");
+    row.append(
+      el("td", i + 1, "num"),
+      el("td", c.text, "text"),
+      el("td", num(c.logprob, 2), "num"),
+      el("td", num(c.normalized_logprob, 3), "num"),
+      el("td", num(c.ranker_score, 3), "num"),
+      el("td", c.beam_rank, "num"),
+    );
+    body.append(row);
+  });
+}
+
+function showTimings(timings, roundTripMs) {
+  const list = $("timings");
+  list.replaceChildren();
+  const rows = [
+    ["decode images", timings.decode_images],
+    ["encode", timings.encode],
+    ["decode (beam search)", timings.decode],
+    ["re-rank", timings.rerank],
+    ["total (server)", timings.total],
+    ["round trip (browser)", roundTripMs],
+  ];
+  const scale = Math.max(...rows.map(([, v]) => (typeof v === "number" ? v : 0)), 1e-9);
+  for (const [name, value] of rows) {
+    const bar = el("span", null, "bar");
+    bar.style.width = `${Math.max(0, Math.min(100, (100 * (value || 0)) / scale))}%`;
+    const dd = el("dd");
+    dd.append(el("span", `${num(value, 1)} ms`, "ms"), el("span", null, "track"));
+    dd.lastChild.append(bar);
+    list.append(el("dt", name), dd);
+  }
+}
+
+function showResult(out, roundTripMs) {
+  const result = out.results[0];
+  $("caption").textContent = result.caption || "(empty caption)";
+  const hooks = out.hooks.length ? out.hooks.join(", ") : "none";
+  $("request-summary").textContent =
+    `model ${out.model} · ranker ${out.ranker || "none"} · beam ${out.beam_size} · n-best ${out.n_best}` +
+    ` · max length ${out.max_length} · length penalty ${out.length_penalty}` +
+    ` · re-rank weight ${out.rerank_weight} · hooks: ${hooks}`;
+  showDomain(result);
+  fillTable($("nbest"), result.captions, result.caption);
+  $("order-note").textContent = out.ranker
+    ? `Ordered by the ranker ${out.ranker}` +
+      (out.rerank_weight > 0
+        ? `: ranker score + ${out.rerank_weight} × normalized log-prob.`
+        : ": ranker score alone (re-rank weight 0).")
+    : "Ordered by normalized log-prob (no re-ranking).";
+  const original = $("original");
+  if (Array.isArray(result.original_captions)) {
+    $("original-caption").textContent = result.original_caption || "(empty caption)";
+    fillTable($("original-nbest"), result.original_captions, result.original_caption);
+    original.hidden = false;
+  } else {
+    original.hidden = true;
+  }
+  showTimings(out.timings_ms, roundTripMs);
+  resetExplain(Boolean(result.caption));
+  $("placeholder").hidden = true;
+  $("result").hidden = false;
+}
+
+// the caption's in_domain flag (null: the captioner is not calibrated)
+function showDomain(result) {
+  const badge = $("domain-badge");
+  const note = $("domain-note");
+  const score = num(result.domain_score, 2);
+  if (result.in_domain === true) {
+    badge.className = "badge domain in";
+    badge.textContent = "in domain";
+    note.textContent = `typicality ${score} (at most 1: like the images this model was calibrated on)`;
+  } else if (result.in_domain === false) {
+    badge.className = "badge domain out";
+    badge.textContent = "out of domain";
+    note.textContent =
+      `typicality ${score} (over 1): unlike the images this model knows — ` +
+      "the caption is likely confident but wrong";
+  } else {
+    badge.className = "badge domain unknown";
+    badge.textContent = "domain not checked";
+    note.textContent = "this model is not calibrated (compcap calibrate): no in-domain flag";
+  }
+}
+
+async function submitCaption(event) {
+  event.preventDefault();
+  const errorBox = $("error");
+  errorBox.hidden = true;
+  if (!state.file) {
+    showProblem(errorBox, new ApiProblem(0, "no_image", "choose or drop an image first"), "Caption");
+    return;
+  }
+  const button = $("submit");
+  button.disabled = true;
+  button.textContent = "Captioning…";
+  $("results-title").textContent = "Result";
+  const file = state.file;
+  const options = captionOptions();
+  state.captioned = null;
+  state.explainSeq += 1;
+  const started = performance.now();
+  try {
+    const out = await api("v1/captions", { method: "POST", body: captionForm(file, options) });
+    state.captioned = { file, options, caption: out.results[0].caption, base64: null };
+    showResult(out, performance.now() - started);
+  } catch (problem) {
+    $("result").hidden = true;
+    $("placeholder").hidden = true;
+    showProblem(errorBox, problem, "POST /v1/captions");
+  } finally {
+    button.disabled = false;
+    button.textContent = "Caption";
+  }
+}
+
+// ---------------------------------------------------------------- explanations
+
+function resetExplain(hasCaption) {
+  $("explain-result").hidden = true;
+  $("word-maps").replaceChildren();
+  $("explain-error").hidden = true;
+  $("explain-status").textContent = hasCaption ? "" : "An empty caption has no words to explain.";
+  const button = $("explain-submit");
+  button.disabled = !hasCaption;
+  button.textContent = "Explain words";
+  applyMethods();
+}
+
+async function loadMethods() {
+  try {
+    const out = await api("v1/explain/methods");
+    state.methods = Object.fromEntries(out.captioners.map((c) => [c.model, c.methods]));
+    $("explain").hidden = false;
+  } catch (problem) {
+    state.methods = null; // not known (the feature left out, or a key needed): the API decides
+    $("explain").hidden = problem.status === 404;
+  }
+  applyMethods();
+}
+
+// the captioner whose caption an explanation would explain: the shown caption's, else the chosen one
+function explainModel() {
+  const chosen = state.captioned ? state.captioned.options.model : $("model").value;
+  return chosen || (catalog.models ? catalog.models.default_captioner : "");
+}
+
+// grey out the methods this captioner cannot run here, with the reason as tooltip and as a note
+function applyMethods() {
+  const select = $("explain_method");
+  const known = state.methods && state.methods[explainModel()];
+  const byName = new Map((known || []).map((m) => [m.name, m]));
+  const reasons = new Map(); // reason -> the methods it greys out
+  for (const option of select.options) {
+    if (!option.dataset.label) option.dataset.label = option.textContent;
+    const m = byName.get(option.value);
+    if (m && !m.available) {
+      option.disabled = true;
+      option.textContent = `${METHOD_NAMES[m.name] || m.name} — unavailable here`;
+      option.title = m.reason || m.code || "unavailable";
+      const key = m.reason || m.code || "unavailable";
+      reasons.set(key, [...(reasons.get(key) || []), METHOD_NAMES[m.name] || m.name]);
     } else {
-      badge.textContent = body.status === "failed" ? "models failed to load" : "server unreachable";
-      badge.title = body.error || "GET /readyz";
-      if (body.status !== "failed") setTimeout(checkReady, 3000);
+      option.disabled = false;
+      option.textContent = option.dataset.label;
+      option.removeAttribute("title");
     }
   }
-
-  // ---------------------------------------------------------------- models and hooks
-
-  function currentCaptioner() {
-    if (!state.models) return null;
-    return state.models.captioners.find((c) => c.name === $("model").value) || null;
+  const enabled = [...select.options].filter((o) => !o.disabled);
+  if (select.selectedOptions[0] && select.selectedOptions[0].disabled && enabled.length) {
+    select.value = enabled[0].value;
+    $("explain-steps-field").hidden = select.value !== "integrated_gradients";
   }
+  const note = $("explain-methods-note");
+  note.replaceChildren();
+  for (const [reason, names] of reasons) {
+    note.append(el("span", `Greyed out: ${names.join(", ")} — ${reason}`, "method-reason"));
+  }
+  note.hidden = reasons.size === 0;
+  if (!enabled.length) $("explain-submit").disabled = true;
+}
 
-  function fillRankers() {
-    const select = $("rerank");
-    const previous = select.value;
-    const captioner = currentCaptioner();
-    const own = captioner && captioner.default_ranker;
-    select.replaceChildren();
-    const dflt = el("option", own ? `default (its own: ${own})` : "default (none for this model)");
-    dflt.value = "";
-    const off = el("option", "none — plain beam search");
-    off.value = "false";
-    select.append(dflt, off);
-    for (const r of state.models.rankers) {
-      const joint = r.joint_with ? `, joint with ${r.joint_with}` : "";
-      const option = el("option", `${r.name} — ${r.architecture}${joint}`);
-      option.value = r.name;
-      select.append(option);
+// POST /v1/explain's JSON body: the caption's image and options, typed as JSON wants them
+function explainBody(captioned, base64) {
+  const body = { image: base64, caption: captioned.caption, method: $("explain_method").value };
+  const o = captioned.options;
+  if (o.model) body.model = o.model;
+  if (o.rerank) body.rerank = o.rerank === "false" ? false : o.rerank;
+  for (const id of ["beam_size", "n_best", "max_length", "length_penalty", "rerank_weight"]) {
+    if (!o[id]) continue;
+    const value = Number(o[id]);
+    body[id] = Number.isFinite(value) ? value : o[id]; // not a number: the server names the field
+  }
+  if (o.hooks.length) body.hooks = o.hooks;
+  if (body.method === "integrated_gradients") {
+    const steps = $("explain_n_steps").value.trim();
+    if (steps) body.n_steps = Number.isFinite(Number(steps)) ? Number(steps) : steps;
+  }
+  return body;
+}
+
+function wordFigure(word) {
+  const item = el("li", null, "word-map");
+  const figure = el("figure");
+  if (word.overlay_png) {
+    const img = document.createElement("img");
+    img.src = `data:image/png;base64,${word.overlay_png}`;
+    img.alt = word.word;
+    img.title = `${word.word}: strongest in region ${word.argmax_region}`;
+    figure.append(img);
+  } else {
+    figure.append(el("div", "no overlay", "no-overlay muted small"));
+  }
+  const caption = el("figcaption");
+  const text = el("span", word.word, word.noun ? "word noun" : "word");
+  caption.append(text);
+  if (word.grounded === true || word.grounded === false) {
+    const mark = el("span", word.grounded ? "✓" : "✗", word.grounded ? "mark good" : "mark bad");
+    mark.setAttribute("aria-hidden", "true");
+    caption.append(" ", mark, el("span", word.grounded ? " grounded" : " not grounded", "visually-hidden"));
+  }
+  const about = [];
+  if (word.noun) about.push(word.noun === word.word ? "noun" : `noun: ${word.noun}`);
+  if (typeof word.logprob === "number") about.push(`log p ${num(word.logprob, 2)}`);
+  if (word.pointing === true || word.pointing === false) {
+    const p = word.pointing_chance;
+    const chance = typeof p === "number" ? ` (chance ${num(p, 2)})` : "";
+    about.push(`pointing ${word.pointing ? "hit" : "miss"}${chance}`);
+  }
+  const under = word.under_argmax && word.under_argmax.labels;
+  if (Array.isArray(under) && under.length) about.push(`under: ${under.join(", ")}`);
+  if (about.length) caption.append(el("span", about.join(" · "), "word-about muted"));
+  figure.append(caption);
+  item.append(figure);
+  return item;
+}
+
+function showExplanation(out, roundTripMs) {
+  const t = out.timings_ms || {};
+  const method = METHOD_NAMES[out.method] || out.method;
+  const source = out.source === "client" ? "the caption shown" : "the engine's caption";
+  const ms = (value) => `${num(value, typeof value === "number" && value < 10 ? 2 : 1)} ms`;
+  $("explain-summary").textContent =
+    `${method} · model ${out.model} · ${out.words.length} words of ${source}` +
+    ` · ${ms(t.per_word)} per word (maps ${ms(t.maps)}, caption ${ms(t.caption)},` +
+    ` render ${ms(t.render)}) · round trip ${ms(roundTripMs)}`;
+  const grounding = $("grounding");
+  if (out.grounding_score) {
+    grounding.replaceChildren(el("strong", "GroundingScore(δ)"));
+    for (const delta of GROUNDING_DELTAS) {
+      const label = delta === "inf" ? "∞" : delta;
+      grounding.append(el("span", `δ=${label}: ${num(out.grounding_score[delta], 3)}`, "delta"));
     }
-    select.value = [...select.options].some((o) => o.value === previous) ? previous : "";
+    grounding.hidden = false;
+  } else {
+    grounding.hidden = true;
   }
+  const ig = out.integrated_gradients;
+  $("explain-ig").hidden = !ig;
+  if (ig) {
+    $("explain-ig").textContent =
+      `integrated gradients: ${ig.n_steps} steps, baseline ${ig.baseline}` +
+      ` · mean relative completeness error ${num(ig.mean_relative_delta, 4)}`;
+  }
+  $("word-maps").replaceChildren(...out.words.map(wordFigure));
+  $("explain-result").hidden = false;
+}
 
-  function describeModel() {
-    const c = currentCaptioner();
-    const info = $("model-info");
-    if (!c) {
-      info.textContent = "";
-      return;
+async function submitExplain() {
+  const captioned = state.captioned;
+  if (!captioned || !captioned.caption || $("explain_method").selectedOptions[0].disabled) return;
+  const seq = ++state.explainSeq;
+  const button = $("explain-submit");
+  const status = $("explain-status");
+  const errorBox = $("explain-error");
+  const method = METHOD_NAMES[$("explain_method").value] || $("explain_method").value;
+  errorBox.hidden = true;
+  button.disabled = true;
+  button.textContent = "Explaining…";
+  status.textContent = `Explaining “${captioned.caption}” with ${method}…`;
+  const started = performance.now();
+  try {
+    if (captioned.base64 === null) {
+      try {
+        captioned.base64 = await readBase64(captioned.file);
+      } catch (err) {
+        throw new ApiProblem(0, "unreadable_file", `could not read the image file (${err.message})`);
+      }
     }
-    $("max_length").placeholder = `model's: ${c.max_length}`;
-    const held = (c.training && c.training.held_out_pairs) || [];
-    const pairs = held.map((p) => `${p.modifier} ${p.noun}`).join(", ");
-    const quality = c.quality && typeof c.quality.cider_d === "number" ? ` · CIDEr-D ${num(c.quality.cider_d, 3)}` : "";
-    const split = c.training && c.training.split ? ` · trained on ${c.training.split}` : "";
-    info.textContent = `${c.name}: ${c.architecture}${split}${quality}` + (pairs ? ` · held out: ${pairs}` : "");
+    const out = await api("v1/explain", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(explainBody(captioned, captioned.base64)),
+    });
+    if (seq !== state.explainSeq) return;
+    showExplanation(out, performance.now() - started);
+    const done = METHOD_NAMES[out.method] || out.method;
+    status.textContent = `Explained ${out.words.length} words with ${done}.`;
+  } catch (problem) {
+    if (seq !== state.explainSeq) return;
+    $("explain-result").hidden = true;
+    const shown =
+      problem instanceof ApiProblem ? problem : new ApiProblem(0, "page_error", String(problem.message));
+    showProblem(errorBox, shown, "POST /v1/explain");
+    status.textContent = "The explanation failed.";
+  } finally {
+    if (seq === state.explainSeq) {
+      button.disabled = false;
+      button.textContent = "Explain words";
+    }
   }
+}
 
-  async function loadModels() {
-    const select = $("model");
+// ---------------------------------------------------------------- start
+
+function start() {
+  const key = $("api_key");
+  try {
+    key.value = sessionStorage.getItem(KEY_STORE) || "";
+  } catch {
+    // storage may be disabled; the key then lives in the field only
+  }
+  let keyTimer = null;
+  key.addEventListener("input", () => {
     try {
-      state.models = await api("v1/models");
-    } catch (problem) {
-      select.replaceChildren(el("option", "unavailable"));
-      showProblem($("error"), problem, "GET /v1/models");
-      return;
+      sessionStorage.setItem(KEY_STORE, key.value);
+    } catch {
+      // ignored, as above
     }
-    select.replaceChildren();
-    for (const c of state.models.captioners) {
-      const isDefault = c.name === state.models.default_captioner ? " (default)" : "";
-      const option = el("option", `${c.name} — ${c.architecture}${isDefault}`);
-      option.value = c.name;
-      select.append(option);
-    }
-    select.value = state.models.default_captioner;
+    clearTimeout(keyTimer);
+    keyTimer = setTimeout(() => {
+      loadProbes();
+      loadProbeKinds();
+      loadMethods();
+    }, 400);
+  });
+  wireImageInput();
+  $("model").addEventListener("change", () => {
     fillRankers();
     describeModel();
-  }
+  });
+  $("caption-form").addEventListener("submit", submitCaption);
+  $("explain-submit").addEventListener("click", submitExplain);
+  $("explain_method").addEventListener("change", () => {
+    $("explain-steps-field").hidden = $("explain_method").value !== "integrated_gradients";
+  });
+  initProbes();
+  initCompare();
+  renderSamples();
+  checkReady();
+  loadModels();
+  loadHooks();
+  loadMethods();
+  loadProbes();
+  loadProbeKinds();
+}
 
-  function hookParamValue(raw, description) {
-    const text = raw.trim();
-    if (!text) return undefined;
-    try {
-      return JSON.parse(text);
-    } catch {
-      // not JSON: a list parameter takes comma-separated words, anything else the plain text
-    }
-    if (/^list\b/i.test(description)) {
-      return text
-        .split(",")
-        .map((s) => s.trim())
-        .filter(Boolean)
-        .map((s) => (/^-?\d+$/.test(s) ? Number(s) : s));
-    }
-    return text;
-  }
-
-  async function loadHooks() {
-    const box = $("hooks");
-    try {
-      state.hooks = (await api("v1/hooks")).hooks;
-    } catch (problem) {
-      box.replaceChildren(el("p", `hooks unavailable: ${problem.message}`, "muted small"));
-      return;
-    }
-    box.replaceChildren();
-    for (const hook of state.hooks) {
-      const row = el("div", null, "hook");
-      const label = el("label", null, "hook-name");
-      const check = document.createElement("input");
-      check.type = "checkbox";
-      check.dataset.hook = hook.name;
-      label.append(check, el("code", hook.name), el("span", ` ${hook.description}`, "muted small"));
-      const params = el("div", null, "hook-params");
-      params.hidden = true;
-      for (const [name, description] of Object.entries(hook.params || {})) {
-        const field = el("label", null, "hook-param");
-        const input = document.createElement("input");
-        input.type = "text";
-        input.dataset.param = name;
-        input.dataset.description = description;
-        input.placeholder = description;
-        input.disabled = true;
-        input.spellcheck = false;
-        field.append(el("code", name), input);
-        params.append(field);
-      }
-      check.addEventListener("change", () => {
-        params.hidden = !check.checked;
-        for (const input of params.querySelectorAll("input")) input.disabled = !check.checked;
-      });
-      row.append(label, params);
-      box.append(row);
-    }
-  }
-
-  function chosenHooks() {
-    const hooks = [];
-    for (const row of $("hooks").querySelectorAll(".hook")) {
-      const check = row.querySelector("input[type=checkbox]");
-      if (!check || !check.checked) continue;
-      const params = {};
-      for (const input of row.querySelectorAll("input[data-param]")) {
-        const value = hookParamValue(input.value, input.dataset.description || "");
-        if (value !== undefined) params[input.dataset.param] = value;
-      }
-      hooks.push({ name: check.dataset.hook, params });
-    }
-    return hooks;
-  }
-
-  // ---------------------------------------------------------------- image input
-
-  function setFile(file) {
-    if (!file) return;
-    state.file = file;
-    if (state.previewUrl) URL.revokeObjectURL(state.previewUrl);
-    state.previewUrl = URL.createObjectURL(file);
-    const preview = $("preview");
-    preview.hidden = false;
-    preview.alt = `preview of ${file.name}`;
-    preview.src = state.previewUrl;
-    $("drop").classList.add("has-image");
-    const size = file.size < 1024 ? `${file.size} B` : `${(file.size / 1024).toFixed(1)} KiB`;
-    $("file-info").textContent = `${file.name || "pasted image"} · ${size} · ${file.type || "unknown type"}`;
-  }
-
-  function wireImageInput() {
-    const drop = $("drop");
-    const preview = $("preview");
-    $("file").addEventListener("change", (event) => setFile(event.target.files[0]));
-    preview.addEventListener("error", () => {
-      if (!state.file) return;
-      preview.hidden = true;
-      $("drop").classList.remove("has-image");
-      $("file-info").textContent += " · no preview (the server decides whether it is an image)";
-    });
-    for (const type of ["dragenter", "dragover"]) {
-      drop.addEventListener(type, (event) => {
-        event.preventDefault();
-        drop.classList.add("dragging");
-      });
-    }
-    for (const type of ["dragleave", "dragend"]) {
-      drop.addEventListener(type, () => drop.classList.remove("dragging"));
-    }
-    drop.addEventListener("drop", (event) => {
-      event.preventDefault();
-      drop.classList.remove("dragging");
-      const files = event.dataTransfer && event.dataTransfer.files;
-      if (files && files.length) setFile(files[0]);
-    });
-    // a drop that misses the zone must not navigate away from the page
-    window.addEventListener("dragover", (event) => event.preventDefault());
-    window.addEventListener("drop", (event) => event.preventDefault());
-    document.addEventListener("paste", (event) => {
-      const items = (event.clipboardData && event.clipboardData.files) || [];
-      if (items.length) setFile(items[0]);
-    });
-  }
-
-  // ---------------------------------------------------------------- captioning
-
-  // the caption options as the form holds them, text as typed ("" = the server's default)
-  function captionOptions() {
-    const options = { model: $("model").value, rerank: $("rerank").value, hooks: chosenHooks() };
-    for (const id of ["beam_size", "n_best", "max_length", "length_penalty", "rerank_weight"]) {
-      options[id] = $(id).value.trim();
-    }
-    return options;
-  }
-
-  function captionForm(file, options) {
-    const form = new FormData();
-    form.append("image", file, file.name || "image");
-    for (const [name, value] of Object.entries(options)) {
-      if (name !== "hooks" && value) form.append(name, value);
-    }
-    if (options.hooks.length) form.append("hooks", JSON.stringify(options.hooks));
-    return form;
-  }
-
-  function fillTable(table, captions, best) {
-    const body = table.querySelector("tbody");
-    body.replaceChildren();
-    captions.forEach((c, i) => {
-      const row = el("tr", null, c.text === best && i === 0 ? "best" : "");
-      row.append(
-        el("td", i + 1, "num"),
-        el("td", c.text, "text"),
-        el("td", num(c.logprob, 2), "num"),
-        el("td", num(c.normalized_logprob, 3), "num"),
-        el("td", num(c.ranker_score, 3), "num"),
-        el("td", c.beam_rank, "num"),
-      );
-      body.append(row);
-    });
-  }
-
-  function showTimings(timings, roundTripMs) {
-    const list = $("timings");
-    list.replaceChildren();
-    const rows = [
-      ["decode images", timings.decode_images],
-      ["encode", timings.encode],
-      ["decode (beam search)", timings.decode],
-      ["re-rank", timings.rerank],
-      ["total (server)", timings.total],
-      ["round trip (browser)", roundTripMs],
-    ];
-    const scale = Math.max(...rows.map(([, v]) => (typeof v === "number" ? v : 0)), 1e-9);
-    for (const [name, value] of rows) {
-      const bar = el("span", null, "bar");
-      bar.style.width = `${Math.max(0, Math.min(100, (100 * (value || 0)) / scale))}%`;
-      const dd = el("dd");
-      dd.append(el("span", `${num(value, 1)} ms`, "ms"), el("span", null, "track"));
-      dd.lastChild.append(bar);
-      list.append(el("dt", name), dd);
-    }
-  }
-
-  function showResult(out, roundTripMs) {
-    const result = out.results[0];
-    $("caption").textContent = result.caption || "(empty caption)";
-    const hooks = out.hooks.length ? out.hooks.join(", ") : "none";
-    $("request-summary").textContent =
-      `model ${out.model} · ranker ${out.ranker || "none"} · beam ${out.beam_size} · n-best ${out.n_best}` +
-      ` · max length ${out.max_length} · length penalty ${out.length_penalty}` +
-      ` · re-rank weight ${out.rerank_weight} · hooks: ${hooks}`;
-    fillTable($("nbest"), result.captions, result.caption);
-    $("order-note").textContent = out.ranker
-      ? `Ordered by the ranker ${out.ranker}` +
-        (out.rerank_weight > 0
-          ? `: ranker score + ${out.rerank_weight} × normalized log-prob.`
-          : ": ranker score alone (re-rank weight 0).")
-      : "Ordered by normalized log-prob (no re-ranking).";
-    const original = $("original");
-    if (Array.isArray(result.original_captions)) {
-      $("original-caption").textContent = result.original_caption || "(empty caption)";
-      fillTable($("original-nbest"), result.original_captions, result.original_caption);
-      original.hidden = false;
-    } else {
-      original.hidden = true;
-    }
-    showTimings(out.timings_ms, roundTripMs);
-    resetExplain(Boolean(result.caption));
-    $("placeholder").hidden = true;
-    $("result").hidden = false;
-  }
-
-  async function submitCaption(event) {
-    event.preventDefault();
-    const errorBox = $("error");
-    errorBox.hidden = true;
-    if (!state.file) {
-      showProblem(errorBox, new ApiProblem(0, "no_image", "choose or drop an image first"), "Caption");
-      return;
-    }
-    const button = $("submit");
-    button.disabled = true;
-    button.textContent = "Captioning…";
-    $("results-title").textContent = "Result";
-    const file = state.file;
-    const options = captionOptions();
-    state.captioned = null;
-    state.explainSeq += 1;
-    const started = performance.now();
-    try {
-      const out = await api("v1/captions", { method: "POST", body: captionForm(file, options) });
-      state.captioned = { file, options, caption: out.results[0].caption, base64: null };
-      showResult(out, performance.now() - started);
-    } catch (problem) {
-      $("result").hidden = true;
-      $("placeholder").hidden = true;
-      showProblem(errorBox, problem, "POST /v1/captions");
-    } finally {
-      button.disabled = false;
-      button.textContent = "Caption";
-    }
-  }
-
-  // ---------------------------------------------------------------- explanations
-
-  function resetExplain(hasCaption) {
-    $("explain-result").hidden = true;
-    $("word-maps").replaceChildren();
-    $("explain-error").hidden = true;
-    $("explain-status").textContent = hasCaption ? "" : "An empty caption has no words to explain.";
-    const button = $("explain-submit");
-    button.disabled = !hasCaption;
-    button.textContent = "Explain words";
-  }
-
-  function readBase64(file) {
-    return new Promise((resolve, reject) => {
-      const reader = new FileReader();
-      reader.addEventListener("load", () => {
-        const url = String(reader.result || "");
-        resolve(url.slice(url.indexOf(",") + 1)); // drop the data: URL's prefix
-      });
-      reader.addEventListener("error", () => reject(reader.error || new Error("unreadable file")));
-      reader.readAsDataURL(file);
-    });
-  }
-
-  // POST /v1/explain's JSON body: the caption's image and options, typed as JSON wants them
-  function explainBody(captioned, base64) {
-    const body = { image: base64, caption: captioned.caption, method: $("explain_method").value };
-    const o = captioned.options;
-    if (o.model) body.model = o.model;
-    if (o.rerank) body.rerank = o.rerank === "false" ? false : o.rerank;
-    for (const id of ["beam_size", "n_best", "max_length", "length_penalty", "rerank_weight"]) {
-      if (!o[id]) continue;
-      const value = Number(o[id]);
-      body[id] = Number.isFinite(value) ? value : o[id]; // not a number: the server names the field
-    }
-    if (o.hooks.length) body.hooks = o.hooks;
-    if (body.method === "integrated_gradients") {
-      const steps = $("explain_n_steps").value.trim();
-      if (steps) body.n_steps = Number.isFinite(Number(steps)) ? Number(steps) : steps;
-    }
-    return body;
-  }
-
-  function wordFigure(word) {
-    const item = el("li", null, "word-map");
-    const figure = el("figure");
-    if (word.overlay_png) {
-      const img = document.createElement("img");
-      img.src = `data:image/png;base64,${word.overlay_png}`;
-      img.alt = word.word;
-      img.title = `${word.word}: strongest in region ${word.argmax_region}`;
-      figure.append(img);
-    } else {
-      figure.append(el("div", "no overlay", "no-overlay muted small"));
-    }
-    const caption = el("figcaption");
-    const text = el("span", word.word, word.noun ? "word noun" : "word");
-    caption.append(text);
-    if (word.grounded === true || word.grounded === false) {
-      const mark = el("span", word.grounded ? "✓" : "✗", word.grounded ? "mark good" : "mark bad");
-      mark.setAttribute("aria-hidden", "true");
-      caption.append(" ", mark, el("span", word.grounded ? " grounded" : " not grounded", "visually-hidden"));
-    }
-    const about = [];
-    if (word.noun) about.push(word.noun === word.word ? "noun" : `noun: ${word.noun}`);
-    if (typeof word.logprob === "number") about.push(`log p ${num(word.logprob, 2)}`);
-    if (word.pointing === true || word.pointing === false) {
-      const p = word.pointing_chance;
-      const chance = typeof p === "number" ? ` (chance ${num(p, 2)})` : "";
-      about.push(`pointing ${word.pointing ? "hit" : "miss"}${chance}`);
-    }
-    const under = word.under_argmax && word.under_argmax.labels;
-    if (Array.isArray(under) && under.length) about.push(`under: ${under.join(", ")}`);
-    if (about.length) caption.append(el("span", about.join(" · "), "word-about muted"));
-    figure.append(caption);
-    item.append(figure);
-    return item;
-  }
-
-  function showExplanation(out, roundTripMs) {
-    const t = out.timings_ms || {};
-    const method = METHOD_NAMES[out.method] || out.method;
-    const source = out.source === "client" ? "the caption shown" : "the engine's caption";
-    const ms = (value) => `${num(value, typeof value === "number" && value < 10 ? 2 : 1)} ms`;
-    $("explain-summary").textContent =
-      `${method} · model ${out.model} · ${out.words.length} words of ${source}` +
-      ` · ${ms(t.per_word)} per word (maps ${ms(t.maps)}, caption ${ms(t.caption)},` +
-      ` render ${ms(t.render)}) · round trip ${ms(roundTripMs)}`;
-    const grounding = $("grounding");
-    if (out.grounding_score) {
-      grounding.replaceChildren(el("strong", "GroundingScore(δ)"));
-      for (const delta of GROUNDING_DELTAS) {
-        const label = delta === "inf" ? "∞" : delta;
-        grounding.append(el("span", `δ=${label}: ${num(out.grounding_score[delta], 3)}`, "delta"));
-      }
-      grounding.hidden = false;
-    } else {
-      grounding.hidden = true;
-    }
-    const ig = out.integrated_gradients;
-    $("explain-ig").hidden = !ig;
-    if (ig) {
-      $("explain-ig").textContent =
-        `integrated gradients: ${ig.n_steps} steps, baseline ${ig.baseline}` +
-        ` · mean relative completeness error ${num(ig.mean_relative_delta, 4)}`;
-    }
-    $("word-maps").replaceChildren(...out.words.map(wordFigure));
-    $("explain-result").hidden = false;
-  }
-
-  async function submitExplain() {
-    const captioned = state.captioned;
-    if (!captioned || !captioned.caption) return;
-    const seq = ++state.explainSeq;
-    const button = $("explain-submit");
-    const status = $("explain-status");
-    const errorBox = $("explain-error");
-    const method = METHOD_NAMES[$("explain_method").value] || $("explain_method").value;
-    errorBox.hidden = true;
-    button.disabled = true;
-    button.textContent = "Explaining…";
-    status.textContent = `Explaining “${captioned.caption}” with ${method}…`;
-    const started = performance.now();
-    try {
-      if (captioned.base64 === null) {
-        try {
-          captioned.base64 = await readBase64(captioned.file);
-        } catch (err) {
-          throw new ApiProblem(0, "unreadable_file", `could not read the image file (${err.message})`);
-        }
-      }
-      const out = await api("v1/explain", {
-        method: "POST",
-        headers: { "Content-Type": "application/json" },
-        body: JSON.stringify(explainBody(captioned, captioned.base64)),
-      });
-      if (seq !== state.explainSeq) return;
-      showExplanation(out, performance.now() - started);
-      const done = METHOD_NAMES[out.method] || out.method;
-      status.textContent = `Explained ${out.words.length} words with ${done}.`;
-    } catch (problem) {
-      if (seq !== state.explainSeq) return;
-      $("explain-result").hidden = true;
-      const shown =
-        problem instanceof ApiProblem ? problem : new ApiProblem(0, "page_error", String(problem.message));
-      showProblem(errorBox, shown, "POST /v1/explain");
-      status.textContent = "The explanation failed.";
-    } finally {
-      if (seq === state.explainSeq) {
-        button.disabled = false;
-        button.textContent = "Explain words";
-      }
-    }
-  }
-
-  // ---------------------------------------------------------------- probes
-
-  function when(seconds) {
-    if (typeof seconds !== "number") return "—";
-    return new Date(seconds * 1000).toLocaleString(undefined, { dateStyle: "short", timeStyle: "medium" });
-  }
-
-  async function loadProbes() {
-    const errorBox = $("probes-error");
-    const body = $("probe-table").querySelector("tbody");
-    clearTimeout(state.probeTimer);
-    let jobs;
-    try {
-      jobs = (await api("v1/probes")).jobs;
-    } catch (problem) {
-      body.replaceChildren();
-      $("probe-table").hidden = true;
-      const empty = $("probes-empty");
-      if (problem.status === 401) {
-        // keys are configured and none was given yet: a note, not an alarm
-        errorBox.hidden = true;
-        empty.textContent = "The probe endpoints need an API key: enter it under “API key”.";
-        empty.hidden = false;
-      } else {
-        empty.hidden = true;
-        showProblem(errorBox, problem, "GET /v1/probes");
-      }
-      return;
-    }
-    errorBox.hidden = true;
-    $("probes-empty").textContent = "No probe jobs yet.";
-    $("probes-empty").hidden = jobs.length > 0;
-    $("probe-table").hidden = jobs.length === 0;
-    const rows = jobs.map((job) => {
-      const row = el("tr");
-      const link = el("a", job.id);
-      link.href = `v1/probes/${encodeURIComponent(job.id)}`;
-      const idCell = el("td", null, "nowrap");
-      idCell.append(link);
-      const p = job.params || {};
-      const ranker = p.rerank === false || p.rerank === null ? "no ranker" : p.rerank;
-      // each kind's one-line summary comes from the gateway (its probe-kind record)
-      const shown = job.status === "running" && job.summary ? `so far: ${job.summary}` : job.summary || "";
-      const figures = el("td", job.error || shown, job.error ? "figures error-text" : "figures");
-      row.append(
-        idCell,
-        el("td", job.kind),
-        el("td", job.status, `status ${job.status}`),
-        el("td", `${p.model ?? "—"} · ${ranker ?? "—"} · ${p.beam_size ?? "—"}`),
-        el("td", `${job.progress.done}/${job.progress.total}`, "num"),
-        figures,
-        el("td", when(job.finished_at), "nowrap"),
-      );
-      return row;
-    });
-    body.replaceChildren(...rows);
-    if (jobs.some((j) => j.status === "queued" || j.status === "running")) {
-      state.probeTimer = setTimeout(loadProbes, 3000);
-    }
-  }
-
-  // ---------------------------------------------------------------- start
-
-  function start() {
-    const key = $("api_key");
-    try {
-      key.value = sessionStorage.getItem(KEY_STORE) || "";
-    } catch {
-      // storage may be disabled; the key then lives in the field only
-    }
-    let keyTimer = null;
-    key.addEventListener("input", () => {
-      try {
-        sessionStorage.setItem(KEY_STORE, key.value);
-      } catch {
-        // ignored, as above
-      }
-      clearTimeout(keyTimer);
-      keyTimer = setTimeout(loadProbes, 400);
-    });
-    wireImageInput();
-    $("model").addEventListener("change", () => {
-      fillRankers();
-      describeModel();
-    });
-    $("caption-form").addEventListener("submit", submitCaption);
-    $("explain-submit").addEventListener("click", submitExplain);
-    $("explain_method").addEventListener("change", () => {
-      $("explain-steps-field").hidden = $("explain_method").value !== "integrated_gradients";
-    });
-    $("probes-refresh").addEventListener("click", loadProbes);
-    checkReady();
-    loadModels();
-    loadHooks();
-    loadProbes();
-  }
-
-  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
-  else start();
-})();
+start(); // a module runs once the document is parsed

@@ -1,0 +1,500 @@
+"""The demo page's views beyond one upload, in headless Chromium against a real ``compcap serve``, every
+request to another host aborted: the sample images (served by the app, SceneWorld test renders) caption
+on a click with a notice of what the model knows and the caption's in-domain badge; explanation methods
+that cannot run are greyed out with the reason ``GET /v1/explain/methods`` gives (a copy of the
+repository without its torch programs) and enabled where they can; the probe launcher runs a job,
+follows its progress and draws Recall@K per pair, held out against seen (or every pair, when the
+held-out pairs are not known); the compare view shows each image's captions per configuration with its
+NGSM, most discrepant first, as ``POST /v1/compare`` orders them.
+
+Screenshots of each view go to ``docs/screenshots/demo_*.png`` with ``COMPCAP_UPDATE_SCREENSHOT=1``
+(else to the test's tmp folder); the ones in ``docs/`` are taken on a default-preset repository with
+probe sets (``COMPCAP_TEST_REPO=<a default-preset model_repo>``) so that captions and recall read like
+them."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.browser.conftest import Watch
+from tests.browser.test_demo_page import api_caption, api_get, assert_clean, open_demo
+from tests.integration.conftest import free_port, serving
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = ROOT / "service" / "web" / "static" / "samples"
+SHOTS = ROOT / "docs" / "screenshots"
+SAMPLE_WORLD_SEED = 7919 + 11  # export.studies.examples: the held-out test world's examples
+GRADIENT_METHODS = ("saliency", "guided_backprop", "integrated_gradients")
+MAX_SHOT_BYTES = 300_000
+
+
+def screenshot(page: Any, name: str, tmp_path: Path, *selectors: str) -> Path:
+    """Save a screenshot of the part of ``page`` that ``selectors`` cover as ``demo_<name>.png``: under
+    ``docs/screenshots`` with ``COMPCAP_UPDATE_SCREENSHOT=1``, as a palette PNG under 300 KB."""
+    update = os.environ.get("COMPCAP_UPDATE_SCREENSHOT") == "1"
+    path = (SHOTS if update else tmp_path) / f"demo_{name}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    page.wait_for_load_state("networkidle")
+    # the selectors' boxes in page coordinates (a full-page clip's), not the viewport's
+    boxes = [
+        page.locator(selector).evaluate(
+            "e => { const r = e.getBoundingClientRect(); "
+            "return [r.left + scrollX, r.top + scrollY, r.right + scrollX, r.bottom + scrollY]; }"
+        )
+        for selector in selectors
+    ]
+    left = min(b[0] for b in boxes) - 8
+    top = min(b[1] for b in boxes) - 8
+    right = max(b[2] for b in boxes) + 8
+    bottom = max(b[3] for b in boxes) + 8
+    clip = {
+        "x": max(left, 0),
+        "y": max(top, 0),
+        "width": right - max(left, 0),
+        "height": bottom - max(top, 0),
+    }
+    page.screenshot(path=str(path), full_page=True, clip=clip)
+    with Image.open(path) as image:
+        small = image.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=0)
+    small.save(path, optimize=True)
+    assert 5_000 < path.stat().st_size < MAX_SHOT_BYTES, (path, path.stat().st_size)
+    return path
+
+
+def post_json(url: str, path: str, body: dict[str, Any]) -> httpx.Response:
+    return httpx.post(f"{url}{path}", json=body, timeout=120.0, trust_env=False)
+
+
+def noise_png(size: int, seed: int = 0) -> bytes:
+    pixels = np.random.default_rng(seed).integers(0, 256, (size, size, 3), dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="PNG")
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def bare_server(tiny_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A ready ``compcap serve`` on a copy of ``tiny_repo`` as git carries it (no torch programs), its
+    captioner ``butr`` calibrated (``compcap calibrate``) so that its captions carry ``in_domain``."""
+    from service.manifest import load_manifest
+
+    work = tmp_path_factory.mktemp("bare")
+    repo = work / "model_repo"
+    shutil.copytree(tiny_repo, repo, ignore=shutil.ignore_patterns("torch"))
+    env = {**os.environ, "COMPCAP_INTRA_OP_THREADS": "1", "COMPCAP_PROBE_HISTORY": ""}
+    if load_manifest(repo).captioner("butr").domain is None:
+        calibrate = [sys.executable, "-m", "service.cli", "calibrate", "--repo", str(repo), "--model", "butr"]
+        subprocess.run([*calibrate, "--images", "60"], env=env, check=True, capture_output=True, timeout=300)
+    port = free_port()
+    cmd = [sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--repo", str(repo)]
+    with serving(cmd, env, port, work / "serve.log") as url:
+        yield url
+
+
+def disabled_methods(page: Any) -> dict[str, str]:
+    """The greyed-out options of the method select: value -> tooltip."""
+    return dict(
+        page.locator("#explain_method option:disabled").evaluate_all("os => os.map(o => [o.value, o.title])")
+    )
+
+
+# ---------------------------------------------------------------------------------- sample images
+
+
+def test_samples_are_served_sceneworld_test_renders(demo_server: str) -> None:
+    from export.world.dataset import generate
+
+    renders, references, _ = generate(3, seed=SAMPLE_WORLD_SEED)
+    for i, (render, refs) in enumerate(zip(renders, references, strict=True)):
+        response = httpx.get(f"{demo_server}/demo-static/samples/example_{i}.png", trust_env=False)
+        assert response.status_code == 200 and response.headers["content-type"] == "image/png"
+        served = np.asarray(Image.open(io.BytesIO(response.content)).convert("RGB"))
+        assert np.array_equal(served, render), f"sample {i} is not the test world's render"
+        assert refs[0] in (ROOT / "service" / "web" / "static" / "common.js").read_text(encoding="utf-8")
+
+
+def test_a_sample_click_captions_it_with_what_the_model_knows(
+    demo_server: str, browser_page: tuple[Any, Watch], tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    page, watch = browser_page
+    open_demo(page, demo_server)
+    models = api_get(demo_server, "/v1/models")
+    default = next(c for c in models["captioners"] if c["name"] == models["default_captioner"])
+    notice = page.locator("#model-notice")
+    expect(notice).to_be_visible()
+    size = f"{default['image']['width']}×{default['image']['height']}"
+    expect(page.locator("#model-knows")).to_contain_text(size)
+    expect(page.locator("#model-knows")).to_contain_text("SceneWorld")
+    expect(page.locator("#model-warning")).to_contain_text("confident but wrong captions")
+    if default["domain_calibration"] is None:
+        expect(page.locator("#model-domain")).to_contain_text("not calibrated")
+    else:
+        expect(page.locator("#model-domain")).to_contain_text(default["domain_calibration"])
+
+    samples = page.locator("#samples button")
+    expect(samples).to_have_count(3)
+    assert samples.locator("img").evaluate_all("is => is.every(i => i.complete && i.naturalWidth === 96)")
+    samples.nth(1).click()
+    expect(page.locator("#result")).to_be_visible()
+    expect(samples.nth(1)).to_have_attribute("aria-pressed", "true")
+    expect(samples.nth(0)).to_have_attribute("aria-pressed", "false")
+    expect(page.locator("#preview")).to_be_visible()
+    expect(page.locator("#file-info")).to_contain_text("example_1.png")
+
+    want = api_caption(demo_server, (SAMPLES / "example_1.png").read_bytes(), "example_1.png")
+    assert want.status_code == 200, want.text
+    best = want.json()["results"][0]
+    expect(page.locator("#caption")).to_have_text(best["caption"])
+    badge = page.locator("#domain-badge")
+    if best["in_domain"] is None:
+        expect(badge).to_have_text("domain not checked")
+    else:
+        expect(badge).to_have_text("in domain" if best["in_domain"] else "out of domain")
+    expect(page.locator("#error")).to_be_hidden()
+
+    screenshot(page, "caption", tmp_path, ".controls", ".results")
+    assert_clean(watch)
+
+
+# ---------------------------------------------------------------------------------- explanation methods
+
+
+def test_methods_that_can_run_are_enabled(demo_server: str, browser_page: tuple[Any, Watch]) -> None:
+    from playwright.sync_api import expect
+
+    from service.explain.service import torch_available
+
+    page, watch = browser_page
+    listing = api_get(demo_server, "/v1/explain/methods")["captioners"]
+    default = api_get(demo_server, "/v1/models")["default_captioner"]
+    methods = next(c["methods"] for c in listing if c["model"] == default)
+    unavailable = {m["name"]: m["reason"] for m in methods if not m["available"]}
+    repo = os.environ.get("COMPCAP_TEST_REPO")
+    if torch_available() and (repo is None or (Path(repo) / "torch").is_dir()):
+        assert unavailable == {}, "the tiny repository has its torch programs: every method runs"
+
+    open_demo(page, demo_server)
+    expect(page.locator("#explain_method option")).to_have_count(4)
+    assert disabled_methods(page) == unavailable
+    # the note under the method (shown with a caption) names each greyed-out method's reason
+    note = page.locator("#explain-methods-note")
+    assert note.evaluate("n => n.hidden") == (not unavailable)
+    for reason in unavailable.values():
+        expect(note).to_contain_text(reason)
+    assert_clean(watch)
+
+
+def test_gradient_methods_are_greyed_out_with_the_reason_without_programs(
+    bare_server: str, browser_page: tuple[Any, Watch], tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    page, watch = browser_page
+    listing = api_get(bare_server, "/v1/explain/methods?model=butr")["captioners"]
+    assert [c["model"] for c in listing] == ["butr"]
+    methods = {m["name"]: m for m in listing[0]["methods"]}
+    assert methods["attention"]["available"]
+    for name in GRADIENT_METHODS:
+        assert not methods[name]["available"] and methods[name]["code"] in {
+            "programs_missing",
+            "extra_not_installed",
+        }, methods[name]
+    # the listing says what a request for the method gets
+    body = {"image": base64.b64encode((SAMPLES / "example_0.png").read_bytes()).decode(), "model": "butr"}
+    refusal = post_json(bare_server, "/v1/explain", {**body, "method": "saliency"})
+    assert refusal.status_code == 501 and refusal.json()["error"]["code"] == methods["saliency"]["code"]
+    unknown = httpx.get(f"{bare_server}/v1/explain/methods?model=nope", trust_env=False)
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "unknown_model"
+
+    open_demo(page, bare_server)
+    page.select_option("#model", "butr")
+    page.locator("#samples button").first.click()  # the explanation is of the caption shown
+    expect(page.locator("#result")).to_be_visible()
+    greyed = disabled_methods(page)
+    assert set(greyed) == set(GRADIENT_METHODS)
+    assert all(tip == methods[name]["reason"] for name, tip in greyed.items())
+    note = page.locator("#explain-methods-note")
+    expect(note).to_be_visible()
+    expect(note).to_contain_text(methods["saliency"]["reason"])
+    expect(page.locator("#explain_method")).to_have_value("attention")
+    for label in page.locator("#explain_method option:disabled").all_inner_texts():
+        assert label.endswith("unavailable here"), label
+
+    # attention still explains the caption
+    page.click("#explain-submit")
+    expect(page.locator("#explain-status")).to_contain_text("Explained")
+    expect(page.locator("#explain-status")).to_contain_text("with attention")
+    expect(page.locator("#explain-error")).to_be_hidden()
+    # the screenshot shows the options as a list box: a headless browser draws no open drop-down
+    page.locator("#explain_method").evaluate("s => { s.size = s.options.length; }")
+    screenshot(page, "methods", tmp_path, "#explain")
+    assert_clean(watch)
+
+
+def test_the_in_domain_badge_shows_the_caption_flag(
+    bare_server: str, browser_page: tuple[Any, Watch], tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    page, watch = browser_page
+    models = {c["name"]: c for c in api_get(bare_server, "/v1/models")["captioners"]}
+    assert models["butr"]["domain_calibration"], "the fixture calibrated butr"
+    open_demo(page, bare_server)
+    page.select_option("#model", "butr")
+    expect(page.locator("#model-domain")).to_contain_text(models["butr"]["domain_calibration"])
+
+    noise = noise_png(96)
+    want = api_caption(bare_server, noise, "noise.png", model="butr").json()["results"][0]
+    assert want["in_domain"] is False, want  # calibration flags every uniform-noise image
+    page.set_input_files("#file", {"name": "noise.png", "mimeType": "image/png", "buffer": noise})
+    page.click("#submit")
+    badge = page.locator("#domain-badge")
+    expect(badge).to_have_text("out of domain")
+    expect(page.locator("#domain-note")).to_contain_text(f"typicality {fixed(want['domain_score'], 2)}")
+    expect(page.locator("#domain-note")).to_contain_text("confident but wrong")
+
+    page.locator("#samples button").first.click()
+    sample = api_caption(bare_server, (SAMPLES / "example_0.png").read_bytes(), "s.png", model="butr")
+    flag = sample.json()["results"][0]["in_domain"]
+    expect(badge).to_have_text("in domain" if flag else "out of domain")
+    assert_clean(watch)
+
+
+# ---------------------------------------------------------------------------------- probe launcher
+
+
+def run_probe_in_page(page: Any, url: str) -> dict[str, Any]:
+    """Launch a small systematicity probe from the page and wait for it; the job as the API has it."""
+    from playwright.sync_api import expect
+
+    sets = api_get(url, "/v1/probe-sets")["probe_sets"]
+    if not any(s["kind"] == "systematicity" for s in sets):
+        pytest.skip("this repository has no systematicity probe set")
+    expect(page.locator("#probe_kind option[value=systematicity]")).to_be_enabled()
+    page.select_option("#probe_kind", "systematicity")
+    expect(page.locator("#probe-about")).to_contain_text("pairs")
+    page.select_option("#probe_rerank", "false")
+    page.fill("#probe_images", "3")
+    page.fill("#probe_beam_size", "2")
+    page.click("#probe-run")
+    expect(page.locator("#probe-live")).to_be_visible()
+    status = page.locator("#probe-job .status")
+    expect(status).to_have_text("succeeded", timeout=180_000)
+    job_id = page.locator("#probe-job a").inner_text()
+    job = api_get(url, f"/v1/probes/{job_id}")
+    assert job["status"] == "succeeded" and job["kind"] == "systematicity"
+    assert job["params"]["rerank"] is False and job["params"]["beam_size"] == 2
+    assert job["params"]["images"] == 3
+    return job
+
+
+def chart_rows(page: Any, kind: str) -> list[tuple[str, str]]:
+    """(label, value) of the chart's rows of ``kind`` ('mean' or 'pair'), top to bottom."""
+    rows = page.locator(f"#probe-chart g.row.{kind}").evaluate_all(
+        "gs => gs.map(g => ['label', 'value'].map(c => g.querySelector(`text.${c}`).textContent))"
+    )
+    return [(label, value) for label, value in rows]
+
+
+def fixed(value: float | None, digits: int = 3) -> str:
+    """``value`` as the page writes it (JavaScript's ``toFixed``: the exact binary value, ties up)."""
+    if value is None:
+        return "—"
+    return str(Decimal(value).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))
+
+
+def test_the_probe_launcher_runs_a_job_and_draws_held_out_against_seen(
+    demo_server: str, browser_page: tuple[Any, Watch], tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    page, watch = browser_page
+    open_demo(page, demo_server)
+    job = run_probe_in_page(page, demo_server)
+    result = job["result"]
+    assert result["held_out_known"]
+    progress = page.locator("#probe-progress")
+    total = job["progress"]["total"]
+    assert progress.evaluate("p => [p.value, p.max]") == [total, total]
+    expect(page.locator("#probe-count")).to_have_text(f"{total}/{total} images")
+    expect(page.locator("#probe-summary")).to_have_text(job["summary"])
+    expect(page.locator("#probe_k")).to_have_value("5")
+
+    for k in ("5", "1"):
+        page.select_option("#probe_k", k)
+        held = [r for r in result["pairs"] if r["held_out"]]
+        seen = [r for r in result["pairs"] if not r["held_out"]]
+        assert chart_rows(page, "mean") == [
+            (f"held out · mean of {len(held)}", fixed(result["held_out"]["recall"][k])),
+            (f"seen · mean of {len(seen)}", fixed(result["seen"]["recall"][k])),
+        ]
+        assert chart_rows(page, "pair") == [(r["pair"], fixed(r["recall"][k])) for r in held + seen]
+        bars = page.locator("#probe-chart g.row.pair rect.bar")
+        classes = bars.evaluate_all("bs => bs.map(b => b.getAttribute('class'))")
+        assert classes == ["bar held"] * len(held) + ["bar seen"] * len(seen)
+        widths = bars.evaluate_all("bs => bs.map(b => Number(b.getAttribute('width')))")
+        full = float(page.locator("#probe-chart rect.track").first.get_attribute("width") or 0)
+        for width, row in zip(widths, held + seen, strict=True):
+            assert width == pytest.approx(max((row["recall"][k] or 0) * full, 1.5 if row["recall"][k] else 0))
+    legend = page.locator("#probe-legend")
+    expect(legend).to_contain_text("held out")
+    expect(legend).to_contain_text("seen")
+    # the job is in the recent jobs table too
+    expect(page.locator(f'#probe-table a[href="v1/probes/{job["id"]}"]')).to_have_count(1)
+    page.select_option("#probe_k", "5")
+    screenshot(page, "probe", tmp_path, "#probes")
+    assert_clean(watch)
+
+
+def test_the_probe_chart_shows_every_pair_when_held_out_pairs_are_unknown(
+    demo_server: str, browser_page: tuple[Any, Watch]
+) -> None:
+    """An imported captioner whose import declared no held-out pairs: its result has ``held_out_known``
+    false and ``all`` (as ``service.probes.systematicity`` writes it); the real job's result is
+    rewritten so on its way to the page."""
+    from playwright.sync_api import expect
+
+    page, watch = browser_page
+
+    def unknown(route: Any) -> None:
+        response = route.fetch()
+        job = response.json()
+        for part in (job.get("result"), job.get("partial")):
+            if part:
+                part.update(held_out_known=False, held_out=None, seen=None)
+                for row in part["pairs"]:
+                    row["held_out"] = None
+        route.fulfill(response=response, body=json.dumps(job))
+
+    page.route(re.compile(r".*/v1/probes/p[^/]*$"), unknown)
+    open_demo(page, demo_server)
+    job = run_probe_in_page(page, demo_server)
+    result = job["result"]
+    k = "5"
+    assert chart_rows(page, "mean") == [
+        (f"all · mean of {len(result['pairs'])}", fixed(result["all"]["recall"][k]))
+    ]
+    assert chart_rows(page, "pair") == [(r["pair"], fixed(r["recall"][k])) for r in result["pairs"]]
+    assert set(
+        page.locator("#probe-chart rect.bar").evaluate_all("bs => bs.map(b => b.getAttribute('class'))")
+    ) == {"bar all"}
+    expect(page.locator("#probe-legend")).to_contain_text("not known")
+    expect(page.locator("#probe-legend")).not_to_contain_text("seen in training")
+    assert_clean(watch)
+
+
+# ---------------------------------------------------------------------------------- compare view
+
+
+def test_the_compare_view_shows_captions_per_configuration_most_discrepant_first(
+    demo_server: str, browser_page: tuple[Any, Watch], tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    page, watch = browser_page
+    models = api_get(demo_server, "/v1/models")
+    names = [c["name"] for c in models["captioners"]]
+    open_demo(page, demo_server)
+    rows = page.locator("#compare-configs .compare-config")
+    expect(rows).to_have_count(2)
+    expect(rows.locator(".config-remove").first).to_be_disabled()
+    # a third configuration: the default captioner without re-ranking
+    page.click("#compare-add")
+    expect(rows).to_have_count(3)
+    rows.nth(2).locator(".config-rerank").select_option("false")
+    expect(rows.nth(2).locator(".config-name")).to_have_value(models["default_captioner"])
+    configs = [
+        {
+            "name": row.locator(".config-name").input_value(),
+            "model": row.locator(".config-model").input_value(),
+            "rerank": row.locator(".config-rerank").input_value(),
+        }
+        for row in rows.all()
+    ]
+    assert len({c["name"] for c in configs}) == 3, configs
+    assert configs[0]["model"] == models["default_captioner"]
+    if len(names) > 1:
+        assert configs[1]["model"] != configs[0]["model"]
+
+    # the three samples (checked by default) and an upload of the user's own
+    upload = noise_png(64, seed=3)
+    page.set_input_files("#compare-files", {"name": "mine.png", "mimeType": "image/png", "buffer": upload})
+    page.click("#compare-submit")
+    expect(page.locator("#compare-result")).to_be_visible()
+    items = page.locator("#compare-images > li")
+    expect(items).to_have_count(4)
+
+    images = [base64.b64encode((SAMPLES / f"example_{i}.png").read_bytes()).decode() for i in range(3)]
+    images.append(base64.b64encode(upload).decode())
+    specs = []
+    for c in configs:
+        spec: dict[str, Any] = {"name": c["name"], "model": c["model"]}
+        if c["rerank"]:
+            spec["rerank"] = False if c["rerank"] == "false" else c["rerank"]
+        specs.append(spec)
+    want = post_json(demo_server, "/v1/compare", {"images": images, "configurations": specs})
+    assert want.status_code == 200, want.text
+    expected = want.json()["images"]
+    order = items.evaluate_all("ls => ls.map(l => Number(l.dataset.index))")
+    assert order == [image["index"] for image in expected]
+    shown = items.evaluate_all("ls => ls.map(l => Number(l.dataset.minNgsm))")
+    keys = [(image["min_ngsm"], image["min_tie_break"]) for image in expected]
+    assert keys == sorted(keys) and shown == [image["min_ngsm"] for image in expected]
+    for item, image in zip(items.all(), expected, strict=True):
+        captions = dict(
+            item.locator("tr").evaluate_all(
+                "rs => rs.map(r => [r.querySelector('th').textContent, r.querySelector('td').textContent])"
+            )
+        )
+        assert captions == image["captions"]
+        expect(item.locator(".ngsm")).to_have_text(f"min NGSM {image['min_ngsm']:.3f}")
+        discrepant = item.locator("tr.discrepant th").all_inner_texts()
+        assert sorted(discrepant) == sorted(image["most_discrepant_pair"])
+        expected_src = "mine.png" if image["index"] == 3 else f"example_{image['index']}.png"
+        assert expected_src in (item.locator("img").get_attribute("alt") or "")
+    summary = page.locator("#compare-summary")
+    expect(summary).to_contain_text("4 images × 3 configurations")
+    expect(page.locator("#compare-error")).to_be_hidden()
+    screenshot(page, "compare", tmp_path, "#compare")
+    assert_clean(watch)
+
+
+def test_the_compare_view_shows_the_api_refusal(demo_server: str, browser_page: tuple[Any, Watch]) -> None:
+    from playwright.sync_api import expect
+
+    page, watch = browser_page
+    open_demo(page, demo_server)
+    rows = page.locator("#compare-configs .compare-config")
+    expect(rows).to_have_count(2)
+    rows.nth(1).locator(".config-name").fill("bad name!")
+    page.click("#compare-submit")
+    error = page.locator("#compare-error")
+    expect(error).to_be_visible()
+    expect(error).to_contain_text("422")
+    expect(page.locator("#compare-result")).to_be_hidden()
+    for check in page.locator("#compare-samples input").all():
+        check.uncheck()
+    rows.nth(1).locator(".config-name").fill("")
+    page.click("#compare-submit")
+    expect(error).to_contain_text("pick a sample or choose an image")
+    assert_clean(watch, re.compile(r"status of 422"))
