@@ -234,10 +234,12 @@ def test_probes_on_coco_sets_report_held_out_only_when_declared(
             generated,
             probe.captions,
             checker.pairs_batch,
+            own={e.pair.label: list(e.comb[:IMAGES]) for e in entries},  # a job capped per pair
         )
         assert job["result"] == _as_json(expected)  # the numbers are those of the captions it decoded
         for row in job["result"]["pairs"]:
             images = row["images"]
+            assert images <= IMAGES  # each pair on its own capped images
             for k, hits in row["hits"].items():
                 assert 0 <= hits <= images and row["recall"][k] == (hits / images if images else None)
     # declared: the three pairs held out, the other 21 seen, each mean over its own rows
