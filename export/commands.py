@@ -261,6 +261,12 @@ def _import_arguments(parser: argparse.ArgumentParser) -> None:
         help="a cross-attention captioner's step graph: cached projects the image's keys and values once "
         "per image instead of once per row; auto times both and keeps the faster",
     )
+    parser.add_argument(
+        "--no-programs",
+        action="store_true",
+        help="skip the torch programs of gradient explanations (saliency, guided backprop, integrated "
+        "gradients then answer 501; attention works): a faster import",
+    )
 
 
 def _import(args: argparse.Namespace) -> int:
@@ -275,7 +281,9 @@ def _import(args: argparse.Namespace) -> int:
                 f"--role {args.role}: {args.snapshot} is a {found.role} ({found.architecture})"
             )
         held = Path(args.held_out_pairs) if args.held_out_pairs else None
-        report = import_hf(args.snapshot, args.name, args.repo, held, step_form=args.step)
+        report = import_hf(
+            args.snapshot, args.name, args.repo, held, step_form=args.step, programs=not args.no_programs
+        )
     except (SnapshotError, HfImportError, FileNotFoundError) as exc:
         print(f"compcap import: {exc}", file=sys.stderr)
         return 2

@@ -14,14 +14,17 @@ import pytest
 from tests.hf_checks import refuse_network
 
 
-def import_offline(snapshot: Path, name: str, repo: Path, held_out_pairs: Path | None = None) -> Any:
-    """``import_hf(snapshot, name, repo, held_out_pairs)`` with every connection but loopback refused;
-    its graphs agree with transformers within the import's tolerance. Returns its ``ImportReport``."""
+def import_offline(
+    snapshot: Path, name: str, repo: Path, held_out_pairs: Path | None = None, programs: bool = False
+) -> Any:
+    """``import_hf(snapshot, name, repo, held_out_pairs, programs=programs)`` with every connection but
+    loopback refused (without the gradient programs by default: most of a tiny import's time); its graphs
+    agree with transformers within the import's tolerance. Returns its ``ImportReport``."""
     from export.hf.importer import PARITY_TOLERANCE, import_hf
 
     with pytest.MonkeyPatch.context() as mp:
         refuse_network(mp)
-        report = import_hf(snapshot, name, repo, held_out_pairs=held_out_pairs)
+        report = import_hf(snapshot, name, repo, held_out_pairs=held_out_pairs, programs=programs)
     assert all(diff <= PARITY_TOLERANCE for diff in report.parity.values()), report.parity
     return report
 

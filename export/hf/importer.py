@@ -70,9 +70,12 @@ def import_hf(
     held_out_pairs: Path | None = None,
     seed: int = 0,
     step_form: StepForm = "auto",
+    programs: bool = True,
 ) -> ImportReport:
     """Import the snapshot as captioner ``name`` of ``repo`` (see module docstring); ``step_form``: which
-    step graph of a cross-attention captioner to keep (``export.hf.step_choice``)."""
+    step graph of a cross-attention captioner to keep (``export.hf.step_choice``); ``programs``: write
+    the torch programs of gradient explanations (most of a small model's import time; without them
+    ``/v1/explain`` answers the gradient methods with 501 ``programs_missing``, attention still works)."""
     if step_form not in STEP_FORMS:
         raise HfImportError(f"--step {step_form!r}: one of {', '.join(STEP_FORMS)}")
     repo = Path(repo)
@@ -94,7 +97,7 @@ def import_hf(
             ranker, models, report = export_ranker(snapshot, name, stage, seed)
             commit(repo, manifest, stage, ranker, models)
         else:
-            entry, models, report = _export(snapshot, name, stage, held, seed, step_form)
+            entry, models, report = _export(snapshot, name, stage, held, seed, step_form, programs)
             commit(repo, manifest, stage, entry, models)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
@@ -136,6 +139,7 @@ def _export(
     held: list[HeldOutPair] | None,
     seed: int,
     step_form: StepForm,
+    programs: bool,
 ) -> tuple[CaptionerEntry, list[ModelEntry], ImportReport]:
     tokenizer_file = snapshot.path / "tokenizer.json"
     if not tokenizer_file.is_file():
@@ -206,7 +210,8 @@ def _export(
                 f"{graph}: transformers vs onnxruntime max abs diff {diff:.2e} > {PARITY_TOLERANCE}"
             )
     wide = [t for t in trials if t["tokens"].shape[1] >= MIN_TOKENS]
-    report.programs = write_programs(encoder, step, images, wide, stage, name, max_tokens)
+    if programs:
+        report.programs = write_programs(encoder, step, images, wide, stage, name, max_tokens)
     tokenizers_dir = stage / "tokenizers"
     tokenizers_dir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(tokenizer_file, tokenizers_dir / f"{name}.json")
@@ -216,7 +221,7 @@ def _export(
             role="captioner_encoder",
             owner=name,
             max_batch_size=PER_IMAGE_MAX_BATCH,
-            program=program_path(f"{name}_encoder"),
+            program=program_path(f"{name}_encoder") if programs else None,
             inputs=[TensorSpec(name="image", dtype="UINT8", dims=[pre.height, pre.width, 3])],
             outputs=[
                 TensorSpec(name="memory", dtype="FP32", dims=[m, d]),
@@ -228,7 +233,7 @@ def _export(
             role="captioner_step",
             owner=name,
             max_batch_size=0,
-            program=program_path(f"{name}_step"),
+            program=program_path(f"{name}_step") if programs else None,
             inputs=[
                 TensorSpec(name="memory", dtype="FP32", dims=[-1, m, d]),
                 TensorSpec(name="image_index", dtype="INT64", dims=[-1]),

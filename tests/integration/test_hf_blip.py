@@ -48,7 +48,7 @@ def snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def repo(tiny_repo: Path, snapshot: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("imported") / "model_repo"
     shutil.copytree(tiny_repo, out)
-    report = import_hf(snapshot, NAME, out, step_form="plain")  # the image-cache step: cached_repo
+    report = import_hf(snapshot, NAME, out, step_form="plain", programs=False)  # image cache: cached_repo
     assert set(report.parity) == {f"{NAME}_encoder", f"{NAME}_step"}
     assert all(diff <= PARITY_TOLERANCE for diff in report.parity.values()), report.parity
     print(f"ONNX parity (max abs diff): {report.parity}")
@@ -154,7 +154,7 @@ def cached_repo(tiny_repo: Path, snapshot: Path, tmp_path_factory: pytest.TempPa
     """The same snapshot imported with the step that projects cross-attention once per image."""
     out = tmp_path_factory.mktemp("cached") / "model_repo"
     shutil.copytree(tiny_repo, out)
-    report = import_hf(snapshot, NAME, out, step_form="cached")
+    report = import_hf(snapshot, NAME, out, step_form="cached", programs=False)
     assert report.step is not None and report.step.kept == "cached" and report.parity[f"{NAME}_step"] <= 1e-4
     return out
 

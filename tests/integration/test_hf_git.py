@@ -50,8 +50,8 @@ def snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def repo(tiny_repo: Path, snapshot: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("imported") / "model_repo"
     shutil.copytree(tiny_repo, out)
-    report = import_hf(snapshot, NAME, out)
-    assert report.architecture == "GitForCausalLM"
+    report = import_hf(snapshot, NAME, out, programs=False)  # the crop test imports its own, with them
+    assert report.architecture == "GitForCausalLM" and report.programs == {}
     assert set(report.parity) == {f"{NAME}_encoder", f"{NAME}_step"}
     assert all(diff <= PARITY_TOLERANCE for diff in report.parity.values()), report.parity
     print(f"parity (max abs diff, transformers vs onnxruntime): {report.parity}")
@@ -259,3 +259,19 @@ def test_a_centre_cropping_encoder_is_explained_over_its_crop(
                 x0, y0, x1, y1 = entry["argmax_box"]
                 assert box[0] - 1e-6 <= x0 < x1 <= box[2] + 1e-6 and box[1] - 1e-6 <= y0 < y1 <= box[3] + 1e-6
                 assert x1 - x0 == pytest.approx((box[2] - box[0]) / 4)
+
+
+def test_without_its_programs_the_gradient_methods_say_so(repo: Path) -> None:
+    """Imported with ``programs=False`` (``compcap import hf --no-programs``): a gradient method answers
+    501 ``programs_missing`` naming the graphs, the methods listing greys it out, attention works."""
+    with TestClient(create_app(Settings(repo=repo, intra_op_threads=1))) as client:
+        wait_ready(client)
+        ref = {"probe_set": "systematicity", "image_id": 0}
+        refused = client.post("/v1/explain", json={"model": NAME, "image_ref": ref, "method": "saliency"})
+        assert refused.status_code == 501 and refused.json()["error"]["code"] == "programs_missing"
+        assert f"{NAME}_step" in refused.text
+        attention = client.post("/v1/explain", json={"model": NAME, "image_ref": ref, "method": "attention"})
+        assert attention.status_code == 200, attention.text
+        listed = client.get(f"/v1/explain/methods?model={NAME}")
+        assert listed.status_code == 200, listed.text
+        assert "programs" in str(listed.json()).lower()
