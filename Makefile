@@ -47,13 +47,15 @@ serve-venv: $(SSTAMP)
 locks: $(STAMP)
 	bash scripts/locks.sh
 
-# the tools the test tiers start for real: promtool/prometheus and Chromium (Debian packages; root only)
+# the tools the test tiers start for real: promtool/prometheus, Chromium and PostgreSQL (Debian packages;
+# root only)
 test-tools:
-	@if command -v promtool >/dev/null && command -v chromium >/dev/null; then :; \
+	@if command -v promtool >/dev/null && command -v chromium >/dev/null \
+		&& ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-			prometheus chromium) >/dev/null || echo "test-tools: apt-get failed; their tests will skip"; \
-	else echo "test-tools: not root or no apt-get: the Prometheus and browser tests will skip"; fi
+			prometheus chromium postgresql) >/dev/null || echo "test-tools: apt-get failed; their tests will skip"; \
+	else echo "test-tools: not root or no apt-get: the Prometheus, browser and PostgreSQL tests will skip"; fi
 
 $(TSTAMP): requirements-triton.lock
 	test -x $(TVENV)/bin/python || $(TRITON_PY) -m venv $(TVENV)

@@ -328,7 +328,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             chosen.insert(0, next(e for e in every if e.name == s.reference))
     images = bench_images(args.images, manifest.image.height, manifest.image.width)
     pngs = [png_bytes(x) for x in images]
-    env = {"COMPCAP_BACKEND": args.backend, "COMPCAP_MAX_QUEUE": "1024", "COMPCAP_PROBE_HISTORY": ""}
+    env = {"COMPCAP_BACKEND": args.backend, "COMPCAP_MAX_QUEUE": "1024", "COMPCAP_STATE_URL": ""}
     if args.triton_url:
         env["COMPCAP_TRITON_URL"] = args.triton_url
     rounds: list[dict[str, dict[str, Any]]] = []

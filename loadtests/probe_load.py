@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     probe = {"kind": "systematicity", "model": cap.name, "beam_size": args.probe_beam, "n_best": 5}
     probe["rerank"] = args.probe_rerank  # a name, False (none) or None (the captioner's own)
     env = {
-        "COMPCAP_PROBE_HISTORY": "",
+        "COMPCAP_STATE_URL": "",
         "COMPCAP_MAX_BACKGROUND_ROWS": str(args.background_rows),
         "COMPCAP_BACKGROUND_SHARE": str(args.background_share),
     }

@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     pngs = [png_bytes(x) for x in bench_images(args.images, manifest.image.height, manifest.image.width)]
     query = {"model": cap.name, "beam_size": "5"}
-    env = {"COMPCAP_BACKEND": args.backend, "COMPCAP_MAX_QUEUE": "1024", "COMPCAP_PROBE_HISTORY": ""}
+    env = {"COMPCAP_BACKEND": args.backend, "COMPCAP_MAX_QUEUE": "1024", "COMPCAP_STATE_URL": ""}
     if args.triton_url:
         env["COMPCAP_TRITON_URL"] = args.triton_url
     with Gateway(repo, env) as gateway:

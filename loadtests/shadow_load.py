@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     images = bench_images(16, manifest.image.height, manifest.image.width)
     pngs = [png_bytes(x) for x in images]
     query = {"beam_size": "5", "model": cap.name}
-    base = {"COMPCAP_PROBE_HISTORY": "", "COMPCAP_BACKGROUND_SHARE": str(args.background_share)}
+    base = {"COMPCAP_STATE_URL": "", "COMPCAP_BACKGROUND_SHARE": str(args.background_share)}
     shadowed = {**base, "COMPCAP_SHADOW_MODEL": shadow, "COMPCAP_SHADOW_RATE": str(args.rate)}
     phases: list[dict[str, Any]] = []
     with Gateway(repo, base) as plain, Gateway(repo, shadowed) as with_shadow:

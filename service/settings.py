@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.cli_errors import UsageError
 from service.manifest import MANIFEST_NAME
+from service.state.url import DEFAULT_STATE_URL, check_state_url
 
 MAX_BEAM_SIZE = 100  # re-ranking reads up to 100 candidates (the seeds' BUTR+RR evaluation: B = 100)
 FEATURES = ("probes", "explain", "compare")  # the feature packages the gateway can serve (service.gateway)
@@ -175,6 +176,33 @@ class GatewaySettings(Section):
         "human-readable lines; auto: text when stderr is a terminal, else json",
     )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    state_url: str = Field(
+        default=DEFAULT_STATE_URL,
+        description="the shared state (probe jobs, history, baselines, shadow reservoir, leases): an "
+        "SQLite file for one host (sqlite:///path.db), PostgreSQL for replicas on several "
+        "(postgresql+psycopg://user:password@host:5432/db); '' = in memory, this process only",
+    )
+    state_heartbeat_s: float = Field(
+        default=2.0,
+        gt=0.0,
+        le=60.0,
+        description="how often a replica writes its running jobs' progress "
+        "and reads the cancels other replicas ask for",
+    )
+    state_stale_s: float = Field(
+        default=30.0,
+        gt=0.0,
+        le=3600.0,
+        description="a job whose replica wrote nothing for this long is "
+        "marked failed (the replica died); more than twice state_heartbeat_s",
+    )
+    state_lease_s: float = Field(
+        default=30.0,
+        gt=0.0,
+        le=3600.0,
+        description="time to live of the probe schedule's lease: how "
+        "soon another replica takes the schedule over from one that died",
+    )
 
     @field_validator("features")
     @classmethod
@@ -190,6 +218,20 @@ class GatewaySettings(Section):
     def feature_names(self) -> tuple[str, ...]:
         """The features served, in ``FEATURES`` order."""
         return tuple(name for name in self.features.split(",") if name)
+
+    @field_validator("state_url")
+    @classmethod
+    def _state_url_known(cls, value: str) -> str:
+        return check_state_url(value)
+
+    @model_validator(mode="after")
+    def _stale_after_heartbeats(self) -> Self:
+        if self.state_stale_s <= 2 * self.state_heartbeat_s:
+            raise ValueError(
+                f"state_stale_s: must be more than twice state_heartbeat_s ({self.state_heartbeat_s:g} s), "
+                f"got {self.state_stale_s:g} s"
+            )
+        return self
 
     @field_validator("api_keys")
     @classmethod
@@ -222,11 +264,6 @@ class ProbeSettings(Section):
         "'every=15m;kinds=systematicity,substitutivity;models=butr+butr,butd;images=20' "
         "(service/probes/schedule.py)",
     )
-    probe_history: str = Field(
-        default="probe_history.jsonl",
-        description="JSON-lines file of succeeded probes, read back at start-up ('' = keep none)",
-    )
-
     _schedule_blank = field_validator("probe_schedule")(_blank_is_none)
 
 

@@ -8,6 +8,10 @@ from pathlib import Path
 
 import pytest
 
+# the tests' gateways keep their shared state in memory unless a test names a store: no test reads
+# another's jobs from a compcap_state.db in the working directory
+os.environ.setdefault("COMPCAP_STATE_URL", "")
+
 
 @pytest.fixture(scope="session")
 def tiny_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:

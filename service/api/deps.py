@@ -21,6 +21,7 @@ from service.engine.engine import CaptionEngine, CaptionOutput
 from service.manifest import Manifest, load_manifest
 from service.metrics import Metrics
 from service.settings import Settings
+from service.state.store import StateStore
 from service.text.vocabulary import Vocabulary
 
 log = logging.getLogger(__name__)
@@ -36,8 +37,11 @@ class Runtime:
         self.manifest: Manifest = load_manifest(settings.repo)
         self.vocab = Vocabulary.load(settings.repo / self.manifest.vocabulary.file)
         self.metrics = Metrics()
+        self.metrics.set_build_info(settings.repo)
         self.metrics.queue_capacity.set(settings.max_queue)
         self.metrics.request_deadline.set(settings.request_deadline_s)
+        # the shared state the features keep (opened, and migrated, on first use)
+        self.state = StateStore(settings.state_url)
         self.backend: Backend | None = None
         self.engine: CaptionEngine | None = None
         self.load_error: str | None = None
@@ -76,6 +80,7 @@ class Runtime:
             await self.engine.close()
         if self.backend is not None:
             await self.backend.close()
+        self.state.close()
 
 
 async def get_runtime(request: Request) -> Runtime:

@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
+from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
@@ -80,6 +81,14 @@ def install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
         count(f"backend_{exc.reason}")
         log.error("backend failure: %s", exc)
         return error_response(502, "backend_error", str(exc))
+
+    @app.exception_handler(sa_exc.OperationalError)  # the state store is away (jobs, baselines)
+    async def _state(_: Request, exc: sa_exc.OperationalError) -> JSONResponse:
+        count("state_unavailable")
+        log.error("state store unavailable: %s", exc.orig)
+        response = error_response(503, "state_unavailable", "the state store is unavailable; retry shortly")
+        response.headers["Retry-After"] = "5"
+        return response
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:

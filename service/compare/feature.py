@@ -16,6 +16,7 @@ from service.compare.configs import Configuration, parse_configuration
 from service.compare.router import router
 from service.compare.service import CompareService
 from service.compare.shadow import ShadowComparer
+from service.compare.stored import StoredReservoir
 from service.manifest import Manifest
 from service.settings import CompareSettings, check_setting, invalid_setting
 
@@ -54,6 +55,12 @@ def install(app: FastAPI, runtime: Runtime) -> None:
             max_bytes=settings.shadow_reservoir_bytes,
             keep_images=settings.shadow_keep_images,
             max_pending=settings.shadow_max_pending,
+            reservoir=StoredReservoir(
+                runtime.state,
+                configuration.name,
+                settings.shadow_reservoir_size,
+                settings.shadow_reservoir_bytes,
+            ),
         )
 
         @asynccontextmanager

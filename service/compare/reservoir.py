@@ -60,5 +60,29 @@ class DiscrepancyReservoir:
         """Kept items, most discrepant first."""
         return [k[3] for k in sorted(self._heap, key=lambda k: (-k[0], -k[1], -k[2]))]
 
+    def would_refuse(self, similarity: float, tie_break: float) -> bool:
+        """Whether an item of this similarity would be refused now (full, and no more discrepant than
+        the most similar kept): the caller can skip building it, and ``note_refused`` instead."""
+        if len(self._heap) < self.capacity:
+            return False
+        most_similar = self._heap[0][3]  # the root: the most similar kept
+        return (similarity, tie_break) >= (most_similar.similarity, most_similar.tie_break)
+
+    def note_refused(self) -> None:
+        """Count an item seen and refused without being built (``would_refuse``)."""
+        self.seen += 1
+        self.refused += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        """Bounds, counters and the kept payloads, most discrepant first."""
+        return {
+            "capacity": self.capacity,
+            "max_bytes": self.max_bytes,
+            "bytes": self.bytes,
+            "seen": self.seen,
+            "refused": self.refused,
+            "items": [dict(i.payload) for i in self.items()],
+        }
+
 
 __all__ = ["DiscrepancyReservoir", "ReservoirItem"]

@@ -127,7 +127,7 @@ async def shadow(request: Request) -> dict[str, Any]:
     comparer: ShadowComparer | None = request.app.state.shadow
     if comparer is None:
         raise ApiError(404, "no_shadow", "no shadow configured: set COMPCAP_SHADOW_MODEL")
-    return comparer.snapshot()
+    return await comparer.snapshot()
 
 
 __all__ = ["CompareFields", "CompareRequest", "router"]

@@ -3,11 +3,12 @@
 A sampled share of caption requests is decoded again by the shadow configuration, after the user's
 response has been sent, at background priority (the scheduler's background budget and pacing keep it
 out of the users' way). The NGSM of the primary's best caption against the shadow's goes into
-``compcap_shadow_similarity{primary, shadow}``; a ``DiscrepancyReservoir`` keeps the most discrepant
-images seen — a thumbnail (or, when enabled, the decoded model-size image) and both captions — served at
-``GET /v1/compare/shadow``. At most ``max_pending`` shadow decodes wait or run at once; a sampled
-request beyond that is skipped and counted (``compcap_shadow_requests_total{outcome="busy"}``), so a
-shadow can never build a backlog. Nothing of this touches the user's request once it is handed over."""
+``compcap_shadow_similarity{primary, shadow}``; a reservoir keeps the most discrepant images seen — a
+thumbnail (or, when enabled, the decoded model-size image) and both captions — served at
+``GET /v1/compare/shadow``: in the gateway the shared state's ``StoredReservoir``, one for every
+replica; an in-memory ``DiscrepancyReservoir`` when none is given. At most ``max_pending`` shadow
+decodes wait or run at once; a sampled request beyond that is skipped and counted
+(``compcap_shadow_requests_total{outcome="busy"}``), so a shadow can never build a backlog. Nothing of this touches the user's request once it is handed over."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ import base64
 import io
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from PIL import Image
@@ -50,6 +52,19 @@ def png_base64(image: np.ndarray, max_side: int | None) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+class Reservoir(Protocol):
+    capacity: int
+    max_bytes: int
+
+    def add(self, item: ReservoirItem) -> bool: ...
+
+    def would_refuse(self, similarity: float, tie_break: float) -> bool: ...
+
+    def note_refused(self) -> None: ...
+
+    def snapshot(self) -> dict[str, Any]: ...
+
+
 class ShadowComparer:
     """See module docstring. ``offer`` is called by the caption route once the response is out."""
 
@@ -63,13 +78,15 @@ class ShadowComparer:
         keep_images: bool = False,
         max_pending: int = 4,
         seed: int | None = None,
+        reservoir: Reservoir | None = None,
     ) -> None:
         if not 0.0 <= rate <= 1.0:
             raise ValueError(f"rate must be in [0, 1], got {rate}")
         if max_pending < 1:
             raise ValueError(f"max_pending must be >= 1, got {max_pending}")
         self.config, self.rate, self.keep_images, self.max_pending = config, rate, keep_images, max_pending
-        self.reservoir = DiscrepancyReservoir(capacity, max_bytes)
+        self.reservoir: Reservoir = reservoir or DiscrepancyReservoir(capacity, max_bytes)
+        self._keeping = threading.Lock()  # _keep runs in worker threads; the reservoir takes one at a time
         self._random = random.Random(seed)
         self._params: SearchParams | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -141,44 +158,43 @@ class ShadowComparer:
             second = per[0].text if per else ""
             similarity, tie = ngsm_profile(first, second)
             self.similarity.labels(**labels).observe(similarity)
-            self._keep(image, primary_model, first, second, similarity, tie)
+            try:
+                await asyncio.to_thread(self._keep, image, primary_model, first, second, similarity, tie)
+            except Exception as exc:  # a reservoir that is away loses this item, not the comparison
+                log.warning("shadow reservoir: item not kept: %s: %s", type(exc).__name__, exc)
         self.requests.labels(**labels, outcome="compared").inc()
 
     def _keep(
         self, image: np.ndarray, primary_model: str, first: str, second: str, similarity: float, tie: float
     ) -> None:
-        if self.reservoir.capacity <= len(self.reservoir) and self._would_refuse(similarity, tie):
-            self.reservoir.seen += 1
-            self.reservoir.refused += 1
-            return  # skip the PNG encoding of an image that would not be kept
-        png = png_base64(image, None if self.keep_images else THUMBNAIL_PX)
-        payload = {
-            "similarity": round(similarity, 6),
-            "primary": {"model": primary_model, "caption": first},
-            "shadow": {"configuration": self.config.name, "caption": second},
-            "image_png": png,
-            "image_kind": "model_input" if self.keep_images else f"thumbnail_{THUMBNAIL_PX}px",
-            "seen_at": time.time(),
-        }
-        size = len(png) + len(first.encode()) + len(second.encode())
-        self.reservoir.add(ReservoirItem(similarity, tie, payload, size))
+        with self._keeping:
+            if self.reservoir.would_refuse(similarity, tie):
+                self.reservoir.note_refused()
+                return  # skip the PNG encoding of an image that would not be kept
+            png = png_base64(image, None if self.keep_images else THUMBNAIL_PX)
+            payload = {
+                "similarity": round(similarity, 6),
+                "primary": {"model": primary_model, "caption": first},
+                "shadow": {"configuration": self.config.name, "caption": second},
+                "image_png": png,
+                "image_kind": "model_input" if self.keep_images else f"thumbnail_{THUMBNAIL_PX}px",
+                "seen_at": time.time(),
+            }
+            size = len(png) + len(first.encode()) + len(second.encode())
+            self.reservoir.add(ReservoirItem(similarity, tie, payload, size))
 
-    def _would_refuse(self, similarity: float, tie: float) -> bool:
-        most_similar = self.reservoir.items()[-1]
-        return (similarity, tie) >= (most_similar.similarity, most_similar.tie_break)
-
-    def snapshot(self) -> dict[str, Any]:
+    async def snapshot(self) -> dict[str, Any]:
         """The reservoir, most discrepant first, with its bounds and counters."""
-        r = self.reservoir
+        kept = await asyncio.to_thread(self.reservoir.snapshot)
         return {
             "shadow": self.config.to_json(),
             "rate": self.rate,
-            "capacity": r.capacity,
-            "max_bytes": r.max_bytes,
-            "bytes": r.bytes,
-            "seen": r.seen,
+            "capacity": kept["capacity"],
+            "max_bytes": kept["max_bytes"],
+            "bytes": kept["bytes"],
+            "seen": kept["seen"],
             "pending": self.pending,
-            "items": [dict(i.payload) for i in r.items()],
+            "items": kept["items"],
         }
 
     async def drain(self) -> None:

@@ -1,13 +1,14 @@
 """``install(app, runtime)``: the probes as a feature of the gateway — the ``ProbeService`` built from
-the settings, its routes, its tag, and, while the app runs, the restored history and the schedule.
+the settings, its routes, its tag, and, while the app runs, the heartbeats, the gauges read back from
+the shared state and the schedule.
 ``COMPCAP_PROBE_SCHEDULE`` is parsed here, at start-up: a bad one stops the start as any invalid
 setting does."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 from fastapi import FastAPI
 
@@ -18,6 +19,8 @@ from service.probes.router import router
 from service.probes.schedule import ProbeSchedule, parse_schedule
 from service.probes.service import ProbeService
 from service.settings import ProbeSettings, check_setting
+
+log = logging.getLogger(__name__)
 
 
 def probe_schedule(settings: ProbeSettings) -> ProbeSchedule | None:
@@ -32,19 +35,28 @@ def install(app: FastAPI, runtime: Runtime) -> None:
     """Serve ``/v1/probes`` and ``/v1/probe-sets``; run the probe schedule while the app runs."""
     settings = runtime.settings.probes  # its own section
     schedule = probe_schedule(settings)
+    gateway = runtime.settings.gateway
     probes = ProbeService(
         runtime.settings.engine.repo,
         runtime.manifest,
         runtime.metrics.registry,
         settings.max_probe_jobs,
-        history=Path(settings.probe_history) if settings.probe_history else None,
+        runtime.state,
         schedule=schedule,
+        heartbeat_s=gateway.state_heartbeat_s,
+        stale_s=gateway.state_stale_s,
+        lease_s=gateway.state_lease_s,
+        refresh_s=5 * gateway.state_heartbeat_s,  # other replicas' results reach the gauges within it
     )
 
     @asynccontextmanager
     async def running() -> AsyncIterator[None]:
-        probes.restore()
-        probes.start_schedule(lambda: runtime.engine)
+        try:
+            restored = await runtime.state.call(probes.refresh)
+            log.info("probe gauges read back from %s: %d result(s)", runtime.state.shown_url, restored)
+        except Exception:  # captions go on; the probe routes answer 503 until the store is back
+            log.exception("the state store %s could not be read", runtime.state.shown_url)
+        probes.run(lambda: runtime.engine)
         try:
             yield
         finally:

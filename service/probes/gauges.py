@@ -1,5 +1,6 @@
 """Prometheus gauges of the last probe results, on the gateway's registry. Every succeeded probe job
-(scheduled or asked for) sets them; a restarted gateway sets them again from its history file.
+(scheduled or asked for) sets them; every replica sets them again from the shared state
+(``ProbeService.refresh``).
 
 The common gauges (last success, duration) are here; each kind's own come from its record
 (``ProbeKind.gauges``). ``ranker`` is ``none`` for a plain beam search. Recall and false-composition
@@ -25,6 +26,11 @@ class ProbeGauges:
             "compcap_probe_last_success_timestamp_seconds",
             "Unix time the last probe of this kind and model succeeded",
             ["model", "kind"],
+            registry=registry,
+        )
+        self.leader = Gauge(
+            "compcap_probe_schedule_leader",
+            "1 on the replica that holds the probe schedule's lease (runs the scheduled probes), else 0",
             registry=registry,
         )
         self.duration = Gauge(

@@ -71,6 +71,11 @@ class ProbeJobResponse(BaseModel):
     accepted_at: float | None = Field(
         default=None, description="when the result was accepted as the baseline alerts compare with"
     )
+    replica: str = Field(default="", description="the gateway replica that runs (ran) the job")
+    scheduled: bool = Field(default=False, description="started by the probe schedule")
+    cancel_requested: bool = Field(
+        default=False, description="a cancel was asked for and the job's replica has not ended it yet"
+    )
     summary: str | None = Field(
         default=None, description="the kind's one-line summary of the result (or of the result so far)"
     )
@@ -119,12 +124,10 @@ _ERRORS = error_responses(
 )
 
 
-def _job(probes: ProbesDep, job_id: str) -> ProbeJob:
-    job = probes.jobs.get(job_id)
+async def _job(probes: ProbesDep, job_id: str) -> ProbeJob:
+    job = await probes.jobs.get(job_id)
     if job is None:
-        raise ApiError(
-            404, "unknown_job", f"no probe job {job_id!r} (finished jobs are kept for a while only)"
-        )
+        raise ApiError(404, "unknown_job", f"no probe job {job_id!r}")
     return job
 
 
@@ -135,7 +138,7 @@ async def start_probe(
     """Start a probe job; poll ``GET /v1/probes/{id}`` (also in the ``Location`` header)."""
     search = body.model_dump(include={"model", "rerank", "beam_size", "n_best", "rerank_weight"})
     spec = probes.spec(engine, body.kind, search, body.probe_set, body.pairs, body.images)
-    job = probes.start(engine, spec)
+    job = await probes.start(engine, spec)
     annotate(model=spec.model, probe=body.kind)
     response.headers["Location"] = f"/v1/probes/{job.id}"
     return job.view()
@@ -143,23 +146,25 @@ async def start_probe(
 
 @router.get("/v1/probes", responses=_ERRORS, response_model=ProbeJobList)
 async def list_probes(probes: ProbesDep) -> dict[str, Any]:
-    """Recent probe jobs, newest first (without their results)."""
-    return {"jobs": [job.view(full=False) for job in probes.jobs.recent()]}
+    """Recent probe jobs of every replica, newest first (without their results)."""
+    return {"jobs": [job.view(full=False) for job in await probes.jobs.recent()]}
 
 
 @router.get("/v1/probes/{job_id}", responses=_ERRORS, response_model=ProbeJobResponse)
 async def get_probe(job_id: str, probes: ProbesDep) -> dict[str, Any]:
     """A probe job: status, progress, partial result while it runs, the result when done."""
-    return _job(probes, job_id).view()
+    return (await _job(probes, job_id)).view()
 
 
 @router.delete("/v1/probes/{job_id}", responses=_ERRORS, response_model=ProbeJobResponse)
 async def cancel_probe(job_id: str, probes: ProbesDep) -> dict[str, Any]:
     """Cancel a probe job (its decoding requests are dropped and their rows freed); a finished job is
-    returned as it is."""
-    _job(probes, job_id)
+    returned as it is. A job another replica runs is cancelled at that replica's next heartbeat: the
+    answer waits for it (a few seconds at most), else shows ``cancel_requested``."""
+    await _job(probes, job_id)
     job = await probes.jobs.cancel(job_id)
-    assert job is not None
+    if job is None:
+        raise ApiError(404, "unknown_job", f"no probe job {job_id!r}")
     return job.view()
 
 
@@ -167,9 +172,9 @@ async def cancel_probe(job_id: str, probes: ProbesDep) -> dict[str, Any]:
 async def accept_probe(job_id: str, probes: ProbesDep) -> dict[str, Any]:
     """Accept a succeeded probe's result as the baseline: its held-out and seen mean Recall@K become
     ``compcap_probe_accepted_recall_at_k_mean``, which the probe alert compares later runs with. Kept
-    in the probe history, so a restarted gateway keeps its baseline."""
+    in the shared state, so every replica, and a restarted one, keeps the baseline."""
     try:
-        return probes.accept(_job(probes, job_id)).view()
+        return (await probes.accept(await _job(probes, job_id))).view()
     except ValueError as exc:
         raise ApiError(409, "job_not_succeeded", str(exc)) from None
 

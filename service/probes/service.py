@@ -1,6 +1,13 @@
 """``ProbeService``: what the probe routes and the probe schedule share — the repository's probe sets,
-the job manager, the parser process, the gauges and the history file. A client of the engine only:
-probes reach it through ``CaptionEngine`` (``resolve``, ``caption_many`` at background priority)."""
+the job manager, the parser process, the gauges and the shared state (jobs, history, baselines). A
+client of the engine only: probes reach it through ``CaptionEngine`` (``resolve``, ``caption_many`` at
+background priority).
+
+Every replica keeps its gauges from the store (the last succeeded result and the accepted baseline of
+each kind, model, ranker and probe set), refreshed every ``refresh_s``, so that the replicas' gauges
+agree; exactly one replica runs the schedule: the holder of the ``probe-schedule`` lease, which keeps
+with it when the next round is due, so that a replica taking over from a dead one runs the next
+interval's round, not a repeat of the last."""
 
 from __future__ import annotations
 
@@ -17,7 +24,6 @@ from service.api.gate import RequestError
 from service.engine.engine import CaptionEngine
 from service.manifest import Manifest
 from service.probes.gauges import ProbeGauges
-from service.probes.history import ProbeHistory
 from service.probes.jobs import JobManager, JobStatus, ProbeJob
 from service.probes.kind import ProbeSpec
 from service.probes.kinds import KINDS
@@ -25,6 +31,9 @@ from service.probes.parser import PairParser
 from service.probes.schedule import ProbeSchedule
 from service.probes.sets import ProbeSet, repo_probe_sets
 from service.probes.spec import build_spec
+from service.probes.store import ProbeStore
+from service.state.lease import Lease
+from service.state.store import StateStore
 
 log = logging.getLogger(__name__)
 
@@ -36,16 +45,28 @@ class ProbeService:
         manifest: Manifest,
         registry: CollectorRegistry,
         max_jobs: int,
-        history: Path | None = None,
+        store: StateStore,
         schedule: ProbeSchedule | None = None,
+        heartbeat_s: float = 2.0,
+        stale_s: float = 30.0,
+        lease_s: float = 30.0,
+        refresh_s: float = 10.0,
     ) -> None:
+        if lease_s <= 0:
+            raise ValueError(f"lease_s must be > 0, got {lease_s}")
+        if refresh_s <= 0:
+            raise ValueError(f"refresh_s must be > 0, got {refresh_s}")
         self.repo, self.manifest, self.schedule = Path(repo), manifest, schedule
         self.gauges = ProbeGauges(registry)
-        self.history = ProbeHistory(history) if history is not None else None
-        self.jobs = JobManager(max_jobs, on_success=self._record)
+        self.store = ProbeStore(store)
+        self.jobs = JobManager(
+            max_jobs, self.store, on_success=self._record, heartbeat_s=heartbeat_s, stale_s=stale_s
+        )
+        self.lease = Lease(store, "probe-schedule", lease_s)
+        self.refresh_s = refresh_s
         self.parser = PairParser()
         self._sets: dict[str, ProbeSet] | None = None
-        self._schedule_task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
 
     def sets(self) -> dict[str, ProbeSet]:
         """The repository's probe sets (loaded on first use)."""
@@ -65,7 +86,9 @@ class ProbeService:
     ) -> ProbeSpec:
         return build_spec(engine, self.sets(), kind, search, probe_set, pairs, images, scheduled)
 
-    def start(self, engine: CaptionEngine, spec: ProbeSpec, force: bool = False) -> ProbeJob:
+    async def start(
+        self, engine: CaptionEngine, spec: ProbeSpec, force: bool = False, scheduled: bool = False
+    ) -> ProbeJob:
         """Start a probe job (``BusyError`` when the job limit is reached and not ``force``)."""
         probe_set = self.sets()[spec.probe_set]
 
@@ -75,93 +98,123 @@ class ProbeService:
             job.progress.timings_s["run"] = round(time.perf_counter() - start, 3)
             return result
 
-        return self.jobs.submit(spec, work, force=force)
+        return await self.jobs.submit(spec, work, force=force, scheduled=scheduled)
 
     # -- results that outlive the job ---------------------------------------------------------------
 
     def _record(self, job: ProbeJob) -> None:
         if job.result is None or job.finished_at is None or job.started_at is None:
             return
-        self._gauge(job.view(), job.finished_at - job.started_at)
-        if self.history is not None:
-            self.history.append(job.view())
+        self._gauge(job)
 
-    def _gauge(self, body: Mapping[str, Any], seconds: float) -> None:
-        p = body["params"]
+    def _gauge(self, job: ProbeJob) -> None:
+        p = job.params
+        assert job.result is not None and job.finished_at is not None
+        seconds = job.finished_at - (job.started_at or job.finished_at)
         self.gauges.record(
-            body["kind"], p["model"], p.get("rerank") or None, body["result"], body["finished_at"], seconds
+            job.kind, p["model"], p.get("rerank") or None, job.result, job.finished_at, seconds
         )
 
-    def accept(self, job: ProbeJob) -> ProbeJob:
-        """Make a succeeded job's result the accepted baseline (gauge + history); ``ValueError`` for a
+    async def accept(self, job: ProbeJob) -> ProbeJob:
+        """Make a succeeded job's result the accepted baseline (gauge + store); ``ValueError`` for a
         job that did not succeed."""
         if job.status is not JobStatus.SUCCEEDED or job.result is None:
             raise ValueError(
                 f"probe job {job.id} is {job.status.value}; only a succeeded job can be accepted"
             )
-        job.accepted_at = time.time()
+        accepted_at = time.time()
+        await self.store.store.call(self.store.accept, job, accepted_at)
+        job.accepted_at = accepted_at
         p = job.params
         self.gauges.accept(job.kind, p["model"], p.get("rerank") or None, job.result)
-        if self.history is not None:
-            self.history.append(
-                {
-                    "event": "accepted",
-                    "id": job.id,
-                    "kind": job.kind,
-                    "params": dict(p),
-                    "result": job.result,
-                    "accepted_at": job.accepted_at,
-                }
-            )
         return job
 
-    def restore(self) -> int:
-        """Gauges and finished jobs from the history file; the number of records restored."""
-        if self.history is None:
-            return 0
-        restored = 0
-        for record in self.history.latest():
+    def refresh(self) -> int:
+        """Gauges from the store: the last result and the baseline of each kind, model, ranker and
+        probe set, whichever replica wrote them (blocking); the number of results read."""
+        latest = self.store.latest()
+        for job in latest:
             try:
-                job = ProbeJob(str(record["id"]), str(record["kind"]), dict(record["params"]))
-                job.status, job.result = JobStatus.SUCCEEDED, dict(record["result"])
-                job.created_at = float(record["created_at"])
-                job.started_at, job.finished_at = float(record["started_at"]), float(record["finished_at"])
-                job.progress.done = job.progress.total = int(record.get("progress", {}).get("total", 0))
-                job.progress.timings_s.update(record.get("timings_s", {}))
-                self._gauge(record, job.finished_at - job.started_at)
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                log.warning("probe history record skipped: %s", exc)
-                continue
-            self.jobs.restore(job)
-            restored += 1
-        for record in self.history.latest("accepted"):
+                self._gauge(job)
+            except (KeyError, TypeError, ValueError, AttributeError, AssertionError) as exc:
+                log.warning("probe result %s left out of the gauges: %s", job.id, exc)
+        for record in self.store.baselines():
             try:
-                p = record["params"]
-                self.gauges.accept(str(record["kind"]), p["model"], p.get("rerank") or None, record["result"])
+                ranker = record["ranker"] or None
+                self.gauges.accept(str(record["kind"]), record["model"], ranker, record["result"])
             except (KeyError, TypeError, AttributeError) as exc:
-                log.warning("probe acceptance record skipped: %s", exc)
-                continue
-            accepted = self.jobs.get(str(record.get("id")))
-            if accepted is not None:
-                accepted.accepted_at = float(record.get("accepted_at") or 0.0) or None
-        return restored
+                log.warning("probe baseline skipped: %s", exc)
+        return len(latest)
+
+    async def _refreshing(self) -> None:
+        while True:
+            await asyncio.sleep(self.refresh_s)
+            try:
+                await self.store.store.call(self.refresh)
+            except Exception:
+                log.exception("refreshing the probe gauges from the state store failed")
+
+    def run(self, engine_ready: Callable[[], CaptionEngine | None]) -> None:
+        """While the app runs: the heartbeats, the gauge refresh and (with a schedule) the schedule."""
+        self.jobs.start()
+        self._tasks.append(asyncio.create_task(self._refreshing(), name="probe-refresh"))
+        if self.schedule is not None:
+            self._tasks.append(asyncio.create_task(self._scheduled(engine_ready), name="probe-schedule"))
 
     # -- the schedule -------------------------------------------------------------------------------
-
-    def start_schedule(self, engine_ready: Callable[[], CaptionEngine | None]) -> None:
-        if self.schedule is not None and self._schedule_task is None:
-            self._schedule_task = asyncio.create_task(self._scheduled(engine_ready), name="probe-schedule")
 
     async def _scheduled(self, engine_ready: Callable[[], CaptionEngine | None]) -> None:
         assert self.schedule is not None
         while (engine := engine_ready()) is None:
             await asyncio.sleep(0.5)
+        call, renew = self.store.store.call, self.lease.ttl_s / 3
         while True:
-            began = time.monotonic()
-            for model, ranker in self.schedule.runs:
-                for kind in self.schedule.kinds:
-                    await self._one_scheduled(engine, kind, model, ranker)
-            await asyncio.sleep(max(self.schedule.interval_s - (time.monotonic() - began), 0.0))
+            try:
+                held = await call(self.lease.try_acquire)
+            except Exception:
+                log.exception("the probe schedule's lease could not be read")
+                held = False
+            self.gauges.leader.set(1 if held else 0)
+            if not held:
+                await asyncio.sleep(renew)
+                continue
+            now = time.time()
+            due = float((await call(self.lease.data)).get("next_due", 0.0))
+            if now < due:
+                await asyncio.sleep(min(due - now, renew))
+                continue
+            plan = {
+                "next_due": now + self.schedule.interval_s,
+                "round_started": now,
+                "by": self.store.replica,
+            }
+            if await call(self.lease.set_data, plan):
+                await self._round_holding_lease(engine)
+
+    async def _round_holding_lease(self, engine: CaptionEngine) -> None:
+        """One round of the schedule, renewing the lease while it runs (cancelled if the lease is lost)."""
+        assert self.schedule is not None
+        round_ = asyncio.create_task(self._round(engine), name="probe-schedule-round")
+        while not round_.done():
+            await asyncio.wait({round_}, timeout=self.lease.ttl_s / 3)
+            if round_.done():
+                break
+            try:
+                held = await self.store.store.call(self.lease.try_acquire)
+            except Exception:
+                log.exception("renewing the probe schedule's lease failed")
+                continue  # it may still be ours: the next renewal tells
+            if not held:
+                log.warning("the probe schedule's lease went to another replica; this round stops")
+                self.gauges.leader.set(0)
+                round_.cancel()
+        await asyncio.gather(round_, return_exceptions=True)
+
+    async def _round(self, engine: CaptionEngine) -> None:
+        assert self.schedule is not None
+        for model, ranker in self.schedule.runs:
+            for kind in self.schedule.kinds:
+                await self._one_scheduled(engine, kind, model, ranker)
 
     async def _one_scheduled(
         self, engine: CaptionEngine, kind: str, model: str | None, ranker: str | None
@@ -174,17 +227,22 @@ class ProbeService:
         except (RequestError, ValueError) as exc:
             log.warning("scheduled %s probe of %s skipped: %s", kind, model or "the default captioner", exc)
             return
-        job = self.start(engine, spec, force=True)
-        if job.task is not None:
+        job = await self.start(engine, spec, force=True, scheduled=True)
+        if job.task is not None:  # a cancelled round cancels its job too (gather passes it on)
             await asyncio.gather(job.task, return_exceptions=True)
         if job.status is not JobStatus.SUCCEEDED:
             log.warning("scheduled probe %s ended %s: %s", job.id, job.status.value, job.error)
 
     async def close(self) -> None:
-        if self._schedule_task is not None:
-            self._schedule_task.cancel()
-            await asyncio.gather(self._schedule_task, return_exceptions=True)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.jobs.close()
+        if self.schedule is not None:
+            try:  # another replica need not wait for the lease to expire
+                await self.store.store.call(self.lease.release)
+            except Exception:
+                log.exception("releasing the probe schedule's lease failed")
         self.parser.close()
 
 

@@ -29,7 +29,7 @@ def without_programs(tiny_repo: Path, tmp_path_factory: pytest.TempPathFactory) 
     """The tiny repository as git carries it: no torch programs."""
     repo = tmp_path_factory.mktemp("bare") / "model_repo"
     shutil.copytree(tiny_repo, repo, ignore=shutil.ignore_patterns("torch"))
-    with TestClient(create_app(Settings(repo=repo, intra_op_threads=1, probe_history=""))) as client:
+    with TestClient(create_app(Settings(repo=repo, intra_op_threads=1, state_url=""))) as client:
         wait_ready(client)
         yield client
 

@@ -28,7 +28,7 @@ TAGS = {"probes": "probes", "explain": "explanations", "compare": "comparison"}
 
 
 def served(tiny_repo: Path, features: str) -> Iterator[TestClient]:
-    app = create_app(Settings(repo=tiny_repo, intra_op_threads=1, probe_history="", features=features))
+    app = create_app(Settings(repo=tiny_repo, intra_op_threads=1, state_url="", features=features))
     with TestClient(app) as client:
         wait_ready(client)
         yield client

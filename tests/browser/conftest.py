@@ -61,7 +61,7 @@ def demo_server(tiny_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     """The base URL of a ready ``compcap serve`` on ``tiny_repo``, shared by one test module."""
     port = free_port()
     cmd = [sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--repo", str(tiny_repo)]
-    env = {**os.environ, "COMPCAP_INTRA_OP_THREADS": "1", "COMPCAP_PROBE_HISTORY": ""}
+    env = {**os.environ, "COMPCAP_INTRA_OP_THREADS": "1", "COMPCAP_STATE_URL": ""}
     log = tmp_path_factory.mktemp("browser") / "serve.log"
     with serving(cmd, env, port, log) as url:
         yield url

@@ -314,7 +314,7 @@ def test_api_key_field_sends_the_bearer_token(
     env = {
         **os.environ,
         "COMPCAP_INTRA_OP_THREADS": "1",
-        "COMPCAP_PROBE_HISTORY": "",
+        "COMPCAP_STATE_URL": "",
         "COMPCAP_API_KEYS": "demo-key",
         "COMPCAP_CAPTIONS_REQUIRE_KEY": "true",
     }

@@ -99,7 +99,7 @@ def bare_server(tiny_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     work = tmp_path_factory.mktemp("bare")
     repo = work / "model_repo"
     shutil.copytree(tiny_repo, repo, ignore=shutil.ignore_patterns("torch"))
-    env = {**os.environ, "COMPCAP_INTRA_OP_THREADS": "1", "COMPCAP_PROBE_HISTORY": ""}
+    env = {**os.environ, "COMPCAP_INTRA_OP_THREADS": "1", "COMPCAP_STATE_URL": ""}
     if load_manifest(repo).captioner("butr").domain is None:
         calibrate = [sys.executable, "-m", "service.cli", "calibrate", "--repo", str(repo), "--model", "butr"]
         subprocess.run([*calibrate, "--images", "60"], env=env, check=True, capture_output=True, timeout=300)

@@ -68,7 +68,7 @@ def test_the_readme_is_short_and_shows_the_two_commands() -> None:
 def gateway(tiny_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     cmd = [sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--repo", str(tiny_repo)]
-    env = {**os.environ, "COMPCAP_INTRA_OP_THREADS": "1", "COMPCAP_PROBE_HISTORY": ""}
+    env = {**os.environ, "COMPCAP_INTRA_OP_THREADS": "1", "COMPCAP_STATE_URL": ""}
     with serving(cmd, env, port, tmp_path_factory.mktemp("docs") / "serve.log") as url:
         yield url
 

@@ -51,7 +51,7 @@ def gateway(tiny_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         **os.environ,
         "COMPCAP_INTRA_OP_THREADS": "1",
         "COMPCAP_REQUEST_DEADLINE_S": "120",
-        "COMPCAP_PROBE_HISTORY": "",
+        "COMPCAP_STATE_URL": "",
     }
     with serving(cmd, env, port, tmp_path_factory.mktemp("gateway") / "serve.log") as url:
         yield url

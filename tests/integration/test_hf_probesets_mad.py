@@ -199,7 +199,7 @@ def test_probes_on_coco_sets_report_held_out_only_when_declared(
     seen: Recorder = {}
     _spy(monkeypatch, systematicity_kind, seen)
     _spy(monkeypatch, productivity_kind, seen)
-    settings = Settings(repo=repo, intra_op_threads=1, probe_history=str(tmp_path / "history.jsonl"))
+    settings = Settings(repo=repo, intra_op_threads=1, state_url=f"sqlite:///{tmp_path / 'state.db'}")
     with TestClient(create_app(settings)) as client:
         wait_ready(client)
         listed = {s["name"]: s for s in client.get("/v1/probe-sets").json()["probe_sets"]}

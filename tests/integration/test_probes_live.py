@@ -48,7 +48,7 @@ def run_probe(url: str, body: dict[str, Any], timeout_s: float = 300.0) -> dict[
 def test_live_systematicity_probe_equals_compcap_evaluate(tiny_repo: Path, tmp_path: Path) -> None:
     manifest = load_manifest(tiny_repo)
     probe_dir = tiny_repo / manifest.probe_set("systematicity").path
-    with serve(tiny_repo, tmp_path, "serve", COMPCAP_PROBE_HISTORY="") as url:
+    with serve(tiny_repo, tmp_path, "serve", COMPCAP_STATE_URL="") as url:
         live = {
             None: run_probe(
                 url, {"kind": "systematicity", "model": "butr", "rerank": False, "beam_size": 5, "n_best": 5}
@@ -93,13 +93,13 @@ def test_live_systematicity_probe_equals_compcap_evaluate(tiny_repo: Path, tmp_p
 
 
 def test_scheduled_probe_gauges_appear_and_survive_a_restart(tiny_repo: Path, tmp_path: Path) -> None:
-    history = tmp_path / "history.jsonl"
+    state = tmp_path / "state.db"
     schedule = "every=30s;kinds=systematicity,substitutivity;models=butd;images=1;beam=2"
     gauge = re.compile(
         r'^compcap_probe_last_success_timestamp_seconds\{kind="substitutivity",model="butd"\} (\S+)$', re.M
     )
     with serve(
-        tiny_repo, tmp_path, "scheduled", COMPCAP_PROBE_SCHEDULE=schedule, COMPCAP_PROBE_HISTORY=str(history)
+        tiny_repo, tmp_path, "scheduled", COMPCAP_PROBE_SCHEDULE=schedule, COMPCAP_STATE_URL=f"sqlite:///{state}"
     ) as url:
         began = time.time()
         # the first scheduled probes start with the server, not one interval later; how long they take
@@ -116,8 +116,8 @@ def test_scheduled_probe_gauges_appear_and_survive_a_restart(tiny_repo: Path, tm
         assert any(j["status"] == "succeeded" for j in scheduled)
         # started with the engine, not after a first 30 s interval (which would put it near began + 30)
         assert min(j["created_at"] for j in scheduled) < began + 10.0
-    assert history.is_file() and history.read_text().count("\n") >= 2
-    with serve(tiny_repo, tmp_path, "restarted", COMPCAP_PROBE_HISTORY=str(history)) as url:
+    assert state.is_file()
+    with serve(tiny_repo, tmp_path, "restarted", COMPCAP_STATE_URL=f"sqlite:///{state}") as url:
         again = gauge.search(httpx.get(f"{url}/metrics", trust_env=False).text)
         assert again is not None and again.group(1) == seen.group(1)
         text = httpx.get(f"{url}/metrics", trust_env=False).text

@@ -146,7 +146,7 @@ def stack(tiny_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         env = {
             **os.environ,
             "COMPCAP_INTRA_OP_THREADS": "1",
-            "COMPCAP_PROBE_HISTORY": str(work / "probe_history.jsonl"),
+            "COMPCAP_STATE_URL": f"sqlite:///{work / 'state.db'}",
             "COMPCAP_SHADOW_MODEL": "greedy=butd?beam_size=1",  # the shadow rules and panels need data
             "COMPCAP_SHADOW_RATE": "1.0",
         }

@@ -1,5 +1,5 @@
-"""The probe service's small parts: the schedule format, the job manager (bounded, cancellable), the
-history file (append, torn line, latest per probe), the gauges and the API-key check."""
+"""The probe service's small parts: the schedule format, the job manager (bounded, cancellable, kept in
+the shared state), the gauges and the API-key check."""
 
 from __future__ import annotations
 
@@ -17,10 +17,11 @@ from service.api.errors import ApiError
 from service.api.gate import BusyError
 from service.probes.feature import probe_schedule
 from service.probes.gauges import ProbeGauges
-from service.probes.history import ProbeHistory
 from service.probes.jobs import JobManager, JobStatus, ProbeJob
 from service.probes.schedule import parse_duration, parse_schedule
+from service.probes.store import ProbeStore
 from service.settings import Settings
+from service.state.store import open_store
 
 
 def test_schedule_parses_and_names_the_bad_field() -> None:
@@ -71,7 +72,8 @@ def test_job_manager_bounds_runs_cancels_and_records() -> None:
     recorded: list[str] = []
 
     async def run() -> None:
-        jobs = JobManager(max_jobs=2, keep=3, on_success=lambda j: recorded.append(j.id))
+        store = ProbeStore(open_store(""))
+        jobs = JobManager(max_jobs=2, store=store, keep=3, on_success=lambda j: recorded.append(j.id))
         gate = asyncio.Event()
 
         async def slow(job: ProbeJob) -> dict[str, Any]:
@@ -83,13 +85,13 @@ def test_job_manager_bounds_runs_cancels_and_records() -> None:
         async def broken(job: ProbeJob) -> dict[str, Any]:
             raise RuntimeError("the probe set is gone")
 
-        a = jobs.submit(Spec(), slow)  # type: ignore[arg-type]
-        b = jobs.submit(Spec(), slow)  # type: ignore[arg-type]
+        a = await jobs.submit(Spec(), slow)  # type: ignore[arg-type]
+        b = await jobs.submit(Spec(), slow)  # type: ignore[arg-type]
         with pytest.raises(BusyError) as full:
-            jobs.submit(Spec(), slow)  # type: ignore[arg-type]
+            await jobs.submit(Spec(), slow)  # type: ignore[arg-type]
         assert 1 <= full.value.retry_after_s <= 300 and full.value.code == "too_many_probes"
         assert full.value.headers == {"Retry-After": str(round(full.value.retry_after_s))}
-        forced = jobs.submit(Spec(), broken, force=True)  # type: ignore[arg-type]
+        forced = await jobs.submit(Spec(), broken, force=True)  # type: ignore[arg-type]
         await asyncio.sleep(0.01)
         assert a.status is JobStatus.RUNNING and a.view()["progress"] == {"done": 0, "total": 10}
         cancelled = await jobs.cancel(b.id)
@@ -99,32 +101,24 @@ def test_job_manager_bounds_runs_cancels_and_records() -> None:
         assert a.status is JobStatus.SUCCEEDED and a.view()["result"] == {"ok": True}
         assert forced.status is JobStatus.FAILED and "the probe set is gone" in (forced.error or "")
         assert recorded == [a.id]
-        assert jobs.recent()[0].id == forced.id  # newest first
+        assert (await jobs.recent())[0].id == forced.id  # newest first
+        stored = store.get(forced.id)  # another replica reads the same
+        assert stored is not None and stored.status is JobStatus.FAILED and stored.error == forced.error
         gate = asyncio.Event()  # a new gate: c runs until the manager closes
-        c = jobs.submit(Spec(), slow)  # type: ignore[arg-type]
-        assert len(jobs.recent()) == 3 and c in jobs.recent()  # keep=3: the oldest finished job went
+        c = await jobs.submit(Spec(), slow)  # type: ignore[arg-type]
+        listed = await jobs.recent()
+        assert len(listed) == 3 and c in listed  # keep=3: the newest three are listed
         await asyncio.sleep(0.01)
         assert c.status is JobStatus.RUNNING
         await jobs.close()
         assert c.status is JobStatus.CANCELLED
-        d = jobs.submit(Spec(), slow)  # type: ignore[arg-type]
+        d = await jobs.submit(Spec(), slow)  # type: ignore[arg-type]
         await jobs.close()  # before its task ever ran
         assert d.status is JobStatus.CANCELLED and d.finished_at is not None
         await asyncio.sleep(0)  # the tasks' done callbacks
         assert jobs.gate.held == 0  # every job gave its place back, the one that never ran too
 
     asyncio.run(run())
-
-
-def test_history_appends_skips_a_torn_line_and_keeps_the_latest_per_probe(tmp_path: Path) -> None:
-    h = ProbeHistory(tmp_path / "sub" / "history.jsonl")
-    assert h.read() == []
-    for n, model in enumerate(["butd", "butr", "butd"]):
-        h.append({"id": str(n), "kind": "systematicity", "params": {"model": model}, "finished_at": n})
-    with h.path.open("a") as f:
-        f.write('{"id": "torn", "kind"')
-    assert [r["id"] for r in h.read()] == ["0", "1", "2"]
-    assert [r["id"] for r in h.latest()] == ["1", "2"]
 
 
 def test_gauges_expose_the_last_result() -> None:

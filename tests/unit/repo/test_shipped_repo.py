@@ -74,7 +74,7 @@ def test_the_manifest_names_the_torch_programs_the_build_writes() -> None:
 
 
 def test_the_shipped_repository_captions() -> None:
-    settings = Settings(repo=REPO, intra_op_threads=1, probe_history="")
+    settings = Settings(repo=REPO, intra_op_threads=1, state_url="")
     with TestClient(create_app(settings)) as client:
         wait_ready(client)
         response = client.post("/v1/captions", files=[("image", ("a.png", png(5), "image/png"))])

@@ -277,7 +277,7 @@ def gateway(tiny_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         "COMPCAP_MAX_QUEUE": "1",
         "COMPCAP_MAX_ACTIVE_REQUESTS": "1",
         "COMPCAP_API_KEYS": KEY,
-        "COMPCAP_PROBE_HISTORY": "",
+        "COMPCAP_STATE_URL": "",
     }
     with serving(cmd, env, port, tmp_path_factory.mktemp("client") / "serve.log") as url:
         yield url

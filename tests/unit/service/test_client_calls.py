@@ -359,7 +359,7 @@ def gateway(tiny_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         "COMPCAP_REPO": str(tiny_repo),
         "COMPCAP_INTRA_OP_THREADS": "1",
         "COMPCAP_API_KEYS": KEY,
-        "COMPCAP_PROBE_HISTORY": "",
+        "COMPCAP_STATE_URL": "",
     }
     log = tmp_path_factory.mktemp("client-calls") / "serve.log"
     with serving([sys.executable, "-m", *app], env, port, log) as url:
