@@ -8,7 +8,8 @@ thumbnail (or, when enabled, the decoded model-size image) and both captions —
 ``GET /v1/compare/shadow``: in the gateway the shared state's ``StoredReservoir``, one for every
 replica; an in-memory ``DiscrepancyReservoir`` when none is given. At most ``max_pending`` shadow
 decodes wait or run at once; a sampled request beyond that is skipped and counted
-(``compcap_shadow_requests_total{outcome="busy"}``), so a shadow can never build a backlog. Nothing of this touches the user's request once it is handed over."""
+(``compcap_shadow_requests_total{outcome="busy"}``), so a shadow can never build a backlog. Nothing
+of this touches the user's request once it is handed over."""
 
 from __future__ import annotations
 

@@ -62,7 +62,7 @@ class StoredReservoir:
                 .where(shadow_items.c.shadow == self.shadow)
                 .order_by(*_KEEP_ORDER)
             ).all()
-            kept, total, evict = 0, 0, []
+            kept, total, evict = 0, 0, list[int]()
             for row_id, size in rows:  # the longest prefix within both bounds stays
                 if not evict and kept < self.capacity and total + size <= self.max_bytes:
                     kept, total = kept + 1, total + size

@@ -99,7 +99,11 @@ def test_scheduled_probe_gauges_appear_and_survive_a_restart(tiny_repo: Path, tm
         r'^compcap_probe_last_success_timestamp_seconds\{kind="substitutivity",model="butd"\} (\S+)$', re.M
     )
     with serve(
-        tiny_repo, tmp_path, "scheduled", COMPCAP_PROBE_SCHEDULE=schedule, COMPCAP_STATE_URL=f"sqlite:///{state}"
+        tiny_repo,
+        tmp_path,
+        "scheduled",
+        COMPCAP_PROBE_SCHEDULE=schedule,
+        COMPCAP_STATE_URL=f"sqlite:///{state}",
     ) as url:
         began = time.time()
         # the first scheduled probes start with the server, not one interval later; how long they take

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.conftest import ROOT, free_port
+from tests.integration.conftest import ROOT, free_port, stop
 from tests.integration.postgres_server import local_postgres
 
 pytestmark = pytest.mark.integration
@@ -67,13 +67,7 @@ def replica(repo: Path, tmp: Path, name: str, state_url: str) -> Iterator[Replic
         yield r
     finally:
         r.http.close()
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+        stop(proc, grace_s=15.0)
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 120.0, every_s: float = 0.2) -> Any:

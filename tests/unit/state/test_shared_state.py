@@ -153,7 +153,11 @@ def test_the_stored_reservoir_keeps_what_the_in_memory_one_keeps(url: str) -> No
     mine, theirs = memory.snapshot(), stored.snapshot()
     assert theirs == other.snapshot()
     assert [i["n"] for i in theirs["items"]] == [i["n"] for i in mine["items"]]
-    assert (theirs["bytes"], theirs["seen"], theirs["refused"]) == (mine["bytes"], mine["seen"], mine["refused"])
+    assert (theirs["bytes"], theirs["seen"], theirs["refused"]) == (
+        mine["bytes"],
+        mine["seen"],
+        mine["refused"],
+    )
 
 
 def test_an_in_memory_store_is_this_process_only() -> None:
