@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from service import __version__
+from service.manifest import MANIFEST_NAME
 
 # The metric names, which the load tests read the gateway's /metrics by. prometheus_client names a
 # counter's family without ``_total`` and its samples with it (``ABANDONED + "_total"``); a histogram's
@@ -25,6 +31,8 @@ PACED_ABANDONERS = "compcap_paced_abandoner_requests"
 READY = "compcap_ready"
 QUEUE_CAPACITY = "compcap_queue_capacity"
 REQUEST_DEADLINE = "compcap_request_deadline_seconds"
+BUILD_INFO = "compcap_build_info"
+DIGEST_CHARS = 12  # model_repo_digest: the first hex characters of the manifest's sha256
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 7.5, 10.0)
 ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -123,6 +131,19 @@ class Metrics:
             "Deadline of a caption request (request_deadline_s)",
             registry=r,
         )
+        self.build_info = Gauge(
+            BUILD_INFO,
+            "1, labelled with the package version and the served repository's manifest digest",
+            ["version", "model_repo_digest"],
+            registry=r,
+        )
+
+    def set_build_info(self, repo: str | Path) -> None:
+        """``compcap_build_info{version, model_repo_digest} 1``: the package version and the first
+        ``DIGEST_CHARS`` hex characters of the sha256 of ``repo``'s manifest.json bytes, so that a
+        rollout (two versions or two repositories serving at once) shows on the dashboard."""
+        digest = hashlib.sha256((Path(repo) / MANIFEST_NAME).read_bytes()).hexdigest()[:DIGEST_CHARS]
+        self.build_info.labels(version=__version__, model_repo_digest=digest).set(1)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,7 +1,8 @@
 """The monitoring files (``k8s/monitoring``): the rules pass ``promtool check rules`` and their unit tests
-``promtool test rules``, every alert has a unit test that fires it, the Grafana dashboard is valid and
-templated, the kustomization provisions both, and every metric the rules and the dashboard read is one
-the gateway exports (or one of Triton's)."""
+``promtool test rules``, every alert has a unit test that fires it, only symptoms page, the Grafana
+dashboard is valid and templated and its model filters match every served model, the kustomization
+provisions both, and every metric the rules and the dashboard read is one the gateway exports (or one of
+Triton's). Runbooks: tests/ops/test_runbooks.py."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from tests.integration.prometheus_server import (
     PROMTOOL,
     RULE_TESTS,
     RULES_FILE_NAME,
+    TRITON_GPU_METRICS,
     TRITON_METRICS,
     alert_rules,
     dashboard,
@@ -43,6 +45,32 @@ needs_promtool = pytest.mark.skipif(
     not PROMTOOL.is_file(), reason=f"{PROMTOOL} is absent (Debian's `prometheus` package ships it)"
 )
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
+SEVERITIES = ("page", "ticket")
+# the alerts that page: symptoms users see (docs/slo.md); every other alert is a ticket
+PAGES = {
+    "CompcapGatewayDown",
+    "CompcapGatewayNoneReady",
+    "CompcapCaptionAvailabilityBurn1h",
+    "CompcapCaptionAvailabilityBurn6h",
+    "CompcapCaptionLatencyBurn1h",
+    "CompcapCaptionLatencyBurn6h",
+}
+# the models of the default repository (export/package.py names them <captioner>_init / _step,
+# <ranker>_image / _text) and an imported captioner's own encoder
+SERVED_MODELS = {
+    "butr": ["butr_init", "butr_step"],
+    "butd": ["butd_init", "butd_step"],
+    "vitgpt2": ["vitgpt2_encoder", "vitgpt2_step"],
+}
+SHARED_MODELS = [
+    "visual_encoder",
+    "butr_image",
+    "butr_text",
+    "vsepp_image",
+    "vsepp_text",
+    "clip_image",
+    "clip_text",
+]
 
 
 def gateway_metric_names() -> set[str]:
@@ -113,8 +141,24 @@ def test_rules_are_well_formed() -> None:
         assert re.fullmatch(r"[a-z_]+:compcap_[a-z0-9_]+:[a-z0-9_]+", name), name
     for name, rule in alert_rules().items():
         assert name.startswith("Compcap"), name
-        assert rule["labels"]["severity"] in ("warning", "critical"), name
-        assert {"summary", "description"} <= set(rule["annotations"]), name
+        assert rule["labels"]["severity"] in SEVERITIES, name
+        assert {"summary", "description", "runbook_url"} <= set(rule["annotations"]), name
+
+
+def test_only_symptoms_page() -> None:
+    severities = {name: rule["labels"]["severity"] for name, rule in alert_rules().items()}
+    assert {name for name, severity in severities.items() if severity == "page"} == PAGES
+
+
+def test_burn_rate_alerts_have_a_minimum_traffic_guard_and_a_short_window() -> None:
+    burns = {name: rule for name, rule in alert_rules().items() if name.startswith("CompcapCaption")}
+    assert len(burns) == 8, sorted(burns)
+    for name, rule in burns.items():
+        expr = " ".join(rule["expr"].split())
+        assert re.search(r"namespace:compcap_caption_requests:rate\w+ \* \d+ >= 100$", expr), (name, expr)
+        windows = re.findall(r"namespace:compcap_caption_requests_(?:errors|slow):ratio_rate(\w+)", expr)
+        assert len(windows) == 2 and windows[0] == name.rsplit("Burn", 1)[1], (name, windows)
+        assert "for" not in rule, f"{name}: the short window resets it, no `for`"
 
 
 def test_dashboard_is_valid_and_templated() -> None:
@@ -149,7 +193,7 @@ def test_dashboard_is_valid_and_templated() -> None:
 
 
 def test_every_metric_the_rules_and_dashboard_read_is_exported() -> None:
-    exported = gateway_metric_names() | TRITON_METRICS | {"up"}
+    exported = gateway_metric_names() | TRITON_METRICS | TRITON_GPU_METRICS | {"up"}
     records = set(recording_rules())
     expressions = {f"rule {n}": e for n, e in recording_rules().items()}
     expressions |= {f"alert {n}": r["expr"] for n, r in alert_rules().items()}
@@ -161,7 +205,28 @@ def test_every_metric_the_rules_and_dashboard_read_is_exported() -> None:
         if (names := metric_names(expr)) - exported - records
     }
     assert not unknown, f"metrics neither the gateway nor Triton exports, nor a recording rule: {unknown}"
-    assert set().union(*(metric_names(e) for e in expressions.values())) & TRITON_METRICS, "no Triton panel"
+    read = set().union(*(metric_names(e) for e in expressions.values()))
+    assert read & TRITON_METRICS, "no Triton panel"
+    assert read >= TRITON_GPU_METRICS, f"GPU metrics no panel or alert reads: {TRITON_GPU_METRICS - read}"
+    assert "compcap_build_info" in read, "no panel or alert reads compcap_build_info"
+
+
+def test_backend_panels_match_the_shared_models_and_the_selected_captioners() -> None:
+    """A panel filtering backend models by ``$model`` (a captioner) shows that captioner's own models
+    and the shared ones (the visual encoder, every ranker's ``_image`` / ``_text``), and no other
+    captioner's."""
+    filtered = [t for t in targets(dashboard()) if "visual_encoder" in t.expr]
+    assert filtered, "no panel filters backend models"
+    for target in filtered:
+        for selected, own in SERVED_MODELS.items():
+            expr = substitute(target.expr, {"namespace": "ns", "model": selected, "__rate_interval": "1m"})
+            for metric, matchers in selectors(expr):
+                found = re.search(r'model=~"([^"]*)"', matchers)
+                assert found, f"{target.name}: {metric} has no model filter"
+                pattern = re.compile(found.group(1))
+                others = [m for c, models in SERVED_MODELS.items() if c != selected for m in models]
+                assert all(pattern.fullmatch(m) for m in own + SHARED_MODELS), (target.name, pattern.pattern)
+                assert not any(pattern.fullmatch(m) for m in others), (target.name, pattern.pattern)
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is absent (kustomize build check)")
