@@ -8,6 +8,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from service.backends.triton_addresses import DIGEST_PARAMETER, file_sha256
 from service.manifest import MANIFEST_NAME, Manifest, ModelEntry, TensorSpec
 
 PREFERRED_BATCH = (8, 16, 32)
@@ -18,9 +19,11 @@ def _tensor(spec: TensorSpec) -> str:
     return f'  {{\n    name: "{spec.name}"\n    data_type: TYPE_{spec.dtype}\n    dims: [ {dims} ]\n  }}'
 
 
-def config_pbtxt(entry: ModelEntry, instances: int = 1) -> str:
+def config_pbtxt(entry: ModelEntry, instances: int = 1, digest: str | None = None) -> str:
     """Text of ``config.pbtxt`` for one model. Per-image models batch implicitly with dynamic batching;
-    ``<cap>_step`` is batched by the gateway itself (``max_batch_size: 0``, explicit dims)."""
+    ``<cap>_step`` is batched by the gateway itself (``max_batch_size: 0``, explicit dims). ``digest``:
+    the sha256 of its ONNX file, published as the parameter the gateway checks each Triton server by
+    (``compcap_model_sha256``: old and new weights never mix behind one name during a rollout)."""
     parts = [
         f'name: "{entry.name}"',
         'platform: "onnxruntime_onnx"',
@@ -35,6 +38,10 @@ def config_pbtxt(entry: ModelEntry, instances: int = 1) -> str:
             "  max_queue_delay_microseconds: 500\n}"
         )
     parts.append(f"instance_group [\n  {{\n    count: {instances}\n    kind: KIND_GPU\n  }}\n]")
+    if digest is not None:
+        parts.append(
+            f'parameters {{\n  key: "{DIGEST_PARAMETER}"\n  value: {{ string_value: "{digest}" }}\n}}'
+        )
     return "\n".join(parts) + "\n"
 
 
@@ -48,7 +55,7 @@ def write_repository(out: Path, manifest: Manifest) -> None:
     for entry in manifest.models:
         if not entry.path(out).is_file():
             raise FileNotFoundError(f"missing ONNX file for {entry.name}: {entry.path(out)}")
-        text = config_pbtxt(entry)
+        text = config_pbtxt(entry, digest=file_sha256(entry.path(out)))
         parsed = parse_config(text)
         if parsed.name != entry.name:
             raise ValueError(f"config for {entry.name} parsed with name {parsed.name!r}")

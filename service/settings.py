@@ -15,6 +15,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_core import InitErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from service.backends.triton_addresses import parse_target
 from service.cli_errors import UsageError
 from service.manifest import MANIFEST_NAME
 from service.state.url import DEFAULT_STATE_URL, check_state_url
@@ -47,9 +48,27 @@ class EngineSettings(Section):
 
     repo: Path = Field(default=Path("model_repo"), description="model repository with manifest.json")
     backend: Literal["onnxruntime", "triton"] = "onnxruntime"
-    triton_url: str = Field(default="127.0.0.1:8001", description="Triton gRPC address (backend=triton)")
+    triton_url: str = Field(
+        default="127.0.0.1:8001",
+        description="Triton gRPC address(es) (backend=triton): host:port; host:port,host:port (a list); or "
+        "dns:///name:port, every address the name resolves to, resolved again every triton_resolve_s (a "
+        "headless Service's name lists its ready pods). Calls go to the healthy address with the fewest "
+        "in flight; one whose server goes away is ejected and probed before it gets calls again",
+    )
+    triton_resolve_s: float = Field(
+        default=10.0, gt=0, le=3600, description="seconds between two resolutions of a dns:/// triton_url"
+    )
+    triton_startup_s: float = Field(
+        default=300.0,
+        gt=0,
+        le=86400,
+        description="seconds the gateway waits at start-up for a Triton address with every model ready and "
+        "the manifest's (Triton's own startup budget in k8s/); /readyz answers 503 meanwhile",
+    )
     triton_shared_memory: bool = Field(
-        default=False, description="send tensors through system shared memory (co-located Triton only)"
+        default=False,
+        description="send tensors through system shared memory (co-located Triton only: one host:port, "
+        "not a list or a dns:/// name)",
     )
     intra_op_threads: int = Field(
         default=0, ge=0, le=256, description="onnxruntime intra-op threads; 0 = its default"
@@ -115,6 +134,19 @@ class EngineSettings(Section):
                 f"{value} is not a model repository (no {MANIFEST_NAME}): point --repo or COMPCAP_REPO at one"
             )
         return value
+
+    @model_validator(mode="after")
+    def _triton_addresses(self) -> Self:
+        """With backend=triton: ``triton_url`` in one of its forms, and one address for shared memory."""
+        if self.backend != "triton":
+            return self
+        target = parse_target(self.triton_url)
+        if self.triton_shared_memory and target.kind != "single":
+            raise ValueError(
+                f"triton_shared_memory: needs one co-located Triton (COMPCAP_TRITON_URL=host:port), not "
+                f"{self.triton_url!r}: shared memory is only shared with a server on this host"
+            )
+        return self
 
     @model_validator(mode="after")
     def _default_beam_within_max(self) -> Self:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from export.hf.step_choice import StepTiming
 from export.repo import config_pbtxt, parse_config
+from service.backends.triton_addresses import file_sha256
 from service.manifest import MANIFEST_NAME, CaptionerEntry, Manifest, ModelEntry, RankerEntry
 
 
@@ -31,7 +32,7 @@ class ImportReport:
 def write_configs(stage: Path, models: list[ModelEntry]) -> None:
     """Each model's ``config.pbtxt`` in ``stage``, checked with Triton's own protobuf."""
     for model_entry in models:
-        text = config_pbtxt(model_entry)
+        text = config_pbtxt(model_entry, digest=file_sha256(model_entry.path(stage)))
         parse_config(text)
         (stage / model_entry.name / "config.pbtxt").write_text(text, encoding="utf-8")
 

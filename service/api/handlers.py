@@ -80,6 +80,10 @@ def install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
     async def _backend(_: Request, exc: BackendError) -> JSONResponse:
         count(f"backend_{exc.reason}")
         log.error("backend failure: %s", exc)
+        if exc.reason == "unavailable":  # no model server answers now: retry shortly (it recovers alone)
+            response = error_response(503, "backend_unavailable", str(exc))
+            response.headers["Retry-After"] = "1"
+            return response
         return error_response(502, "backend_error", str(exc))
 
     @app.exception_handler(sa_exc.OperationalError)  # the state store is away (jobs, baselines)

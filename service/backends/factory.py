@@ -38,6 +38,12 @@ async def make_backend(settings: EngineSettings, manifest: Manifest, metrics: Me
             ) from exc
 
         return await TritonBackend.connect(
-            settings.triton_url, manifest, metrics, shared_memory=settings.triton_shared_memory
+            settings.triton_url,
+            manifest,
+            metrics,
+            timeout_s=settings.triton_startup_s,
+            shared_memory=settings.triton_shared_memory,
+            repo=settings.repo,
+            resolve_s=settings.triton_resolve_s,
         )
     raise ValueError(f"backend {settings.backend!r} is not built yet")

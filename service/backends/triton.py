@@ -1,14 +1,18 @@
-"""Triton backend: the repository's models served by a Triton Inference Server, called over gRPC
-(``tritonclient.grpc.aio``), tensors in the request payload or, for a co-located server, in system
-shared memory. Build it with ``await TritonBackend.connect(url, manifest, metrics)``, which waits
-(bounded) until the server and every model of the manifest are ready and checks that the served
-tensors match the manifest."""
+"""Triton backend: the repository's models served by Triton Inference Servers, called over gRPC
+(``tritonclient.grpc.aio``), tensors in the request payload or, for one co-located server, in system
+shared memory. ``COMPCAP_TRITON_URL`` names one address, a list, or a DNS name whose addresses all get
+calls (``triton_pool.py``: one client per address, least-outstanding picking, ejection and probes, one
+retry elsewhere when an address goes away). Build it with ``await TritonBackend.connect(url, manifest,
+metrics)``, which waits (bounded) until an address has its server and every model of the manifest ready
+and serves the manifest's models (``triton_addresses.identity_problems``)."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
+from pathlib import Path
 
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
@@ -16,6 +20,8 @@ from tritonclient.utils import InferenceServerException
 from tritonclient.utils.shared_memory import SharedMemoryException
 
 from service.backends.base import BackendError
+from service.backends.triton_addresses import Address, ModelIdentity, State, expected_identities, parse_target
+from service.backends.triton_pool import TritonPool
 from service.backends.triton_request import ModelCall
 from service.backends.triton_shm import RegionPool
 from service.manifest import Manifest
@@ -23,8 +29,8 @@ from service.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-READY_TIMEOUT_S = 60.0
-READY_POLL_S = 0.2
+STARTUP_S = 300.0  # COMPCAP_TRITON_STARTUP_S: Triton's own startup probe budget in k8s/
+RESOLVE_S = 10.0  # COMPCAP_TRITON_RESOLVE_S
 CALL_TIMEOUT_S = 30.0
 MAX_MESSAGE_BYTES = 2**31 - 1
 
@@ -46,10 +52,10 @@ def reason_of(exc: InferenceServerException) -> str:
 
 
 class TritonBackend:
-    """Runs ``infer`` calls on a Triton server over gRPC. Per-image models (``max_batch_size > 0``) are
+    """Runs ``infer`` calls on Triton servers over gRPC. Per-image models (``max_batch_size > 0``) are
     split into chunks of at most ``max_batch_size`` items, sent concurrently and concatenated, so
     callers may batch as freely as with the embedded backend. ``shared_memory`` sends tensors through
-    system shared memory (the server must share this host's ``/dev/shm``)."""
+    system shared memory: one address only, whose server must share this host's ``/dev/shm``."""
 
     def __init__(
         self,
@@ -58,13 +64,30 @@ class TritonBackend:
         metrics: Metrics | None = None,
         shared_memory: bool = False,
         call_timeout_s: float = CALL_TIMEOUT_S,
+        *,
+        resolve_s: float = RESOLVE_S,
+        expected: dict[str, ModelIdentity] | None = None,
     ) -> None:
         self.url = url
+        self.target = parse_target(url)
+        if shared_memory and self.target.kind != "single":
+            raise ValueError(
+                f"shared memory needs one Triton address on this host (COMPCAP_TRITON_URL=host:port), "
+                f"not {self.target}"
+            )
         self.metrics = metrics
         self.call_timeout_s = call_timeout_s
-        self.client = grpcclient.InferenceServerClient(url, channel_args=_channel_args())
         self.calls = {entry.name: ModelCall(entry) for entry in manifest.models}
+        expected = expected if expected is not None else expected_identities(manifest)
+        self.servers = TritonPool(self.target, expected, _channel_args(), metrics, resolve_s)
         self.pool = RegionPool(self.client, call_timeout_s) if shared_memory else None
+        if self.pool is not None:
+            self.servers.on_readmit = self._readmitted
+
+    @property
+    def client(self) -> grpcclient.InferenceServerClient:
+        """The client of the first address (of the only one for ``host:port``)."""
+        return next(iter(self.servers.clients.values()))
 
     @classmethod
     async def connect(
@@ -72,61 +95,35 @@ class TritonBackend:
         url: str,
         manifest: Manifest,
         metrics: Metrics | None = None,
-        timeout_s: float = READY_TIMEOUT_S,
+        timeout_s: float = STARTUP_S,
         shared_memory: bool = False,
+        *,
+        repo: Path | None = None,
+        resolve_s: float = RESOLVE_S,
     ) -> TritonBackend:
-        """A backend whose server and models are ready (``BackendError`` reason ``unavailable`` if not
-        within ``timeout_s``) and serve the manifest's tensors."""
-        backend = cls(url, manifest, metrics, shared_memory)
+        """A backend with an address whose server and models are ready and are the manifest's
+        (``BackendError`` if none is within ``timeout_s``). With ``repo``, the models' ONNX files there
+        are the ones every address must serve (by sha256, where the server publishes it)."""
+        expected = await asyncio.to_thread(expected_identities, manifest, repo)
+        backend = cls(url, manifest, metrics, shared_memory, resolve_s=resolve_s, expected=expected)
         try:
-            await backend.wait_ready(timeout_s)
-            await backend.check_models()
+            await backend.servers.start(timeout_s)
         except BaseException:
             await backend.close()
             raise
         log.info(
-            "triton backend: %d models at %s, tensors %s",
+            "triton backend: %d models at %s (%s), tensors %s",
             len(backend.calls),
-            url,
+            backend.target,
+            backend.servers.addresses.summary(),
             "in shared memory" if shared_memory else "over gRPC",
         )
         return backend
 
-    async def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout_s
-        pending = list(self.calls)
-        problem = "server not ready"
-        while True:
-            try:
-                if await self.client.is_server_ready(client_timeout=2.0):
-                    ready = await asyncio.gather(
-                        *(self.client.is_model_ready(name, client_timeout=2.0) for name in pending)
-                    )
-                    pending = [name for name, ok in zip(pending, ready, strict=True) if not ok]
-                    if not pending:
-                        return
-                    problem = f"models not ready: {pending}"
-            except InferenceServerException as exc:
-                problem = exc.message() or str(exc)
-            if time.monotonic() > deadline:
-                raise BackendError(
-                    "*", "unavailable", f"Triton at {self.url} not ready after {timeout_s:.0f} s: {problem}"
-                )
-            await asyncio.sleep(READY_POLL_S)
-
-    async def check_models(self) -> None:
-        """The served inputs and outputs (names, datatypes, dims) are the manifest's."""
-        for name, call in self.calls.items():
-            meta = await self.client.get_model_metadata(name)
-            served = {(t.name, t.datatype, tuple(t.shape)) for t in [*meta.inputs, *meta.outputs]}
-            batch = (-1,) if call.max_batch > 0 else ()
-            expected = {
-                (t.name, t.dtype, (*batch, *t.dims)) for t in [*call.entry.inputs, *call.entry.outputs]
-            }
-            if served != expected:
-                raise BackendError(
-                    name, "runtime", f"Triton serves {sorted(served)}, the manifest says {sorted(expected)}"
-                )
+    async def _readmitted(self, address: Address) -> None:
+        """The address came back (its server may have restarted): register shared memory afresh."""
+        if self.pool is not None:
+            await self.pool.reset()
 
     async def infer(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         call = self.calls.get(model)
@@ -158,15 +155,10 @@ class TritonBackend:
 
     async def _call(self, call: ModelCall, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         try:
-            if self.pool is not None:
-                sizes = call.output_bytes(inputs)
-                if sizes is not None:
-                    return await self._call_shared(call, inputs, self.pool, sizes)
-            # no await between fill() and infer(): the request is serialised before another call refills
-            response = await self.client.infer(
-                call.name, call.fill(inputs), outputs=call.outputs, client_timeout=self.call_timeout_s
-            )
-            return call.read_payload(response)
+            attempt = functools.partial(self._attempt, call, inputs)
+            return await self.servers.call(call.name, attempt, self.call_timeout_s)
+        except BackendError:
+            raise
         except ValueError as exc:
             raise BackendError(call.name, "bad_input", str(exc)) from exc
         except InferenceServerException as exc:
@@ -174,16 +166,40 @@ class TritonBackend:
         except (RuntimeError, OSError, SharedMemoryException) as exc:
             raise BackendError(call.name, "runtime", str(exc)) from exc
 
+    async def _attempt(
+        self,
+        call: ModelCall,
+        inputs: dict[str, np.ndarray],
+        client: grpcclient.InferenceServerClient,
+        address: Address,
+        timeout_s: float,
+    ) -> dict[str, np.ndarray]:
+        # shared memory only on an admitted address: one the pool calls while none is healthy may be a
+        # restarted server that knows none of the regions registered before
+        if self.pool is not None and address.state is State.HEALTHY:
+            sizes = call.output_bytes(inputs)
+            if sizes is not None:
+                return await self._call_shared(call, inputs, self.pool, sizes, client, timeout_s)
+        # no await between fill() and infer(): the request is serialised before another call refills
+        response = await client.infer(
+            call.name, call.fill(inputs), outputs=call.outputs, client_timeout=timeout_s
+        )
+        return call.read_payload(response)
+
     async def _call_shared(
-        self, call: ModelCall, inputs: dict[str, np.ndarray], pool: RegionPool, sizes: list[int]
+        self,
+        call: ModelCall,
+        inputs: dict[str, np.ndarray],
+        pool: RegionPool,
+        sizes: list[int],
+        client: grpcclient.InferenceServerClient,
+        timeout_s: float,
     ) -> dict[str, np.ndarray]:
         region = await pool.lease(call.shared_bytes(inputs, sizes))
         done = False
         try:
             filled, outputs, offsets = call.fill_shared(inputs, region, sizes)
-            response = await self.client.infer(
-                call.name, filled, outputs=outputs, client_timeout=self.call_timeout_s
-            )
+            response = await client.infer(call.name, filled, outputs=outputs, client_timeout=timeout_s)
             result = call.read_shared(response, region, offsets)
             done = True
             return result
@@ -198,7 +214,7 @@ class TritonBackend:
     async def close(self) -> None:
         if self.pool is not None:
             await self.pool.close()
-        await self.client.close()
+        await self.servers.close()
 
 
 def _channel_args() -> list[tuple[str, int]]:

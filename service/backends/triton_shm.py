@@ -3,7 +3,9 @@
 Each in-flight call leases one registered region from a pool, writes its inputs into it and has Triton
 write the outputs behind them, so tensors cross neither the gRPC payload nor its serialisation. Regions
 are sized to powers of two, reused across calls, registered once, and unregistered and unlinked by
-``close()``. The server must see the gateway's ``/dev/shm`` (same host, or a shared volume in a pod).
+``close()``; ``reset()`` (the server came back, maybe restarted) registers new ones from then on. The
+server must see the gateway's ``/dev/shm`` (same host, or a shared volume in a pod): one Triton address
+only, never a list or a DNS name of several (the settings refuse it).
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ def aligned(nbytes: int) -> int:
 class Region:
     """One POSIX shared-memory object, known to Triton as ``name``."""
 
-    def __init__(self, name: str, size: int) -> None:
+    def __init__(self, name: str, size: int, generation: int = 0) -> None:
         self.name = name
+        self.generation = generation  # the pool's generation it was registered in
         self.key = f"/{name}"
         self.size = size
         self.handle = shm.create_shared_memory_region(name, self.key, size, create_only=True)
@@ -58,6 +61,7 @@ class RegionPool:
         self._all: dict[str, Region] = {}
         self._count = 0
         self._stale: list[str] = []
+        self._generation = 0
 
     async def lease(self, nbytes: int) -> Region:
         fits = [r for r in self._free if r.size >= nbytes]
@@ -67,7 +71,7 @@ class RegionPool:
             return region
         self._count += 1
         size = max(MIN_REGION_BYTES, 1 << max(nbytes - 1, 0).bit_length())
-        region = Region(f"{self.prefix}{self._count}", size)
+        region = Region(f"{self.prefix}{self._count}", size, self._generation)
         try:
             await self.client.register_system_shared_memory(
                 region.name, region.key, region.size, client_timeout=self.timeout_s
@@ -80,11 +84,22 @@ class RegionPool:
         return region
 
     async def release(self, region: Region) -> None:
+        if region.generation != self._generation:  # registered before a reset(): not reused
+            await self.discard(region)
+            return
         self._free.append(region)
         while len(self._free) > MAX_FREE_REGIONS:
             smallest = min(self._free, key=lambda r: r.size)
             self._free.remove(smallest)
             await self._drop(smallest)
+
+    async def reset(self) -> None:
+        """Forget every region registered so far (the server may have restarted without them): free
+        ones are unregistered (best effort) and unlinked now, leased ones when their call releases them."""
+        self._generation += 1
+        free, self._free = self._free, []
+        for region in free:
+            await self.discard(region)
 
     async def discard(self, region: Region) -> None:
         """Unregister and unlink a region that must not be reused (the server keeps its own mapping)."""

@@ -16,14 +16,12 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from service.api.gate import BoundedGate
 from service.probes.kind import ProbeSpec, Progress
 from service.probes.kinds import KINDS
-
-if TYPE_CHECKING:
-    from service.probes.store import ProbeStore
+from service.state.store import StateStore
 
 log = logging.getLogger(__name__)
 CANCELLED = "cancelled (DELETE /v1/probes/{id}, or the gateway shut down)"
@@ -105,6 +103,29 @@ class ProbeJob:
 Work = Callable[[ProbeJob], Awaitable[dict[str, Any]]]
 
 
+class JobStore(Protocol):
+    """Where the jobs of every replica are kept (``service.probes.store.ProbeStore``); blocking calls."""
+
+    store: StateStore
+
+    @property
+    def replica(self) -> str: ...
+
+    def insert(self, job: ProbeJob) -> None: ...
+
+    def heartbeat(self, jobs: list[ProbeJob]) -> set[str]: ...
+
+    def finish(self, job: ProbeJob) -> None: ...
+
+    def get(self, job_id: str) -> ProbeJob | None: ...
+
+    def recent(self, limit: int) -> list[ProbeJob]: ...
+
+    def request_cancel(self, job_id: str, stale_s: float) -> None: ...
+
+    def sweep(self, stale_s: float) -> list[str]: ...
+
+
 class JobManager:
     """Runs probe jobs here, at most ``max_jobs`` unfinished at once, and keeps every replica's in the
     store: the newest ``keep`` are listed. ``heartbeat_s``: how often running jobs are written and
@@ -113,7 +134,7 @@ class JobManager:
     def __init__(
         self,
         max_jobs: int,
-        store: ProbeStore,
+        store: JobStore,
         keep: int = 50,
         on_success: Callable[[ProbeJob], None] | None = None,
         heartbeat_s: float = 2.0,
@@ -272,4 +293,4 @@ class JobManager:
                 log.exception("recording probe job %s failed", job.id)
 
 
-__all__ = ["CANCELLED", "JobManager", "JobStatus", "ProbeJob"]
+__all__ = ["CANCELLED", "JobManager", "JobStatus", "JobStore", "ProbeJob"]

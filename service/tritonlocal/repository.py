@@ -3,8 +3,9 @@
 Production configs say ``platform: "onnxruntime_onnx"`` and ``KIND_GPU``; the onnxruntime Triton backend
 exists only in NVIDIA's containers. The mirror keeps every model's name, tensors (names, dtypes, dims),
 ``max_batch_size`` and ``dynamic_batching`` exactly as in its ``config.pbtxt``, runs on ``KIND_CPU`` with
-the same instance counts, and points a copy of ``python_model.py`` at the original ONNX file.
-The original repository is never modified.
+the same instance counts, and points a copy of ``python_model.py`` at the original ONNX file. Each
+config carries the ONNX file's sha256 (parameter ``compcap_model_sha256``), by which the gateway tells
+a server of this repository from one of another. The original repository is never modified.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from service.backends.triton_addresses import DIGEST_PARAMETER, file_sha256
 from service.manifest import load_manifest
 
 PYTHON_MODEL = Path(__file__).with_name("python_model.py")
@@ -75,6 +77,8 @@ def write_python_repository(repo: Path, out: Path, intra_op_threads: int = 1) ->
         if not onnx_path.is_file():
             raise FileNotFoundError(f"model {entry.name!r}: {onnx_path} does not exist")
         config = mirror_config(original, onnx_path, intra_op_threads)
+        if DIGEST_PARAMETER not in config.parameters:  # what the gateway checks each server by
+            config.parameters[DIGEST_PARAMETER].string_value = file_sha256(onnx_path)
         (out / entry.name / "1").mkdir(parents=True)
         text = text_format.MessageToString(config)
         (out / entry.name / "config.pbtxt").write_text(text, encoding="utf-8")

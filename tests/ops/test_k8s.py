@@ -3,16 +3,24 @@ and passes ``kubernetes-validate --strict``; the custom resources it has no sche
 PrometheusRule) get a shape check here. Against the code: the gateway's probe paths answer in the real
 app, its ports are the settings' port, its ``COMPCAP_*`` variables validate as ``Settings``, and every
 metric an HPA or a prometheus-adapter rule names is one the gateway or Triton exports. Plus the
-deployment rules: non-root, read-only root filesystems, GPUs only where Triton runs, one ServiceMonitor
-per component, and the co-located variant's shared ``/dev/shm``."""
+deployment rules: images pinned (a digest, or a tag of ``k8s/immutable-tags.txt``), secrets from
+Secrets, non-root, read-only root filesystems, GPUs only where Triton runs, Triton's availability (two
+pods, a budget, no surge, spread) and termination budgets, Triton reachable only from the gateway
+(NetworkPolicy, no HTTP API), one ServiceMonitor per component, the co-located variant's shared
+``/dev/shm``, the probe sets' way into the pods (the init containers' script, run here), and the
+PostgreSQL component."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -35,6 +43,24 @@ CRDS = {
     ("monitoring.coreos.com/v1", "PrometheusRule"),
 }
 WORKLOADS = {"Deployment", "StatefulSet", "DaemonSet"}
+COMPONENTS = ("probesets", "postgres")
+# image pinning: a digest, or a tag of this file (with the reason it is immutable)
+IMMUTABLE_TAGS = ROOT / "k8s" / "immutable-tags.txt"
+DIGEST = re.compile(r"@sha256:[0-9a-f]{64}")
+# COMPCAP_* variables that come from Secrets (never a literal in k8s/): name -> (Secret, key), and a
+# value of the right shape to validate the settings with
+SECRET_ENV = {
+    "COMPCAP_API_KEYS": ("compcap-api-keys", "keys"),
+    "COMPCAP_STATE_URL": ("compcap-state", "url"),
+}
+SECRET_EXAMPLES = {
+    "COMPCAP_API_KEYS": "example-key-0001,example-key-0002",
+    "COMPCAP_STATE_URL": "postgresql+psycopg://compcap:example@compcap-postgres:5432/compcap",
+}
+# termination: the margin every grace period keeps over its containers' preStop + drain, and the TTL
+# CoreDNS gives the records of a Service (its kubernetes plugin's default)
+GRACE_MARGIN_S = 10
+DNS_TTL_S = 5
 
 # Triton's metric names: the first group as a local tritonserver 2.51 (.venv-triton, CPU) exposes them on
 # its metrics port for the tiny repository; the GPU group from Triton's docs/user_guide/metrics.md (a GPU
@@ -111,18 +137,39 @@ class Rendered:
         return [d for d in self.docs if d["kind"] in WORKLOADS]
 
 
-@cache
-def render(overlay: str) -> Rendered:
+def render_dir(folder: Path, name: str) -> Rendered:
     kubectl = find_tool("kubectl")
     done = subprocess.run(
-        [kubectl, "kustomize", str(ROOT / "k8s" / "overlays" / overlay)],
+        [kubectl, "kustomize", str(folder)],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
-    assert done.returncode == 0, f"kubectl kustomize k8s/overlays/{overlay} failed:\n{done.stderr}"
-    return Rendered(overlay, done.stdout, [d for d in yaml.safe_load_all(done.stdout) if d])
+    assert done.returncode == 0, f"kubectl kustomize {folder} failed:\n{done.stderr}"
+    return Rendered(name, done.stdout, [d for d in yaml.safe_load_all(done.stdout) if d])
+
+
+@cache
+def render(overlay: str) -> Rendered:
+    return render_dir(ROOT / "k8s" / "overlays" / overlay, overlay)
+
+
+@cache
+def render_with_postgres(overlay: str) -> Rendered:
+    """``overlay`` plus the postgres component, as the overlays' commented ``components:`` line adds it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        kustomization = {
+            "apiVersion": "kustomize.config.k8s.io/v1beta1",
+            "kind": "Kustomization",
+            "namespace": "compcap",  # as the overlays set it for their components
+            # relative: kustomize refuses absolute paths
+            "resources": [os.path.relpath(ROOT / "k8s" / "overlays" / overlay, folder)],
+            "components": [os.path.relpath(ROOT / "k8s" / "components" / "postgres", folder)],
+        }
+        (folder / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+        return render_dir(folder, f"{overlay}+postgres")
 
 
 @pytest.fixture(scope="module", params=OVERLAYS)
@@ -161,6 +208,47 @@ def env_of(container: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
 
 
+def secret_env_of(container: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """Variable -> (Secret, key) of the variables set from a Secret."""
+    refs = {}
+    for e in container.get("env", []):
+        ref = e.get("valueFrom", {}).get("secretKeyRef")
+        if ref is not None:
+            assert ref.get("optional") is not True, f"{e['name']}: an optional Secret would start without it"
+            refs[e["name"]] = (ref["name"], ref["key"])
+    return refs
+
+
+def pre_stop_s(container: dict[str, Any]) -> int:
+    return int(container.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0))
+
+
+def probe_budget_s(probe: dict[str, Any]) -> int:
+    """How long a probe lets a container fail before the kubelet acts."""
+    return int(probe.get("initialDelaySeconds", 0)) + int(probe["failureThreshold"]) * int(
+        probe["periodSeconds"]
+    )
+
+
+def setting(container: dict[str, Any], field: str) -> Any:
+    """A numeric setting of the gateway container: its literal ``COMPCAP_*`` variable, else the default."""
+    from service.settings import Settings
+
+    default = Settings.model_fields[field].default
+    value = env_of(container).get(f"COMPCAP_{field.upper()}")
+    return default if value is None else type(default)(value)
+
+
+def container_args(container: dict[str, Any]) -> list[str]:
+    """The command line of a container: its command and args, with an ``sh -c`` script split into words
+    the way the shell would (continuation lines joined; ``$$(`` is the kubelet's escape of ``$(``)."""
+    words = [*container.get("command", []), *container.get("args", [])]
+    if len(words) >= 3 and words[0] == "sh" and words[1].startswith("-") and "c" in words[1]:
+        script = words[2].replace("$$(", "$(").replace("\\\n", " ")
+        return [w for line in script.splitlines() for w in shlex.split(line, comments=True)]
+    return words
+
+
 def resolve_port(container: dict[str, Any], port: int | str) -> int:
     """A probe's or target's port (number or name) as one of ``container``'s declared container ports."""
     ports = container.get("ports", [])
@@ -173,7 +261,7 @@ def resolve_port(container: dict[str, Any], port: int | str) -> int:
 
 
 def triton_flag(container: dict[str, Any], flag: str) -> str | None:
-    for arg in [*container.get("command", []), *container.get("args", [])]:
+    for arg in container_args(container):
         if arg.startswith(f"--{flag}="):
             return str(arg.split("=", 1)[1])
     return None
@@ -286,6 +374,7 @@ def gateway_app() -> Iterator[SimpleNamespace]:
     import service.probes.feature as probes_feature
     from service.metrics import Metrics
     from service.settings import Settings
+    from service.state.store import StateStore
 
     settings = Settings.model_construct()
     runtime = SimpleNamespace(
@@ -296,6 +385,7 @@ def gateway_app() -> Iterator[SimpleNamespace]:
         engine=None,
         manifest=None,
         vocab=None,
+        state=StateStore(""),  # a real store, in memory (never opened: the lifespan does not run)
         after_caption=[],
         lifespans=[],
     )
@@ -352,18 +442,16 @@ def test_gateway_environment_validates_as_settings(
     from service.settings import Settings
 
     gateway = gateway_container(rendered)
-    env = env_of(gateway)
-    assert all(e["name"] in env for e in gateway["env"]), "every COMPCAP_ variable has a literal value"
+    env, secrets = env_of(gateway), secret_env_of(gateway)
+    assert {e["name"] for e in gateway["env"]} == env.keys() | secrets.keys(), "a literal or a Secret each"
     mounts = {m["mountPath"]: m for m in gateway["volumeMounts"]}
     assert env["COMPCAP_REPO"] in mounts, "the model repository is a mounted volume"
-    history = Path(env["COMPCAP_PROBE_HISTORY"])
-    assert str(history.parent) in mounts and not mounts[str(history.parent)].get("readOnly")
     assert "/tmp" in mounts and not mounts["/tmp"].get("readOnly")
 
     for name in [n for n in os.environ if n.upper().startswith("COMPCAP_")]:
         monkeypatch.delenv(name)
     (tmp_path / "manifest.json").write_text("{}")
-    for name, value in env.items():
+    for name, value in {**env, **{n: SECRET_EXAMPLES[n] for n in secrets}}.items():
         assert name.startswith("COMPCAP_"), name
         field = name.removeprefix("COMPCAP_").lower()
         assert field in Settings.model_fields, f"{name} is not a setting"
@@ -371,12 +459,47 @@ def test_gateway_environment_validates_as_settings(
     settings = Settings()
     assert settings.backend == BACKEND[rendered.overlay]
     assert settings.triton_shared_memory is (rendered.overlay == "triton-gpu-shm")
+    assert settings.api_key_set(), "the probe routes need a key"
+
+
+def test_secrets_come_from_secrets_that_are_not_in_the_repository(rendered: Rendered) -> None:
+    """The API keys always, and the state store's URL wherever more than one gateway runs, come from
+    Secrets that must exist before the pods start (not optional) and that no manifest here defines: the
+    real values are created in the cluster (k8s/README.md)."""
+    gateway = gateway_container(rendered)
+    secrets = secret_env_of(gateway)
+    assert secrets["COMPCAP_API_KEYS"] == SECRET_ENV["COMPCAP_API_KEYS"]
+    (hpa,) = [
+        h
+        for h in rendered.of_kind("HorizontalPodAutoscaler")
+        if h["spec"]["scaleTargetRef"]["name"] == "compcap-gateway"
+    ]
+    if hpa["spec"]["maxReplicas"] > 1:
+        assert secrets["COMPCAP_STATE_URL"] == SECRET_ENV["COMPCAP_STATE_URL"], "replicas share one store"
+    assert set(secrets) <= set(SECRET_ENV), secrets
+    assert not rendered.of_kind("Secret"), "a Secret with a value in the repository"
+    assert "secretGenerator" not in "".join(
+        p.read_text() for p in (ROOT / "k8s").rglob("kustomization.yaml")
+    ), "a generated Secret would carry a committed value"
+
+
+def test_no_state_on_pod_volumes(rendered: Rendered) -> None:
+    """Probe jobs, history, baselines and the shadow reservoir live in the state store; the gateway pods
+    keep nothing on a volume of their own (every volume is an emptyDir refilled at start) and set no
+    probe-history file."""
+    spec = pod_spec(rendered.get("Deployment", "compcap-gateway"))
+    assert all(set(v) == {"name", "emptyDir"} for v in spec["volumes"]), spec["volumes"]
+    assert "COMPCAP_PROBE_HISTORY" not in env_of(gateway_container(rendered))
 
 
 # --- Triton -----------------------------------------------------------------------------------------
 
 
 def test_triton_ports_probes_and_the_gateways_url(rendered: Rendered) -> None:
+    """Separate Triton pods (triton-gpu): gRPC and metrics only (--allow-http=false), probed over gRPC's
+    health service, reached by the gateway through a headless Service's DNS name in this namespace.
+    Co-located Triton (triton-gpu-shm): gRPC on 127.0.0.1 only, HTTP for the kubelet's probes with every
+    other HTTP API restricted."""
     tritons = triton_containers(rendered)
     if rendered.overlay == "embedded":
         assert not tritons
@@ -385,25 +508,74 @@ def test_triton_ports_probes_and_the_gateways_url(rendered: Rendered) -> None:
     workload, triton = tritons[0]
     assert triton_flag(triton, "model-repository") == "/models"
     assert "/models" in {m["mountPath"] for m in triton["volumeMounts"]}
-    ports = {}
-    for kind, default in (("http", 8000), ("grpc", 8001), ("metrics", 8002)):
-        ports[kind] = int(triton_flag(triton, f"{kind}-port") or default)
-        assert ports[kind] == default
-        assert resolve_port(triton, ports[kind]) == default
-    paths = {"startup": "/v2/health/ready", "readiness": "/v2/health/ready", "liveness": "/v2/health/live"}
-    for kind, path in paths.items():
-        probe = triton[f"{kind}Probe"]["httpGet"]
-        assert probe["path"] == path and resolve_port(triton, probe["port"]) == ports["http"], kind
+    grpc, metrics = (
+        int(triton_flag(triton, "grpc-port") or 8001),
+        int(triton_flag(triton, "metrics-port") or 8002),
+    )
+    assert (grpc, metrics) == (8001, 8002)
+    for port in (grpc, metrics):
+        assert resolve_port(triton, port) == port
+    gateway_url = env_of(gateway_container(rendered))["COMPCAP_TRITON_URL"]
 
-    host, _, port = env_of(gateway_container(rendered))["COMPCAP_TRITON_URL"].rpartition(":")
     if rendered.overlay == "triton-gpu-shm":
         assert workload["metadata"]["name"] == "compcap-gateway", "Triton shares the gateway's pod"
-        assert host == "127.0.0.1" and int(port) == ports["grpc"]
+        assert gateway_url == f"127.0.0.1:{grpc}"
         assert triton_flag(triton, "grpc-address") == "127.0.0.1"
-    else:
-        service = rendered.get("Service", host)
-        (named,) = [p["name"] for p in service["spec"]["ports"] if p["port"] == int(port)]
-        assert service_targets(rendered, service, named) == [(triton["name"], ports["grpc"])]
+        http = int(triton_flag(triton, "http-port") or 8000)
+        paths = {
+            "startup": "/v2/health/ready",
+            "readiness": "/v2/health/ready",
+            "liveness": "/v2/health/live",
+        }
+        for kind, path in paths.items():
+            probe = triton[f"{kind}Probe"]["httpGet"]
+            assert probe["path"] == path and resolve_port(triton, probe["port"]) == http, kind
+        # every HTTP API but health needs a header whose value is drawn in the container (Triton's API
+        # groups, as tritonserver --help lists them for --http-restricted-api)
+        restricted = triton_flag(triton, "http-restricted-api")
+        assert restricted, "Triton's HTTP would take shared-memory registrations from anyone"
+        apis, _, header = restricted.partition(":")
+        assert set(apis.split(",")) == {
+            "metadata", "inference", "shared-memory", "model-config", "model-repository", "statistics",
+            "trace", "logging",
+        }  # fmt: skip
+        key, _, value = header.partition("=")
+        assert key and value.startswith("$") and value[1:] in " ".join(container_args(triton))
+        assert "/dev/urandom" in triton["args"][2], "the header's value is random"
+        return
+
+    assert triton_flag(triton, "allow-http") == "false", "the gateway speaks gRPC only"
+    assert triton_flag(triton, "http-port") is None
+    assert {p["containerPort"] for p in triton["ports"]} == {grpc, metrics}
+    for kind in ("startup", "readiness", "liveness"):
+        probe = triton[f"{kind}Probe"]
+        assert set(probe) & {"grpc", "httpGet", "tcpSocket", "exec"} == {"grpc"}, kind
+        assert probe["grpc"]["port"] == grpc and not probe["grpc"].get("service"), kind
+    match = re.fullmatch(r"dns:///([a-z0-9-]+)\.([a-z0-9-]+)\.svc\.cluster\.local:(\d+)", gateway_url)
+    assert match, f"{gateway_url}: the gateway resolves a headless Service's name (dns:///NAME.NS.svc...)"
+    name, namespace, port = match[1], match[2], int(match[3])
+    assert namespace == workload["metadata"]["namespace"]
+    service = rendered.get("Service", name)
+    assert service["spec"].get("clusterIP") == "None", "headless: the name resolves to every pod"
+    assert not service["spec"].get("publishNotReadyAddresses"), "not-ready pods get no calls"
+    (named,) = [p["name"] for p in service["spec"]["ports"] if p["port"] == port]
+    assert service_targets(rendered, service, named) == [(triton["name"], grpc)]
+    assert {w["metadata"]["name"] for w in pods_of_service(rendered, service)} == {"compcap-triton"}
+
+
+def test_the_gateway_waits_for_triton_as_long_as_tritons_startup_probe(rendered: Rendered) -> None:
+    """COMPCAP_TRITON_STARTUP_S is Triton's startup budget (failureThreshold x periodSeconds), and the
+    gateway's own startup probe outlasts that wait plus its own load (the embedded budget)."""
+    gateway = gateway_container(rendered)
+    embedded = probe_budget_s(gateway_container(render("embedded"))["startupProbe"])
+    tritons = triton_containers(rendered)
+    if not tritons:
+        assert "COMPCAP_TRITON_STARTUP_S" not in env_of(gateway)
+        return
+    ((_, triton),) = tritons
+    budget = probe_budget_s(triton["startupProbe"])
+    assert setting(gateway, "triton_startup_s") == budget
+    assert probe_budget_s(gateway["startupProbe"]) >= budget + embedded
 
 
 def test_gpu_limits_only_where_triton_runs(rendered: Rendered) -> None:
@@ -472,6 +644,11 @@ def test_model_repositories_are_copied_from_the_gateway_image(rendered: Rendered
 
 
 def test_pods_run_non_root_with_a_read_only_root(rendered: Rendered) -> None:
+    assert_restricted(rendered)
+
+
+def assert_restricted(rendered: Rendered) -> None:
+    """The restricted Pod Security Standard (and more: read-only roots, no token, requests and limits)."""
     for workload in rendered.workloads():
         spec = pod_spec(workload)
         pod = spec.get("securityContext", {})
@@ -497,6 +674,323 @@ def test_every_workload_has_a_pod_disruption_budget(rendered: Rendered) -> None:
         covering = [b for b in budgets if selects(b["spec"]["selector"]["matchLabels"], labels)]
         assert len(covering) == 1, workload["metadata"]["name"]
         assert workload["spec"]["selector"]["matchLabels"] == covering[0]["spec"]["selector"]["matchLabels"]
+
+
+def test_triton_stays_up_through_drains_and_rollouts(rendered: Rendered) -> None:
+    """Every workload with a GPU (Triton) runs two pods at least, keeps one through voluntary disruptions,
+    replaces them one at a time without a surge pod (which would need a spare GPU), and prefers to spread
+    them over nodes without refusing to schedule."""
+    gpu_workloads = [
+        w
+        for w in rendered.workloads()
+        if any(GPU in c.get("resources", {}).get("limits", {}) for c in pod_spec(w)["containers"])
+    ]
+    assert bool(gpu_workloads) == (rendered.overlay != "embedded")
+    for workload in gpu_workloads:
+        name = workload["metadata"]["name"]
+        (hpa,) = [
+            h
+            for h in rendered.of_kind("HorizontalPodAutoscaler")
+            if h["spec"]["scaleTargetRef"]["name"] == name
+        ]
+        assert hpa["spec"]["minReplicas"] >= 2, name
+        labels = workload["spec"]["template"]["metadata"]["labels"]
+        (budget,) = [
+            b
+            for b in rendered.of_kind("PodDisruptionBudget")
+            if selects(b["spec"]["selector"]["matchLabels"], labels)
+        ]
+        assert budget["spec"].get("minAvailable") == 1 and "maxUnavailable" not in budget["spec"], name
+        assert workload["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}, name
+        spreads = [
+            t
+            for t in pod_spec(workload).get("topologySpreadConstraints", [])
+            if t["topologyKey"] == "kubernetes.io/hostname"
+            and selects(t["labelSelector"]["matchLabels"], labels)
+        ]
+        assert spreads and all(t["whenUnsatisfiable"] == "ScheduleAnyway" for t in spreads), name
+
+
+def test_grace_periods_cover_pre_stop_and_drain_with_margin(rendered: Rendered) -> None:
+    """terminationGracePeriodSeconds >= preStop + drain + margin for every container: the gateway drains
+    for at most its request deadline (uvicorn lets requests in flight finish; a caption ends by
+    COMPCAP_REQUEST_DEADLINE_S), Triton for --exit-timeout-secs. Triton's preStop outlasts its callers:
+    in the gateway's pod the gateway's pause and drain; as a Service, the DNS TTL plus the gateways'
+    resolution period (COMPCAP_TRITON_RESOLVE_S) before they stop picking it."""
+    gateway = gateway_container(rendered)
+    gateway_drain = pre_stop_s(gateway) + setting(gateway, "request_deadline_s")
+    for workload in rendered.workloads():
+        spec = pod_spec(workload)
+        need = 0.0
+        for c in spec["containers"]:
+            if c["name"] == "gateway":
+                need = max(need, gateway_drain)
+            elif is_triton(c):
+                exit_s = triton_flag(c, "exit-timeout-secs")
+                assert exit_s is not None, "Triton's default exit timeout is 30 s: state it"
+                need = max(need, pre_stop_s(c) + int(exit_s))
+                if workload["metadata"]["name"] == "compcap-gateway":
+                    assert pre_stop_s(c) >= gateway_drain + 5, (
+                        "Triton leaves before the gateway's captions end"
+                    )
+                else:
+                    assert pre_stop_s(c) >= DNS_TTL_S + setting(gateway, "triton_resolve_s") + 5
+        grace = spec.get("terminationGracePeriodSeconds", 30)
+        assert grace >= need + GRACE_MARGIN_S, f"{workload['metadata']['name']}: {grace} s for {need} s"
+
+
+def ingress_peers(r: Rendered, workload: dict[str, Any], port: int) -> list[dict[str, Any]] | None:
+    """The peers the NetworkPolicies selecting ``workload``'s pods admit on container port ``port``
+    (``{}``: anyone); None when no policy isolates the pods (everything is admitted)."""
+    labels = workload["spec"]["template"]["metadata"]["labels"]
+    named = {
+        p["name"]: p["containerPort"] for c in pod_spec(workload)["containers"] for p in c.get("ports", [])
+    }
+    policies = [
+        p
+        for p in r.of_kind("NetworkPolicy")
+        if selects(p["spec"]["podSelector"].get("matchLabels", {}), labels)
+        and "Ingress" in p["spec"].get("policyTypes", ["Ingress"])
+    ]
+    if not policies:
+        return None
+    peers: list[dict[str, Any]] = []
+    for rule in (rule for p in policies for rule in p["spec"].get("ingress", [])):
+        ports = [named.get(q["port"], q["port"]) for q in rule.get("ports", [])]
+        if not ports or port in ports:
+            peers += rule.get("from") or [{}]
+    return peers
+
+
+def test_network_policies_let_only_the_gateway_reach_triton(rendered: Rendered) -> None:
+    """Triton's gRPC port admits only the gateway pods (in the co-located pod, where gRPC listens on
+    127.0.0.1, nothing), its metrics port only Prometheus's pods in another namespace, its HTTP port (the
+    kubelet's probes, from the node) no pod; no other port of a Triton pod is open but the gateway's."""
+    gateway_labels = rendered.get("Deployment", "compcap-gateway")["spec"]["template"]["metadata"]["labels"]
+    for workload, triton in triton_containers(rendered):
+        ports = {p["name"]: p["containerPort"] for p in triton["ports"]}
+        grpc = int(triton_flag(triton, "grpc-port") or 8001)
+        metrics = int(triton_flag(triton, "metrics-port") or 8002)
+        for name, port in ports.items():
+            peers = ingress_peers(rendered, workload, port)
+            assert peers is not None, f"{workload['metadata']['name']}: no NetworkPolicy isolates Triton"
+            assert {} not in peers, f"port {name} is open to every pod"
+            if port == grpc and triton_flag(triton, "grpc-address") != "127.0.0.1":
+                assert peers and all(
+                    set(peer) == {"podSelector"}
+                    and selects(peer["podSelector"]["matchLabels"], gateway_labels)
+                    for peer in peers
+                ), peers
+            elif port == metrics:
+                assert peers and all(
+                    set(peer) == {"namespaceSelector", "podSelector"}
+                    and peer["namespaceSelector"]["matchLabels"]
+                    and peer["podSelector"]["matchLabels"]
+                    for peer in peers
+                ), peers
+            else:
+                assert peers == [], f"Triton's port {name} admits {peers}"
+        for c in pod_spec(workload)["containers"]:
+            if c is not triton:  # the gateway beside Triton serves its own port to anyone, as its Service
+                assert all(ingress_peers(rendered, workload, p["containerPort"]) for p in c.get("ports", []))
+
+
+def immutable_tags() -> dict[str, str]:
+    """IMAGE:TAG -> reason, from k8s/immutable-tags.txt."""
+    tags = {}
+    for line in IMMUTABLE_TAGS.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            image, _, reason = line.partition(" ")
+            assert reason.strip(), f"{image}: no reason given"
+            tags[image] = reason.strip()
+    return tags
+
+
+def image_pinned(image: str, allowed: dict[str, str]) -> str | None:
+    """Why ``image`` is not pinned (None: it is)."""
+    digest = DIGEST.search(image)
+    if digest:
+        return None if digest.end() == len(image) else "text after the digest"
+    if "@" in image:
+        return "a malformed digest"
+    _, sep, tag = image.rpartition(":")
+    if not sep or "/" in tag:
+        return "untagged"
+    if tag == "latest":
+        return "latest"
+    return None if image in allowed else "a tag that is not in k8s/immutable-tags.txt"
+
+
+def test_images_are_pinned_by_digest_or_an_immutable_tag(rendered: Rendered) -> None:
+    allowed = immutable_tags()
+    for r in (rendered, render_with_postgres(rendered.overlay)):
+        for workload in r.workloads():
+            for c in all_containers(pod_spec(workload)):
+                problem = image_pinned(c["image"], allowed)
+                assert problem is None, (
+                    f"{r.overlay}: {workload['metadata']['name']}/{c['name']}: {c['image']}: {problem}"
+                )
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    image = gateway_container(rendered)["image"]
+    assert DIGEST.search(image) or image.split(":")[-1].startswith(f"{version}-"), (
+        f"{image}: the gateway's tag is the package version {version} plus the variant"
+    )
+
+
+def test_image_pinning_rules() -> None:
+    allowed = {"x:1.0": "a release"}
+    assert image_pinned("x:1.0", allowed) is None
+    assert image_pinned("x@sha256:" + "a" * 64, allowed) is None
+    assert image_pinned("r.io:5000/x:2.0@sha256:" + "0" * 64, allowed) is None
+    assert image_pinned("x:2.0", allowed) == "a tag that is not in k8s/immutable-tags.txt"
+    assert image_pinned("x", allowed) == image_pinned("r.io:5000/x", allowed) == "untagged"
+    assert image_pinned("x:latest", {"x:latest": "no"}) == "latest"
+    assert image_pinned("x@sha256:abc", allowed) == "a malformed digest"
+
+
+def test_every_immutable_tag_is_in_use() -> None:
+    used = {
+        c["image"]
+        for r in [render(o) for o in OVERLAYS] + [render_with_postgres("embedded")]
+        for w in r.workloads()
+        for c in all_containers(pod_spec(w))
+    }
+    assert set(immutable_tags()) <= used, set(immutable_tags()) - used
+
+
+# --- probe sets ---------------------------------------------------------------------------------------
+
+
+def test_probe_sets_are_staged_before_the_models_init_container(rendered: Rendered) -> None:
+    """The probesets component's init container runs first and stages /probesets of its image; the
+    `models` init container reads the staged copy read-only."""
+    spec = pod_spec(rendered.get("Deployment", "compcap-gateway"))
+    names = [c["name"] for c in spec["initContainers"]]
+    assert names.index("probesets") < names.index("models"), names
+    by_name = {c["name"]: c for c in spec["initContainers"]}
+    (staged,) = by_name["probesets"]["volumeMounts"]
+    (read,) = [m for m in by_name["models"]["volumeMounts"] if m["name"] == staged["name"]]
+    assert read["mountPath"] == "/probesets" and read.get("readOnly") is True
+    assert f"cp -R /probesets/. {staged['mountPath']}/" in by_name["probesets"]["command"][2]
+    assert "compcap-probesets" in by_name["probesets"]["image"]
+    dockerfile = (ROOT / "k8s" / "components" / "probesets" / "Dockerfile").read_text()
+    assert "COPY manifest.json /probesets/manifest.json" in dockerfile
+    assert "COPY probes/ /probesets/probes/" in dockerfile
+
+
+def write_probe_set(root: Path, name: str) -> dict[str, Any]:
+    """A one-image productivity probe set under ``root/probes/name``; its manifest entry."""
+    folder = root / "probes" / name
+    (folder / "images").mkdir(parents=True)
+    (folder / "images" / "1.png").write_bytes(b"not decoded here")
+    probe = {"format": 1, "name": name, "kind": "productivity", "images": 1, "length": {"short": [1]}}
+    (folder / "probe.json").write_text(json.dumps(probe))
+    captions = {
+        "images": [{"id": 1, "file_name": "images/1.png", "width": 8, "height": 8}],
+        "annotations": [{"id": 1, "image_id": 1, "caption": "a red cube"}],
+    }
+    (folder / "captions.json").write_text(json.dumps(captions))
+    return {"name": name, "kind": "productivity", "path": f"probes/{name}", "images": 1}
+
+
+def run_models_init(
+    tmp_path: Path, staged_manifest: dict[str, Any] | None
+) -> subprocess.CompletedProcess[str]:
+    """The gateway's `models` init container script, as rendered, run here on copies: /models (the
+    shipped repository's manifest), /probesets (a staged probe set and ``staged_manifest``), /repo."""
+    (init,) = [
+        c
+        for c in pod_spec(render("embedded").get("Deployment", "compcap-gateway"))["initContainers"]
+        if c["name"] == "models"
+    ]
+    assert init["command"][:2] == ["sh", "-ec"]
+    models, staged, repo = tmp_path / "models", tmp_path / "probesets", tmp_path / "repo"
+    models.mkdir()
+    repo.mkdir()
+    shutil.copy(ROOT / "model_repo" / "manifest.json", models / "manifest.json")
+    if staged_manifest is not None:
+        staged.mkdir()
+        write_probe_set(staged, "tiny")
+        (staged / "manifest.json").write_text(json.dumps(staged_manifest))
+    script = init["command"][2]
+    for path, here in (("/probesets", staged), ("/models", models), ("/repo", repo)):
+        script = script.replace(path, str(here))
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "PYTHONPATH": str(ROOT),
+    }
+    return subprocess.run(
+        ["sh", "-ec", script], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+
+
+def test_models_init_container_adds_the_probe_sets_built_for_its_repository(tmp_path: Path) -> None:
+    from service.manifest import load_manifest
+    from service.probes.sets import repo_probe_sets
+
+    shipped = json.loads((ROOT / "model_repo" / "manifest.json").read_text())
+    entry = write_probe_set(tmp_path / "entry", "tiny")
+    done = run_models_init(tmp_path, {**shipped, "probe_sets": [entry]})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "added 1 probe sets: tiny" in done.stdout
+    repo = tmp_path / "repo"
+    assert list(repo_probe_sets(repo, load_manifest(repo))) == ["tiny"]
+
+
+def test_models_init_container_refuses_probe_sets_of_another_repository(tmp_path: Path) -> None:
+    shipped = json.loads((ROOT / "model_repo" / "manifest.json").read_text())
+    entry = write_probe_set(tmp_path / "entry", "tiny")
+    other = {**shipped, "default_captioner": "another", "probe_sets": [entry]}
+    done = run_models_init(tmp_path, other)
+    assert done.returncode != 0
+    assert "built for another model repository" in done.stderr and "default_captioner" in done.stderr
+
+
+def test_models_init_container_without_probe_sets_copies_the_repository(tmp_path: Path) -> None:
+    done = run_models_init(tmp_path, None)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "probe sets" not in done.stdout
+    shipped = (ROOT / "model_repo" / "manifest.json").read_text()
+    assert (tmp_path / "repo" / "manifest.json").read_text() == shipped
+
+
+# --- the PostgreSQL component ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_postgres_component_validates_and_meets_the_restricted_standard(overlay: str) -> None:
+    r = render_with_postgres(overlay)
+    validate = find_tool("kubernetes-validate")
+    done = subprocess.run(
+        [validate, "--strict", "-"], input=r.text, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0 and "ERROR" not in done.stdout + done.stderr, done.stdout + done.stderr
+    assert_restricted(r)
+    db = r.get("StatefulSet", "compcap-postgres")
+    assert db["metadata"]["namespace"] == "compcap"
+    (container,) = pod_spec(db)["containers"]
+    assert container["image"].startswith("postgres:") and DIGEST.search(container["image"])
+    assert secret_env_of(container) == {"POSTGRES_PASSWORD": ("compcap-postgres", "password")}
+    (claim,) = db["spec"]["volumeClaimTemplates"]
+    data = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}[claim["metadata"]["name"]]
+    assert env_of(container)["PGDATA"].startswith(data + "/"), "PGDATA in a subdirectory of the claim"
+    service = r.get("Service", db["spec"]["serviceName"])
+    assert service_targets(r, service, "postgres") == [("postgres", 5432)]
+    assert ingress_peers(r, db, 5432) == [
+        {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "compcap-gateway"}}}
+    ]
+    budgets = [b for b in r.of_kind("PodDisruptionBudget") if b["metadata"]["name"] == "compcap-postgres"]
+    assert len(budgets) == 1
+    # the URL the README's commands put in the compcap-state Secret names this Service and user
+    readme = (ROOT / "k8s" / "components" / "postgres" / "kustomization.yaml").read_text()
+    url = re.search(r"postgresql\+psycopg://(\w+):\$PGPASSWORD@([\w-]+):(\d+)/(\w+)", readme)
+    assert url and (url[1], url[2], int(url[3]), url[4]) == (
+        env_of(container)["POSTGRES_USER"],
+        service["metadata"]["name"],
+        5432,
+        env_of(container)["POSTGRES_DB"],
+    )
 
 
 def test_one_service_monitor_scrapes_each_component(rendered: Rendered) -> None:
