@@ -15,10 +15,10 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_core import InitErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from service.backends.triton_addresses import parse_target
 from service.cli_errors import UsageError
 from service.manifest import MANIFEST_NAME
 from service.state.url import DEFAULT_STATE_URL, check_state_url
+from service.triton_url import parse_target
 
 MAX_BEAM_SIZE = 100  # re-ranking reads up to 100 candidates (the seeds' BUTR+RR evaluation: B = 100)
 FEATURES = ("probes", "explain", "compare")  # the feature packages the gateway can serve (service.gateway)

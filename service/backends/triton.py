@@ -20,12 +20,13 @@ from tritonclient.utils import InferenceServerException
 from tritonclient.utils.shared_memory import SharedMemoryException
 
 from service.backends.base import BackendError
-from service.backends.triton_addresses import Address, ModelIdentity, State, expected_identities, parse_target
+from service.backends.triton_addresses import Address, ModelIdentity, State, expected_identities
 from service.backends.triton_pool import TritonPool
 from service.backends.triton_request import ModelCall
 from service.backends.triton_shm import RegionPool
 from service.manifest import Manifest
 from service.metrics import Metrics
+from service.triton_url import parse_target
 
 log = logging.getLogger(__name__)
 

@@ -25,14 +25,12 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Literal
 
 from service.manifest import Manifest, ModelEntry
 
 EJECT_BASE_S = 1.0  # first back-off of an ejected address; doubled by each failed probe
 EJECT_MAX_S = 16.0  # longest back-off, and how often a mismatched address is checked again
 DIGEST_PARAMETER = "compcap_model_sha256"  # config.pbtxt parameter: sha256 of the model's ONNX file
-URL_FORMS = "host:port, host:port,host:port or dns:///name:port"
 
 # gRPC statuses of a call whose address went away or stalled: eject it, retry the call elsewhere
 _ADDRESS_FAILURES = frozenset(
@@ -44,75 +42,6 @@ def is_address_failure(status: str) -> bool:
     """Whether a call that failed with the gRPC ``status`` (``str(exc.status())``) says its address is
     gone (connection refused or reset, server stopping, no answer in time) rather than the request bad."""
     return status in _ADDRESS_FAILURES
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where the Triton servers are: fixed ``addresses`` (``single``, ``list``) or a DNS name."""
-
-    kind: Literal["single", "list", "dns"]
-    addresses: tuple[str, ...] = ()
-    host: str = ""
-    port: int = 0
-
-    def __str__(self) -> str:
-        return (
-            f"dns:///{join_hostport(self.host, self.port)}"
-            if self.kind == "dns"
-            else ",".join(self.addresses)
-        )
-
-
-def split_hostport(text: str) -> tuple[str, int]:
-    """``host:port`` or ``[v6]:port`` → (host, port); ``ValueError`` saying what is wrong."""
-    text = text.strip()
-    if "://" in text:
-        raise ValueError(f"{text!r}: no scheme, just host:port")
-    if text.startswith("["):
-        host, closed, rest = text[1:].partition("]")
-        if not closed or not rest.startswith(":"):
-            raise ValueError(f"{text!r} is not [IPv6]:port")
-        port_text = rest[1:]
-    else:
-        host, colon, port_text = text.rpartition(":")
-        if not colon:
-            raise ValueError(f"{text!r} has no port (host:port)")
-        if ":" in host:
-            raise ValueError(f"{text!r}: write an IPv6 address in brackets, [addr]:port")
-    if not host or any(c in host for c in "/ \t@?#"):
-        raise ValueError(f"{text!r} is not host:port")
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ValueError(f"{text!r}: the port must be a number from 1 to 65535")
-    return host, int(port_text)
-
-
-def join_hostport(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def parse_target(url: str) -> Target:
-    """``COMPCAP_TRITON_URL`` → ``Target``; ``ValueError`` naming the setting and its forms."""
-    text = url.strip()
-    try:
-        if not text:
-            raise ValueError("it is empty")
-        if text.startswith("dns:"):
-            rest = text[len("dns:") :]
-            if rest.startswith("//"):
-                authority, slash, rest = rest[2:].partition("/")
-                if not slash or authority:
-                    raise ValueError("a DNS server in the URL (dns://server/name:port) is not supported")
-            host, port = split_hostport(rest)
-            return Target("dns", host=host, port=port)
-        parts = [part.strip() for part in text.split(",")]
-        if any(not part for part in parts):
-            raise ValueError("an empty address in the comma-separated list")
-        addresses = tuple(join_hostport(*split_hostport(part)) for part in parts)
-        if len(set(addresses)) != len(addresses):
-            raise ValueError("an address repeats")
-        return Target("single" if len(addresses) == 1 else "list", addresses=addresses)
-    except ValueError as exc:
-        raise ValueError(f"COMPCAP_TRITON_URL={url!r}: {exc}; expected {URL_FORMS}") from None
 
 
 def backoff_s(failures: int, base_s: float = EJECT_BASE_S, max_s: float = EJECT_MAX_S) -> float:

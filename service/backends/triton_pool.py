@@ -27,13 +27,12 @@ from service.backends.triton_addresses import (
     AddressSet,
     ModelIdentity,
     State,
-    Target,
     identity_problems,
     is_address_failure,
-    join_hostport,
     latest_version,
 )
 from service.metrics import Metrics
+from service.triton_url import Target, join_hostport
 
 log = logging.getLogger(__name__)
 

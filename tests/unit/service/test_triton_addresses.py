@@ -20,16 +20,15 @@ from service.backends.triton_addresses import (
     AddressSet,
     ModelIdentity,
     State,
-    Target,
     backoff_s,
     expected_identity,
     file_sha256,
     identity_problems,
     is_address_failure,
     latest_version,
-    parse_target,
 )
 from service.manifest import ModelEntry, TensorSpec
+from service.triton_url import Target, parse_target
 
 
 class Clock:
