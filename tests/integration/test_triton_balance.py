@@ -317,3 +317,34 @@ def test_a_server_of_other_models_gets_no_calls(
         assert refused.reason == "runtime"
         assert "visual_encoder: compcap_model_sha256" in str(refused) and "mismatched" in str(refused)
     assert 'compcap_triton_addresses{state="mismatched"} 1.0' in text
+
+
+def test_no_server_left_answers_503_with_retry_after(
+    servers: tuple[LocalTriton, LocalTriton], tiny_repo: Path, tmp_path: Path
+) -> None:
+    """The last test of the module: B goes away too. A caption then gets a 503 naming the backend, with
+    Retry-After, within its deadline — not a 502, not a hang — and the gateway keeps answering."""
+    _, b = servers
+    assert b.process is not None
+    port = free_port()
+    env = {
+        **os.environ,
+        "COMPCAP_BACKEND": "triton",
+        "COMPCAP_TRITON_URL": b.grpc_url,
+        "COMPCAP_REQUEST_DEADLINE_S": "10",
+        "COMPCAP_FEATURES": "",
+    }
+    serve = [sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--repo", str(tiny_repo)]
+    image = png(0, 96)
+    with serving(serve, env, port, tmp_path / "serve.log", cwd=ROOT) as url:
+        ok = httpx.post(f"{url}/v1/captions", files={"image": ("i.png", image, "image/png")}, timeout=30)
+        assert ok.status_code == 200, ok.text
+        os.killpg(b.process.pid, signal.SIGKILL)
+        b.process.wait(timeout=30)
+        began = time.monotonic()
+        gone = httpx.post(f"{url}/v1/captions", files={"image": ("i.png", image, "image/png")}, timeout=30)
+        took = time.monotonic() - began
+        assert gone.status_code == 503, gone.text
+        assert gone.json()["error"]["code"] == "backend_unavailable" and gone.headers["Retry-After"] == "1"
+        assert took < 10.0, took
+        assert httpx.get(f"{url}/healthz", timeout=5).status_code == 200
