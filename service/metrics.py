@@ -7,8 +7,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from service import __version__
-from service.manifest import MANIFEST_NAME
+from service import __version__, manifest
 
 # The metric names, which the load tests read the gateway's /metrics by. prometheus_client names a
 # counter's family without ``_total`` and its samples with it (``ABANDONED + "_total"``); a histogram's
@@ -142,7 +141,7 @@ class Metrics:
         """``compcap_build_info{version, model_repo_digest} 1``: the package version and the first
         ``DIGEST_CHARS`` hex characters of the sha256 of ``repo``'s manifest.json bytes, so that a
         rollout (two versions or two repositories serving at once) shows on the dashboard."""
-        digest = hashlib.sha256((Path(repo) / MANIFEST_NAME).read_bytes()).hexdigest()[:DIGEST_CHARS]
+        digest = hashlib.sha256((Path(repo) / manifest.MANIFEST_NAME).read_bytes()).hexdigest()[:DIGEST_CHARS]
         self.build_info.labels(version=__version__, model_repo_digest=digest).set(1)
 
     def exposition(self) -> bytes:
