@@ -1,5 +1,5 @@
 """The training pipeline's ``compcap`` commands: world, train, build, models, splits, probeset,
-probesets. Light at import
+probesets, quantize. Light at import
 (argparse only); each command imports its module when it runs."""
 
 from __future__ import annotations
@@ -66,6 +66,11 @@ def _build_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="folder for data and checkpoints (default: <out>.work)",
     )
+    parser.add_argument(
+        "--quantize",
+        action="store_true",
+        help="then write and gate INT8 variants of its models, as `compcap quantize --repo OUT` does",
+    )
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -76,6 +81,10 @@ def _build(args: argparse.Namespace) -> int:
         f"wrote {args.out}: captioners {[c.name for c in manifest.captioners]}, "
         f"rankers {[r.name for r in manifest.rankers]}"
     )
+    if args.quantize:
+        from export.quantize import quantize_repo, report_lines
+
+        print("\n".join(report_lines(quantize_repo(Path(args.out), seed=args.seed))))
     return 0
 
 
@@ -338,6 +347,82 @@ def _calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _quantize_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repo", type=existing_dir, required=True, help="the model repository")
+    parser.add_argument(
+        "--models",
+        action=ListAction,
+        default=None,
+        metavar="MODEL",
+        help="FP32 models to quantize (default: all); the others serve FP32",
+    )
+    parser.add_argument(
+        "--method",
+        choices=["auto", "dynamic", "static"],
+        default="auto",
+        help="dynamic (weights INT8, activations at run time), static (QDQ calibrated on training-world "
+        "images), or auto: static for convolutional encoders, a recurrent step's LSTM kernels dynamic, "
+        "dynamic for the rest",
+    )
+    parser.add_argument(
+        "--calibration-images", type=positive_int, default=64, help="training-world images to calibrate on"
+    )
+    parser.add_argument(
+        "--eval-images",
+        type=positive_int,
+        default=None,
+        help="evaluation-world images of the gate (default: the preset's, as the build's quality)",
+    )
+    parser.add_argument(
+        "--probe-images",
+        type=positive_int,
+        default=None,
+        help="at most this many systematicity probe images per pair (default: all)",
+    )
+    parser.add_argument(
+        "--no-systematicity", action="store_true", help="gate without the systematicity probe"
+    )
+    parser.add_argument(
+        "--min-speedup",
+        type=float,
+        default=1.0,
+        help="drop a variant not this much faster than its FP32 model (0: keep every variant)",
+    )
+    parser.add_argument("--max-cider-change", type=float, default=0.02, help="gate: CIDEr-D, relative")
+    parser.add_argument("--min-top1", type=fraction, default=0.90, help="gate: top-1 caption agreement")
+    parser.add_argument(
+        "--max-recall-points", type=float, default=1.0, help="gate: systematicity mean Recall@5, points"
+    )
+    parser.add_argument("--seed", type=int, default=None, help="training world seed (default: the build's)")
+    parser.add_argument("--json", type=writable_file, default=None, help="write the manifest entry here")
+
+
+def _quantize(args: argparse.Namespace) -> int:
+    from export.quantize import Thresholds, quantize_repo, report_lines
+
+    try:
+        result = quantize_repo(
+            Path(args.repo),
+            args.models,
+            args.method,
+            Thresholds(args.max_cider_change, args.min_top1, args.max_recall_points),
+            calibration_images=args.calibration_images,
+            eval_images=args.eval_images,
+            probe_images=args.probe_images,
+            systematicity=not args.no_systematicity,
+            min_speedup=args.min_speedup,
+            seed=args.seed,
+        )
+    except ValueError as exc:
+        print(f"compcap quantize: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(report_lines(result)))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(result.variant.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    return 0 if result.variant.passed else 1
+
+
 COMMANDS: CommandTable = {
     "calibrate": Command(
         "calibrate each captioner's in_domain test on validation images and measure it",
@@ -358,6 +443,11 @@ COMMANDS: CommandTable = {
         "write a probe set of a COCO-format folder (systematicity, productivity, substitutivity)",
         _probeset_arguments,
         _probeset,
+    ),
+    "quantize": Command(
+        "write INT8 variants of a repository's models, gate them on quality, list them in its manifest",
+        _quantize_arguments,
+        _quantize,
     ),
     "probesets": Command(
         "(re)write the SceneWorld probe sets of a built repository and list them in its manifest",

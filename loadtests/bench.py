@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from PIL import Image
@@ -51,7 +51,7 @@ from service.cli_args import (
 from service.engine.engine import CaptionEngine
 from service.engine.params import SearchParams
 from service.engine.runner import ModelRunner
-from service.manifest import Manifest, load_manifest
+from service.manifest import Manifest, Precision, load_manifest
 from service.metrics import Metrics
 from service.settings import Settings
 
@@ -341,13 +341,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     pngs = [png_bytes(x) for x in images]
     with ExitStack() as stack:
         env = {"COMPCAP_BACKEND": args.backend, "COMPCAP_MAX_QUEUE": str(max(args.clients) * 2)}
+        precision = cast("Precision", args.precision or os.environ.get("COMPCAP_PRECISION") or "fp32")
+        env["COMPCAP_PRECISION"] = precision
         if args.backend == "triton":
             url = args.triton_url
             if url is None:
                 server = stack.enter_context(local_triton(repo))
                 url = server.grpc_url
             env["COMPCAP_TRITON_URL"] = url
-        settings = Settings(repo=repo, backend=args.backend, triton_url=env.get("COMPCAP_TRITON_URL", ""))
+        settings = Settings(
+            repo=repo,
+            backend=args.backend,
+            triton_url=env.get("COMPCAP_TRITON_URL", ""),
+            precision=precision,
+        )
         console.print(f"[bold]in-process[/]: single decode, step curve, naive x{args.naive_clients}")
         local = asyncio.run(in_process(settings, manifest, params_kw, images, args))
         step_model = manifest.captioner(model).step
@@ -395,6 +402,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             baseline = peer_load("transformers", module, repo, pngs, query, args.clients, args.duration)
     out: dict[str, Any] = {
         "backend": args.backend,
+        "precision": precision,
         "model": model,
         "rerank": args.rerank,
         "beam_size": BEAM_SIZE,
@@ -532,6 +540,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="--baseline transformers: the snapshot directory",
     )
+    parser.add_argument(
+        "--precision",
+        choices=["fp32", "int8"],
+        default=None,
+        help="the models' precision (COMPCAP_PRECISION; default: the environment's, else fp32)",
+    )
+    parser.add_argument(
+        "--compare-precision",
+        action="store_true",
+        help="run the whole bench at fp32 and at int8 in turn, --rounds times each (A B A B: a shared "
+        "machine's load falls on both), and report the medians and the int8/fp32 ratios",
+    )
+    parser.add_argument(
+        "--rounds", type=positive_int, default=2, help="--compare-precision: runs of each precision"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -544,8 +567,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def bench(args: argparse.Namespace) -> int:
     if isinstance(args.clients, str):
         args.clients = [int(c) for c in args.clients.split(",") if c.strip()]
-    result = run(args)
-    console.print(summary(result))
+    if getattr(args, "compare_precision", False):
+        result = compare_precision(args)
+    else:
+        result = run(args)
+        console.print(summary(result))
     text = json.dumps(result, indent=2)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -556,7 +582,45 @@ def bench(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["add_arguments", "bench", "main"]
+def compare_precision(args: argparse.Namespace) -> dict[str, Any]:
+    """The bench at fp32 and at int8 in turn, ``args.rounds`` times each; per figure (the step limit,
+    captions/s at each client count) the median of each precision and their ratio, int8 / fp32."""
+    runs: dict[str, list[dict[str, Any]]] = {"fp32": [], "int8": []}
+    for n in range(args.rounds):
+        for precision in runs:
+            console.print(f"[bold]precision {precision}[/], round {n + 1} of {args.rounds}")
+            runs[precision].append(run(argparse.Namespace(**{**vars(args), "precision": precision})))
+            console.print(summary(runs[precision][-1]))
+    figures: dict[str, dict[str, float]] = {}
+
+    def figure(name: str, pick: Callable[[dict[str, Any]], float]) -> None:
+        medians = {p: float(np.median([pick(r) for r in rs])) for p, rs in runs.items()}
+        figures[name] = {
+            **{p: round(v, 2) for p, v in medians.items()},
+            "ratio": round(medians["int8"] / medians["fp32"], 3) if medians["fp32"] else 0.0,
+        }
+
+    figure("step_limit_rows_per_s", lambda r: r["limit"]["rows_per_s"])
+    figure("single_decode_ms", lambda r: r["single_decode_ms"])
+    figure("compute_limit_captions_per_s", lambda r: r["compute_limit"]["captions_per_s"])
+    for k, clients in enumerate(args.clients):
+        figure(f"captions_per_s_at_{clients}", _level(k, "captions_per_s"))
+        figure(f"p50_ms_at_{clients}", _level(k, "p50_ms"))
+    table = Table(title="compcap bench --compare-precision: medians of each precision, int8 / fp32")
+    for col in ("figure", "fp32", "int8", "int8 / fp32"):
+        table.add_column(col, justify="right")
+    for name, row in figures.items():
+        table.add_row(name, f"{row['fp32']:g}", f"{row['int8']:g}", f"{row['ratio']:.3f}")
+    console.print(table)
+    return {"rounds": args.rounds, "comparison": figures, "runs": runs}
+
+
+def _level(k: int, key: str) -> Callable[[dict[str, Any]], float]:
+    """``key`` of a bench result's ``k``-th load level."""
+    return lambda result: float(result["load"][k][key])
+
+
+__all__ = ["add_arguments", "bench", "compare_precision", "main"]
 
 if __name__ == "__main__":
     raise SystemExit(main())

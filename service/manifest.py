@@ -13,6 +13,7 @@ Without them a captioner is read as in version 1, so repositories written before
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -247,6 +248,59 @@ class ProbeSetEntry(BaseModel):
     world_seed: int | None = Field(default=None, description="SceneWorld seed of the probe images")
 
 
+# the precisions a repository may serve its models at (``COMPCAP_PRECISION``): its FP32 models, or the
+# variants ``compcap quantize`` wrote beside them (``Manifest.precision_variants``)
+Precision = Literal["fp32", "int8"]
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+
+
+class PrecisionGate(BaseModel):
+    """The quality gate of a variant set (``compcap quantize``): the FP32 models and the variants decoded
+    through the served engine on the same images. A set that fails it is never served."""
+
+    passed: bool
+    thresholds: dict[str, float] = Field(
+        default_factory=dict,
+        description="cider_d_rel_change (max |relative change|), top1_agreement (min share), "
+        "recall5_points (max |change| of the systematicity mean Recall@5, in points)",
+    )
+    runs: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description="per run (captioner or captioner+ranker) on the evaluation world: cider_d_fp32, "
+        "cider_d_int8, cider_d_rel_change, top1_agreement, images",
+    )
+    systematicity: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description="per run on the systematicity probe set: mean Recall@5 of the held-out pairs "
+        "(recall5_fp32, recall5_int8, recall5_delta_points), of the seen pairs likewise, images",
+    )
+    failures: list[str] = Field(default_factory=list, description="each threshold the set missed")
+    notes: list[str] = Field(default_factory=list, description="what was not measured, and why")
+
+
+class PrecisionVariant(BaseModel):
+    """A repository's models at another precision (e.g. int8): each a model of its own directory
+    (``<name>_int8/config.pbtxt`` + ``1/model.onnx``), listed in ``Manifest.models`` only while its set
+    passed its gate."""
+
+    models: dict[str, str] = Field(description="FP32 model name -> the name of its variant model")
+    methods: dict[str, str] = Field(
+        default_factory=dict, description="FP32 model name -> how it was made (dynamic, static)"
+    )
+    skipped: dict[str, str] = Field(
+        default_factory=dict, description="FP32 model name -> why it has no variant (it serves FP32)"
+    )
+    speed: dict[str, dict[str, float]] = Field(
+        default_factory=dict, description="per FP32 model: fp32_ms, variant_ms, speedup, batch"
+    )
+    machine: str = Field(default="", description="the CPU the variants were timed and gated on")
+    gate: PrecisionGate | None = Field(default=None, description="None: not gated (never served)")
+
+    @property
+    def passed(self) -> bool:
+        return self.gate is not None and self.gate.passed
+
+
 class Manifest(BaseModel):
     format_version: int = FORMAT_VERSION
     preset: str
@@ -257,6 +311,9 @@ class Manifest(BaseModel):
     captioners: list[CaptionerEntry]
     rankers: list[RankerEntry]
     probe_sets: list[ProbeSetEntry] = []
+    precision_variants: dict[str, PrecisionVariant] = Field(
+        default_factory=dict, description="per precision other than fp32 (int8): its variant models"
+    )
 
     @model_validator(mode="after")
     def _references_resolve(self) -> Manifest:
@@ -295,7 +352,51 @@ class Manifest(BaseModel):
         probe_names = [p.name for p in self.probe_sets]
         if len(set(probe_names)) != len(probe_names):
             raise ValueError(f"probe set names repeat: {probe_names}")
+        self._variants_resolve(roles)
         return self
+
+    def _variants_resolve(self, roles: Mapping[str, str]) -> None:
+        """A passed variant is a model of the same role as its FP32 model; a failed one is not served."""
+        variants = {v for p in self.precision_variants.values() for v in p.models.values()}
+        for precision, variant_set in self.precision_variants.items():
+            if precision not in PRECISIONS or precision == "fp32":
+                raise ValueError(f"precision_variants: {precision!r} is not one of {PRECISIONS[1:]}")
+            for source, variant in variant_set.models.items():
+                if source not in roles or source in variants:
+                    raise ValueError(f"precision_variants.{precision}: {source!r} is not an FP32 model")
+                if variant_set.passed and roles.get(variant) != roles[source]:
+                    raise ValueError(
+                        f"precision_variants.{precision}: {variant!r} must be a {roles[source]} model "
+                        "(its set passed its gate)"
+                    )
+                if not variant_set.passed and variant in roles:
+                    raise ValueError(
+                        f"precision_variants.{precision}: {variant!r} failed its gate: it cannot be a model"
+                    )
+
+    def served_models(self, precision: str = "fp32") -> dict[str, str]:
+        """FP32 model name -> the model that serves it at ``precision`` (``COMPCAP_PRECISION``): its
+        variant where the variant set passed its gate, else itself (a model left in FP32). ``ValueError``
+        naming the setting when the repository has no passed variants of that precision."""
+        variants = {v for p in self.precision_variants.values() for v in p.models.values()}
+        names = {m.name: m.name for m in self.models if m.name not in variants}
+        if precision == "fp32":
+            return names
+        found = self.precision_variants.get(precision)
+        if precision not in PRECISIONS:
+            raise ValueError(f"COMPCAP_PRECISION={precision!r}: expected one of {', '.join(PRECISIONS)}")
+        if found is None or not found.passed:
+            if found is None:
+                why = "has none (`compcap quantize --repo REPO` writes and gates them)"
+            elif found.gate is None:
+                why = "has a set that was never gated"
+            else:
+                why = "has a set that failed its quality gate: " + "; ".join(found.gate.failures)
+            raise ValueError(
+                f"COMPCAP_PRECISION={precision}: the repository serves no {precision} models: it {why}; "
+                "serve COMPCAP_PRECISION=fp32"
+            )
+        return {name: found.models.get(name, name) for name in names}
 
     def model(self, name: str) -> ModelEntry:
         for entry in self.models:

@@ -11,12 +11,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, Self, TypeVar
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import InitErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.cli_errors import UsageError
-from service.manifest import MANIFEST_NAME
+from service.manifest import MANIFEST_NAME, Precision, load_manifest
 from service.state.url import DEFAULT_STATE_URL, check_state_url
 from service.triton_url import parse_target
 
@@ -80,6 +80,12 @@ class EngineSettings(Section):
     )
     executor_threads: int = Field(
         default=4, ge=1, le=64, description="threads that run model calls off the loop"
+    )
+    precision: Precision = Field(
+        default="fp32",
+        description="the models' precision: fp32, or int8 (the variants `compcap quantize` wrote and "
+        "whose quality gate passed; a model without a variant serves FP32). int8 on a repository without "
+        "passed int8 variants is a settings error",
     )
     default_beam_size: int = Field(default=5, ge=1, le=MAX_BEAM_SIZE)
     max_beam_size: int = Field(
@@ -155,6 +161,14 @@ class EngineSettings(Section):
                 f"default_beam_size ({self.default_beam_size}) exceeds max_beam_size ({self.max_beam_size})"
             )
         return self
+
+    @field_validator("precision")
+    @classmethod
+    def _precision_served(cls, value: Precision, info: ValidationInfo) -> Precision:
+        repo = info.data.get("repo")  # absent when the repository itself is invalid
+        if value != "fp32" and repo is not None:  # its variants of that precision passed their gate
+            load_manifest(repo).served_models(value)
+        return value
 
 
 class GatewaySettings(Section):

@@ -28,6 +28,7 @@ async def make_backend(settings: EngineSettings, manifest: Manifest, metrics: Me
             metrics,
             settings.executor_threads,
             settings.ort_spinning,
+            settings.precision,
         )
     if settings.backend == "triton":
         try:
@@ -37,7 +38,7 @@ async def make_backend(settings: EngineSettings, manifest: Manifest, metrics: Me
                 f"COMPCAP_BACKEND=triton needs the Triton client ({exc}): install compcap[triton]"
             ) from exc
 
-        return await TritonBackend.connect(
+        backend = await TritonBackend.connect(
             settings.triton_url,
             manifest,
             metrics,
@@ -46,4 +47,9 @@ async def make_backend(settings: EngineSettings, manifest: Manifest, metrics: Me
             repo=settings.repo,
             resolve_s=settings.triton_resolve_s,
         )
+        if settings.precision == "fp32":
+            return backend
+        from service.backends.precision import ServedNames  # the int8 variants' Triton models
+
+        return ServedNames(backend, manifest.served_models(settings.precision), settings.precision)
     raise ValueError(f"backend {settings.backend!r} is not built yet")

@@ -27,7 +27,9 @@ def providers() -> list[str]:
 
 class OnnxRuntimeBackend:
     """Loads ``<repo>/<model>/1/model.onnx`` for every model in the manifest (synchronously: construct
-    it off the event loop) and runs ``infer`` calls in a small thread pool."""
+    it off the event loop) and runs ``infer`` calls in a small thread pool. At ``precision`` int8 a
+    model with a variant that passed its gate loads the variant's file under the FP32 model's name
+    (``Manifest.served_models``; ``paths`` says which file serves each name)."""
 
     def __init__(
         self,
@@ -37,6 +39,7 @@ class OnnxRuntimeBackend:
         metrics: Metrics | None = None,
         executor_threads: int = 4,
         spin: bool = True,
+        precision: str = "fp32",
     ) -> None:
         if threads < 0:
             raise ValueError(f"threads must be >= 0, got {threads}")
@@ -55,15 +58,25 @@ class OnnxRuntimeBackend:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self.sessions: dict[str, ort.InferenceSession] = {}
         self.outputs: dict[str, list[str]] = {}
-        for entry in manifest.models:
-            path = entry.path(repo)
+        self.precision = precision
+        self.paths: dict[str, Path] = {}  # model name -> the file its session runs
+        for name, served in manifest.served_models(precision).items():
+            path = manifest.model(served).path(repo)
             if not path.is_file():
-                raise ValueError(f"model {entry.name!r}: {path} does not exist")
+                raise ValueError(f"model {served!r}: {path} does not exist")
             session = ort.InferenceSession(str(path), sess_options=options, providers=self.providers)
-            self.sessions[entry.name] = session
-            self.outputs[entry.name] = [o.name for o in session.get_outputs()]
+            self.sessions[name] = session
+            self.outputs[name] = [o.name for o in session.get_outputs()]
+            self.paths[name] = path
         self._executor = ThreadPoolExecutor(max_workers=executor_threads, thread_name_prefix="ort")
-        log.info("onnxruntime backend: %d models on %s", len(self.sessions), self.providers)
+        variants = sum(path.parent.parent.name != name for name, path in self.paths.items())
+        log.info(
+            "onnxruntime backend: %d models (%s, %d variants) on %s",
+            len(self.sessions),
+            precision,
+            variants,
+            self.providers,
+        )
 
     def _run(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         session = self.sessions[model]

@@ -1,0 +1,25 @@
+"""Serving a repository at another precision (``COMPCAP_PRECISION``) on a backend that calls its models
+by name (Triton): the engine keeps calling the FP32 names of the manifest, and each call goes to the
+model that serves that name (``Manifest.served_models``: the int8 variant, where its set passed its
+gate). The embedded backend needs no wrapper: it loads the variant's file under the FP32 name."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from service.backends.base import Backend
+
+
+class ServedNames:
+    """A ``Backend`` that calls ``served[model]`` on ``inner`` for ``model`` (unlisted names as they are)."""
+
+    def __init__(self, inner: Backend, served: Mapping[str, str], precision: str) -> None:
+        self.inner, self.served, self.precision = inner, dict(served), precision
+
+    async def infer(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return await self.inner.infer(self.served.get(model, model), inputs)
+
+    async def close(self) -> None:
+        await self.inner.close()
