@@ -1,0 +1,143 @@
+"""What every step of ``compcap quantize`` shares: thresholds, the result, the recording backend, the
+worlds it calibrates and evaluates on, the runs it compares."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+
+from service.backends.onnxruntime import OnnxRuntimeBackend
+from service.engine.engine import CaptionEngine
+from service.manifest import Manifest, PrecisionVariant
+from service.settings import EngineSettings
+from service.text.vocabulary import Vocabulary
+
+PRECISION = "int8"
+SUFFIX = "_int8"
+METHODS = ("auto", "dynamic", "static")
+MIN_COLUMNS = 8  # a MatMul/Gemm weight with fewer output columns stays FP32 (matrix-vector)
+CALIBRATION_CALLS = 48  # most recorded calls per model
+BEAM_SIZE = 5
+RERANK_BEAM = 100  # the probes' re-ranked runs (BUTR+RR), as the probe schedule's default
+console = Console(stderr=True)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The gate (issue 31): CIDEr-D within 2% relative, top-1 identical on >= 90% of images, the
+    systematicity mean Recall@5 within 1 point."""
+
+    cider_d_rel_change: float = 0.02
+    top1_agreement: float = 0.90
+    recall5_points: float = 1.0
+
+
+@dataclass
+class QuantizeResult:
+    variant: PrecisionVariant
+    manifest: Manifest
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+# -- calibration: every model call's inputs while the FP32 engine captions training-world images ------
+
+
+class RecordingBackend:
+    """Wraps a backend; keeps the inputs of up to ``limit`` calls per model (every ``stride``-th)."""
+
+    def __init__(self, inner: OnnxRuntimeBackend, limit: int = CALIBRATION_CALLS) -> None:
+        self.inner, self.limit = inner, limit
+        self.calls: dict[str, list[dict[str, np.ndarray]]] = {}
+        self.seen: dict[str, int] = {}
+
+    async def infer(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        kept = self.calls.setdefault(model, [])
+        self.seen[model] = self.seen.get(model, 0) + 1
+        if len(kept) < self.limit:
+            kept.append({k: np.array(v, copy=True) for k, v in inputs.items()})
+        return await self.inner.infer(model, inputs)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+def world_seed(repo: Path, manifest: Manifest, default: int = 0) -> int:
+    """The seed of the SceneWorld the repository was trained on (its ``build_report.json``, else its
+    captioners' ``training.dataset``), else ``default``."""
+    import json
+
+    report = repo / "build_report.json"
+    if report.is_file():
+        seed = json.loads(report.read_text(encoding="utf-8")).get("seed")
+        if isinstance(seed, int):
+            return seed
+    for cap in manifest.captioners:
+        found = re.search(r"sceneworld\(seed=(\d+)", cap.training.dataset)
+        if found:
+            return int(found.group(1))
+    return default
+
+
+def world_images(n: int, seed: int, size: int) -> tuple[np.ndarray, list[list[str]]]:
+    """The first ``n`` images of SceneWorld ``seed`` at ``size`` pixels, and their captions."""
+    from export.world.dataset import generate
+
+    images, captions, _ = generate(n, seed=seed, image_size=size)
+    return images, captions
+
+
+def engine_settings(repo: Path, **overrides: Any) -> EngineSettings:
+    """The engine's settings (``COMPCAP_*``) with the precision left to the backend each run builds."""
+    return EngineSettings(repo=repo, precision="fp32", max_beam_size=RERANK_BEAM, **overrides)
+
+
+def open_backend(repo: Path, manifest: Manifest, precision: str) -> OnnxRuntimeBackend:
+    s = engine_settings(repo)
+    return OnnxRuntimeBackend(
+        repo, manifest, s.intra_op_threads, None, s.executor_threads, s.ort_spinning, precision
+    )
+
+
+def runs(manifest: Manifest) -> list[tuple[str, str | None]]:
+    """Each captioner plain, then re-ranked by its own ranker or vsepp (``compcap evaluate``'s runs)."""
+    from export.studies.runs import runs_for
+
+    return runs_for(manifest)
+
+
+def label(run: tuple[str, str | None]) -> str:
+    return f"{run[0]}+{run[1]}" if run[1] else run[0]
+
+
+async def caption_runs(
+    engine: CaptionEngine, images: np.ndarray, todo: Sequence[tuple[str, str | None]]
+) -> dict[str, list[str]]:
+    """Top-1 caption per image of each run (beam 5; a re-ranked run re-ranks its 5 beams)."""
+    out = {}
+    for cap, ranker in todo:
+        params = engine.resolve(model=cap, beam_size=BEAM_SIZE, rerank=ranker if ranker else False)
+        captions = await engine.caption_many(images, params)
+        out[label((cap, ranker))] = [per[0].text if per else "" for per in captions]
+    return out
+
+
+async def record_calls(
+    repo: Path, manifest: Manifest, images: np.ndarray
+) -> dict[str, list[dict[str, np.ndarray]]]:
+    """Inputs of every FP32 model's calls while the engine captions ``images`` in every run."""
+    vocab = Vocabulary.load(repo / manifest.vocabulary.file)
+    recorder = RecordingBackend(await asyncio.to_thread(open_backend, repo, manifest, "fp32"))
+    engine = CaptionEngine(recorder, manifest, vocab, engine_settings(repo))
+    try:
+        await caption_runs(engine, images, runs(manifest))
+    finally:
+        await engine.close()
+        await recorder.close()
+    return recorder.calls

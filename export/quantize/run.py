@@ -1,0 +1,147 @@
+"""``quantize_repo``: calibrate, make the variants, gate them, record them in the manifest; its report."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from export.quantize.common import (
+    METHODS,
+    PRECISION,
+    QuantizeResult,
+    Thresholds,
+    console,
+    record_calls,
+    world_images,
+    world_seed,
+)
+from export.quantize.gate import PROVISIONAL, admit, systematicity_gate
+from export.quantize.variants import make_variants, with_variants
+from service.manifest import PrecisionGate, load_manifest
+
+# -- the command -----------------------------------------------------------------------------------------
+
+
+def quantize_repo(
+    repo: Path,
+    models: Sequence[str] | None = None,
+    method: str = "auto",
+    thresholds: Thresholds | None = None,
+    calibration_images: int = 64,
+    eval_images: int | None = None,
+    probe_images: int | None = None,
+    systematicity: bool = True,
+    min_speedup: float = 1.0,
+    timing_rounds: int = 5,
+    seed: int | None = None,
+) -> QuantizeResult:
+    """Write, time and gate the INT8 variants of ``repo`` (of ``models``, default every model) and record
+    them in its manifest (see the module docstring); earlier variants are replaced. ``eval_images``:
+    images of the evaluation world (default: the preset's ``eval_images``, as the build's quality);
+    ``probe_images``: at most this many systematicity probe images per pair (default all);
+    ``systematicity=False`` gates without the probe; ``min_speedup``: drop a variant slower than this
+    (0 keeps every variant whatever its speed)."""
+    from export.build import TEST_SEED_OFFSET
+    from export.presets import get_preset
+    from export.probesets.repo import write_manifest
+
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    repo = Path(repo)
+    thresholds = thresholds or Thresholds()
+    base = load_manifest(repo)
+    earlier = {v for p in base.precision_variants.values() for v in p.models.values()}
+    fp32 = base.model_copy(
+        update={"models": [m for m in base.models if m.name not in earlier], "precision_variants": {}}
+    )
+    names = [m.name for m in fp32.models]
+    for name in models or ():
+        if name not in names:
+            raise ValueError(f"{name!r} is not an FP32 model of {repo} (models: {', '.join(names)})")
+    for old in earlier:
+        shutil.rmtree(repo / old, ignore_errors=True)
+    seconds: dict[str, float] = {}
+    seed = world_seed(repo, fp32) if seed is None else seed
+    size = fp32.image.height
+    t0 = time.perf_counter()
+    console.print(f"calibration: {calibration_images} images of the training world (seed {seed})")
+    calibration, _ = world_images(calibration_images, seed, size)
+    calls = asyncio.run(record_calls(repo, fp32, calibration))
+    seconds["calibration"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    made = make_variants(repo, fp32, calls, list(models or names), method, min_speedup, timing_rounds)
+    seconds["quantize"] = time.perf_counter() - t0
+    verdict = PrecisionGate(passed=False, thresholds=asdict(thresholds), failures=["no INT8 variant"])
+    if made.models:
+        t0 = time.perf_counter()
+        try:
+            n_eval = eval_images or get_preset(fp32.preset).eval_images
+        except (KeyError, ValueError):
+            n_eval = eval_images or 500
+        console.print(f"gate: {n_eval} images of the evaluation world (seed {seed + TEST_SEED_OFFSET})")
+        images, references = world_images(n_eval, seed + TEST_SEED_OFFSET, size)
+        admitted, verdict = admit(repo, fp32, made, thresholds, images, references)
+        for name in set(made.models) - set(admitted):
+            shutil.rmtree(repo / made.models[name], ignore_errors=True)
+        made.methods = {k: v for k, v in made.methods.items() if k in admitted}
+        made.models = admitted
+        if not admitted:
+            verdict.passed = False
+            verdict.failures.append("no INT8 variant passed the gate")
+        sets = [p.name for p in fp32.probe_sets if p.kind == "systematicity"]
+        if not systematicity:
+            verdict.notes.append("systematicity not measured: skipped (--no-systematicity)")
+        elif not sets:
+            verdict.notes.append(
+                "systematicity not measured: the repository has no systematicity probe set "
+                "(`compcap probesets --repo REPO` writes it)"
+            )
+        elif admitted:
+            probe_set = "systematicity" if "systematicity" in sets else sets[0]
+            provisional = with_variants(fp32, made, PROVISIONAL)
+            systematicity_gate(repo, provisional, verdict, thresholds, probe_set, probe_images)
+        seconds["gate"] = time.perf_counter() - t0
+    manifest = with_variants(fp32, made, verdict)
+    write_manifest(repo, manifest)
+    return QuantizeResult(manifest.precision_variants[PRECISION], manifest, seconds)
+
+
+def report_lines(result: QuantizeResult) -> list[str]:
+    """What ``compcap quantize`` prints."""
+    v = result.variant
+    lines = [f"machine: {v.machine}"]
+    for name, variant in v.models.items():
+        s = v.speed.get(name, {})
+        lines.append(
+            f"  {name} -> {variant} ({v.methods[name]}): {s.get('fp32_ms', 0):.3f} -> "
+            f"{s.get('int8_ms', 0):.3f} ms at batch {s.get('batch', 0):.0f} (x{s.get('speedup', 0):.2f})"
+        )
+    for name, why in v.skipped.items():
+        lines.append(f"  {name}: FP32 ({why})")
+    g = v.gate
+    if g is not None:
+        for run, row in g.runs.items():
+            lines.append(
+                f"  {run}: CIDEr-D {row['cider_d_fp32']:.4f} -> {row['cider_d_int8']:.4f} "
+                f"({row['cider_d_rel_change']:+.2%}), top-1 identical {row['top1_agreement']:.1%} "
+                f"of {row['images']:.0f} images"
+            )
+        for run, row in g.systematicity.items():
+            parts = [
+                f"{part.replace('_', '-')} R@5 {row[f'recall5_{part}_fp32'] * 100:.2f} -> "
+                f"{row[f'recall5_{part}_int8'] * 100:.2f} ({row[f'recall5_{part}_delta_points']:+.2f} pts)"
+                for part in ("held_out", "seen")
+                if f"recall5_{part}_fp32" in row
+            ]
+            lines.append(f"  {run} systematicity: " + ", ".join(parts))
+        lines += [f"  note: {n}" for n in g.notes]
+        lines += [f"  FAILED: {f}" for f in g.failures]
+        lines.append(
+            f"gate: {'passed: served with COMPCAP_PRECISION=int8' if g.passed else 'failed: not served'}"
+        )
+    lines.append("seconds: " + ", ".join(f"{k} {s:.1f}" for k, s in result.seconds.items()))
+    return lines
