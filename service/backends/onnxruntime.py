@@ -68,6 +68,9 @@ class OnnxRuntimeBackend:
             self.sessions[name] = session
             self.outputs[name] = [o.name for o in session.get_outputs()]
             self.paths[name] = path
+        self._call_seconds = {  # each model's histogram series, looked up once
+            name: metrics.model_call.labels(model=name) for name in self.sessions if metrics is not None
+        }
         self._executor = ThreadPoolExecutor(max_workers=executor_threads, thread_name_prefix="ort")
         variants = sum(path.parent.parent.name != name for name, path in self.paths.items())
         log.info(
@@ -90,7 +93,7 @@ class OnnxRuntimeBackend:
             self._count(model, "runtime")
             raise BackendError(model, "runtime", str(exc)) from exc
         if self.metrics is not None:
-            self.metrics.model_call.labels(model=model).observe(time.perf_counter() - start)
+            self._call_seconds[model].observe(time.perf_counter() - start)
         return dict(zip(self.outputs[model], values, strict=True))
 
     def _count(self, model: str, reason: str) -> None:

@@ -346,8 +346,11 @@ class BeamBatch:
         row_key = self.key[step.image_index]
         if self.processors:
             self._process(step, live, row_key, update)
-        full = np.full((i * c, v), NEG_INF)
-        full[step.rows] = live
+        if n == i * c:  # every grid row is live (rows() lists them in order): no scatter needed
+            full = live
+        else:
+            full = np.full((i * c, v), NEG_INF)
+            full[step.rows] = live
         state = self.state.reshape(i * c, -1)
         state[step.rows] = state_out
         cum = np.where(self.done[:, None], NEG_INF, self.cum)
@@ -402,7 +405,8 @@ class BeamBatch:
                     observer(event)
                 except Exception as exc:
                     update.failed.setdefault(key, exc)
-        update.finished = [k for k in self.steps if k not in update.failed and self.done[self.key == k].all()]
+        unfinished = set(self.key[~self.done].tolist())  # keys with an image still decoding
+        update.finished = [k for k in self.steps if k not in update.failed and k not in unfinished]
         return update
 
     def _hf_candidates(

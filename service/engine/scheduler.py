@@ -22,6 +22,7 @@ import asyncio
 import heapq
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
@@ -83,6 +84,11 @@ class Scheduler:
         self._background: set[asyncio.Task[None]] = set()
         self._closed = False
         self.iterations = 0  # step calls made
+        if metrics is not None:  # this loop's labelled series, looked up once (labels() costs per call)
+            self._beam_rows = metrics.beam_rows.labels(model=captioner.step)
+            self._decoded_tokens = metrics.decoded_tokens.labels(model=captioner.name)
+            self._active_gauge = metrics.active_requests.labels(model=captioner.name)
+            self._queue_gauge = metrics.queue_length.labels(model=captioner.name)
 
     @property
     def active_requests(self) -> int:
@@ -206,11 +212,11 @@ class Scheduler:
         self.iterations += 1
         if self.metrics is not None:
             n = int(rows.rows.shape[0])
-            self.metrics.beam_rows.labels(model=self.cap.step).observe(n)
-            self.metrics.decoded_tokens.labels(model=self.cap.name).inc(n)
-            for request in stepped:
-                for name in request.params.hook_names:
-                    self.metrics.hook_applications.labels(hook=name).inc()
+            self._beam_rows.observe(n)
+            self._decoded_tokens.inc(n)
+            hooks = Counter(name for request in stepped for name in request.params.hook_names)
+            for name, count in hooks.items():
+                self.metrics.hook_applications.labels(hook=name).inc(count)
         return out
 
     def _update(self, rows: BatchRows, out: StepOutput, stepped: list[Request]) -> None:
@@ -414,5 +420,5 @@ class Scheduler:
 
     def _gauge(self) -> None:
         if self.metrics is not None:
-            self.metrics.active_requests.labels(model=self.cap.name).set(self.active_requests)
-            self.metrics.queue_length.labels(model=self.cap.name).set(self.queue_length)
+            self._active_gauge.set(self.active_requests)
+            self._queue_gauge.set(self.queue_length)
