@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import io
 import time
 from collections.abc import Callable
@@ -16,10 +17,12 @@ from fastapi.testclient import TestClient
 from PIL import Image
 from pydantic import ValidationError
 
+import service
 from service.gateway.app import create_app
 from service.manifest import Manifest
 from service.settings import Settings
 from tests.api.conftest import MAX_IMAGES, wait_ready
+from tests.api.test_build_info_api import build_info_samples
 
 
 def png(seed: int = 0, size: tuple[int, int] = (64, 48)) -> bytes:
@@ -387,3 +390,12 @@ def test_operator_max_beam_size(tiny_repo: Path) -> None:
         assert post_images(capped, png(1), beam_size=8).status_code == 200
         refused = post_images(capped, png(1), beam_size=9)
         assert refused.status_code == 422 and error_of(refused)["details"][0]["field"] == "beam_size"
+
+
+def test_metrics_export_the_build_info(client: TestClient, tiny_repo: Path) -> None:
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    digest = hashlib.sha256((tiny_repo / "manifest.json").read_bytes()).hexdigest()[:12]
+    assert build_info_samples(response.text) == [
+        {"version": service.__version__, "model_repo_digest": digest, "value": "1.0"}
+    ]
