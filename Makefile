@@ -82,7 +82,7 @@ run: $(STAMP) $(REPO)/manifest.json
 	$(VENV)/bin/compcap serve --repo $(REPO) $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
 
 test: $(STAMP) $(TSTAMP) test-tools
-	$(VPY) -m pytest -q -p no:cacheprovider
+	PY=$(VPY) bash scripts/test_tiers.sh
 
 # the documentation site (docs/ -> site/): reference pages generated from the code, then a strict build
 docs: $(STAMP)
