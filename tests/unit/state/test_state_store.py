@@ -129,6 +129,8 @@ def test_a_cancel_asked_on_one_replica_stops_the_job_on_the_other(url: str) -> N
         cancelled = await b.cancel(job.id)
         assert cancelled is not None and cancelled.status is JobStatus.CANCELLED
         assert job.status is JobStatus.CANCELLED  # the task on a was cancelled
+        assert job.task is not None
+        await asyncio.gather(job.task, return_exceptions=True)  # its done callbacks (the release) ran
         assert a.gate.held == 0
         await a.close()
         await b.close()
