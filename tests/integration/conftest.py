@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -75,3 +76,30 @@ def server(tiny_repo: Path, tmp_path: Path) -> Iterator[str]:
     cmd = [sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--repo", str(tiny_repo)]
     with serving(cmd, {**os.environ, "COMPCAP_INTRA_OP_THREADS": "1"}, port, tmp_path / "serve.log") as url:
         yield url
+
+
+@contextmanager
+def local_triton(repo: Path) -> Iterator[Any]:
+    """A ready local Triton (``service.tritonlocal``) serving ``repo``, always stopped; the test skips
+    where its venv is missing (``make test`` creates it)."""
+    from service.tritonlocal.server import LocalTriton, TritonInstall
+
+    try:
+        TritonInstall.find()
+    except FileNotFoundError as exc:
+        pytest.skip(f"{exc} (`make test` creates it)")
+    server = LocalTriton(repo)
+    try:
+        server.start()
+        server.wait_ready(timeout=120)
+        yield server
+    finally:
+        server.stop()
+
+
+def triton_successes(server: Any, model: str) -> int:
+    """Successful inferences of ``model`` on a Triton server (its metrics)."""
+    for line in httpx.get(server.metrics_url, timeout=5).text.splitlines():
+        if line.startswith("nv_inference_request_success") and f'model="{model}"' in line:
+            return int(float(line.rsplit(" ", 1)[1]))
+    return 0

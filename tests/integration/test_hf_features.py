@@ -14,7 +14,6 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 import pytest
 import torch
@@ -29,6 +28,7 @@ from service.settings import Settings
 from tests.api.conftest import wait_ready
 from tests.hf_checks import refuse_network
 from tests.hf_tiny import clip, vit_gpt2
+from tests.integration.conftest import local_triton, triton_successes
 
 NAME = "vitgpt2"
 
@@ -133,27 +133,8 @@ def test_gradient_explanations_are_the_modules_gradients(repo: Path, snapshot: P
 # ------------------------------------------------------------------------------------------ on Triton
 @pytest.fixture(scope="module")
 def triton(repo: Path) -> Iterator[Any]:
-    from service.tritonlocal.server import LocalTriton, TritonInstall
-
-    try:
-        TritonInstall.find()
-    except FileNotFoundError as exc:
-        pytest.skip(f"{exc} (`make test` creates it)")
-    server = LocalTriton(repo)
-    try:
-        server.start()
-        server.wait_ready(timeout=120)
+    with local_triton(repo) as server:
         yield server
-    finally:
-        server.stop()
-
-
-def successes(server: Any, model: str) -> int:
-    """Successful inferences of ``model`` on the Triton server (its metrics)."""
-    for line in httpx.get(server.metrics_url, timeout=5).text.splitlines():
-        if line.startswith("nv_inference_request_success") and f'model="{model}"' in line:
-            return int(float(line.rsplit(" ", 1)[1]))
-    return 0
 
 
 HOOKS: list[list[dict[str, Any]]] = [
@@ -210,7 +191,9 @@ def captions_of(body: dict[str, Any]) -> list[Any]:
 
 
 def test_every_feature_answers_on_triton_as_embedded(repo: Path, triton: Any) -> None:
-    before = {m: successes(triton, m) for m in (f"{NAME}_encoder", f"{NAME}_step", "clip_image", "clip_text")}
+    before = {
+        m: triton_successes(triton, m) for m in (f"{NAME}_encoder", f"{NAME}_step", "clip_image", "clip_text")
+    }
     embedded = create_app(Settings(repo=repo, intra_op_threads=1, max_beam_size=8))
     served = create_app(Settings(repo=repo, backend="triton", triton_url=triton.grpc_url, max_beam_size=8))
     with TestClient(embedded) as local, TestClient(served) as remote:
@@ -232,5 +215,5 @@ def test_every_feature_answers_on_triton_as_embedded(repo: Path, triton: Any) ->
             assert a["word"] == b["word"] and a["argmax_region"] == b["argmax_region"], key
             assert np.allclose(a["values"], b["values"], atol=1e-4), key
     assert got["probe"] == want["probe"]
-    after = {m: successes(triton, m) for m in before}
+    after = {m: triton_successes(triton, m) for m in before}
     assert all(after[m] > before[m] for m in before), (before, after)  # the models ran on Triton

@@ -7,11 +7,9 @@ server is always stopped."""
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
@@ -23,9 +21,10 @@ from service.backends.triton import TritonBackend
 from service.gateway.app import create_app
 from service.metrics import Metrics
 from service.settings import Settings
-from service.tritonlocal.server import LocalTriton, TritonInstall
+from service.tritonlocal.server import LocalTriton
 from tests.api.conftest import wait_ready
 from tests.api.test_captions_api import png, post_images
+from tests.integration.conftest import local_triton, triton_successes
 from tests.quantized import quantized_copy
 
 pytestmark = pytest.mark.integration
@@ -40,23 +39,8 @@ def quantized(tiny_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> tupl
 
 @pytest.fixture(scope="module")
 def triton(quantized: tuple[Path, QuantizeResult]) -> Iterator[LocalTriton]:
-    try:
-        TritonInstall.find()
-    except FileNotFoundError as exc:
-        pytest.skip(f"{exc} (`make test` creates it)")
-    server = LocalTriton(quantized[0])
-    try:
-        server.start()
-        server.wait_ready(timeout=120)
+    with local_triton(quantized[0]) as server:
         yield server
-    finally:
-        server.stop()
-
-
-def successes(triton: LocalTriton, model: str) -> int:
-    metrics = httpx.get(triton.metrics_url, timeout=5).text
-    found = re.search(rf'^nv_inference_request_success{{model="{model}",version="1"}} (\d+)', metrics, re.M)
-    return int(found.group(1)) if found else 0
 
 
 def test_triton_serves_the_int8_directories(
@@ -79,21 +63,23 @@ def test_triton_serves_the_int8_directories(
             await served.close()
             await local.close()
 
-    before = successes(triton, "visual_encoder_int8")
+    before = triton_successes(triton, "visual_encoder_int8")
     assert asyncio.run(compare()) <= 1e-4
-    assert successes(triton, "visual_encoder_int8") > before
+    assert triton_successes(triton, "visual_encoder_int8") > before
 
 
 def test_int8_gateway_on_triton(triton: LocalTriton, quantized: tuple[Path, QuantizeResult]) -> None:
     repo, _ = quantized
     settings = Settings(repo=repo, backend="triton", triton_url=triton.grpc_url, precision="int8")
-    before = {m: successes(triton, m) for m in ("butr_step", "butr_step_int8", "butr_init")}
+    before = {m: triton_successes(triton, m) for m in ("butr_step", "butr_step_int8", "butr_init")}
     with TestClient(create_app(settings)) as client:
         wait_ready(client)
         assert isinstance(client.app.state.runtime.backend, ServedNames)  # type: ignore[attr-defined]
         response = post_images(client, png(3), model="butr", beam_size=3)
         assert response.status_code == 200, response.text
         assert response.json()["results"][0]["caption"]
-    assert successes(triton, "butr_step_int8") > before["butr_step_int8"]
-    assert successes(triton, "butr_step") == before["butr_step"], "the FP32 step was not called"
-    assert successes(triton, "butr_init") > before["butr_init"], "a model without a variant serves FP32"
+    assert triton_successes(triton, "butr_step_int8") > before["butr_step_int8"]
+    assert triton_successes(triton, "butr_step") == before["butr_step"], "the FP32 step was not called"
+    assert triton_successes(triton, "butr_init") > before["butr_init"], (
+        "a model without a variant serves FP32"
+    )

@@ -30,6 +30,7 @@ from service.manifest import Manifest, load_manifest
 from service.metrics import Metrics
 from service.settings import Settings
 from service.tritonlocal.server import LocalTriton, TritonError, TritonInstall, free_port
+from tests.integration.conftest import local_triton
 
 pytestmark = pytest.mark.integration
 
@@ -46,14 +47,8 @@ def require_triton_venv() -> None:
 
 @pytest.fixture(scope="module")
 def triton(tiny_repo: Path) -> Iterator[LocalTriton]:
-    require_triton_venv()
-    server = LocalTriton(tiny_repo)
-    try:
-        server.start()
-        server.wait_ready(timeout=120)
+    with local_triton(tiny_repo) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")
