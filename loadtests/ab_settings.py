@@ -5,6 +5,10 @@ step call and the gateway's CPU ms per caption; writes the runs and each variant
 
     python -m loadtests.ab_settings '{"base": {}, "t1": {"COMPCAP_INTRA_OP_THREADS": "1"}}' \
         --clients 32 --duration 20 --rounds 3 --json reports/perf/ab.json
+
+A variant's ``"@cwd"`` (not an environment variable) starts its gateway in that folder, so it runs that
+checkout's code: ``git worktree add /tmp/base <commit>`` and ``{"base": {"@cwd": "/tmp/base"}, "new":
+{}}`` measure a change against the commit before it (``--repo`` must then be an absolute path).
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from loadtests.bench import bench_images, png_bytes
 from loadtests.http_load import Gateway, closed_loop
 from service.manifest import load_manifest
 
+CWD = "@cwd"  # a variant's key that is not environment: the folder its gateway starts in
+
 
 def parse_variants(text: str) -> dict[str, dict[str, str]]:
     """``{"name": {"ENV": "value"}}`` from JSON; every value a string (they become environment)."""
@@ -33,6 +39,24 @@ def parse_variants(text: str) -> dict[str, dict[str, str]]:
     return variants
 
 
+def medians(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """A variant's medians over its rounds: captions/s, step ms under load, the gateway's CPU ms per
+    caption (whole process and event-loop thread)."""
+
+    def med(pick: Any) -> float:
+        values = [v for v in (pick(r) for r in rows) if v is not None]
+        return round(statistics.median(values), 3) if values else float("nan")
+
+    return {
+        "median_captions_per_s": med(lambda r: r["captions_per_s"]),
+        "median_step_ms_under_load": med(lambda r: r.get("step_ms_under_load")),
+        "median_server_cpu_ms": med(lambda r: (r.get("cpu_ms_per_caption") or {}).get("server")),
+        "median_main_thread_cpu_ms": med(
+            lambda r: (r.get("cpu_ms_per_caption") or {}).get("server_main_thread")
+        ),
+    }
+
+
 def run(
     repo: Path, variants: dict[str, dict[str, str]], clients: int, duration: float, rounds: int
 ) -> dict[str, Any]:
@@ -42,8 +66,9 @@ def run(
     query = {"model": cap.name, "beam_size": "5"}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
     for r in range(rounds):
-        for name, env in variants.items():
-            with Gateway(repo, {"COMPCAP_MAX_QUEUE": "512", **env}) as gateway:
+        for name, variant in variants.items():
+            env = {k: v for k, v in variant.items() if k != CWD}
+            with Gateway(repo, {"COMPCAP_MAX_QUEUE": "512", **env}, cwd=variant.get(CWD)) as gateway:
                 asyncio.run(closed_loop(gateway.url, pngs, query, clients, 3.0, cap.step))  # warm-up
                 row = asyncio.run(
                     closed_loop(gateway.url, pngs, query, clients, duration, cap.step, gateway.process.pid)
@@ -51,13 +76,11 @@ def run(
             runs[name].append(row)
             print(
                 f"round {r} {name}: {row['captions_per_s']:.1f} captions/s, p50 {row['p50_ms']:.0f} ms,"
-                f" {row['mean_rows_per_call']:.0f} rows/call, CPU {row.get('cpu_ms_per_caption')}",
+                f" {row['mean_rows_per_call']:.0f} rows/call, step {row.get('step_ms_under_load')} ms,"
+                f" CPU {row.get('cpu_ms_per_caption')}",
                 flush=True,
             )
-    summary = {
-        name: {"median_captions_per_s": statistics.median(r["captions_per_s"] for r in rows), "runs": rows}
-        for name, rows in runs.items()
-    }
+    summary = {name: {**medians(rows), "runs": rows} for name, rows in runs.items()}
     return {"clients": clients, "duration": duration, "variants": variants, "summary": summary}
 
 
@@ -72,7 +95,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     result = run(Path(args.repo), parse_variants(args.variants), args.clients, args.duration, args.rounds)
     for name, v in result["summary"].items():
-        print(f"{name}: median {v['median_captions_per_s']:.1f} captions/s")
+        print(
+            f"{name}: median {v['median_captions_per_s']:.1f} captions/s,"
+            f" step {v['median_step_ms_under_load']}"
+            f" ms, server CPU {v['median_server_cpu_ms']} ms/caption (loop {v['median_main_thread_cpu_ms']})"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     return 0

@@ -34,7 +34,8 @@ def free_port() -> int:
 
 class Gateway(AbstractContextManager["Gateway"]):
     """``compcap serve`` (or ``module``, another server taking ``--repo`` and ``--port``) in a
-    subprocess on a free port, terminated on exit; ready when ``ready`` answers 200."""
+    subprocess on a free port, terminated on exit; ready when ``ready`` answers 200. ``cwd``: the
+    folder it starts in, whose ``service`` package it imports (another commit's checkout, for A/B)."""
 
     def __init__(
         self,
@@ -42,6 +43,7 @@ class Gateway(AbstractContextManager["Gateway"]):
         env: dict[str, str],
         module: Sequence[str] = ("service.cli", "serve"),
         ready: str = "/readyz",
+        cwd: str | None = None,
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -49,7 +51,7 @@ class Gateway(AbstractContextManager["Gateway"]):
         self.log = open(os.devnull, "w")  # noqa: SIM115 - closed in __exit__
         cmd = [sys.executable, "-m", *module, "--repo", str(repo), "--port", str(self.port)]
         self.process = subprocess.Popen(
-            cmd, env={**os.environ, **env}, stdout=self.log, stderr=subprocess.STDOUT
+            cmd, env={**os.environ, **env}, stdout=self.log, stderr=subprocess.STDOUT, cwd=cwd
         )
 
     def __enter__(self) -> Gateway:

@@ -7,8 +7,11 @@ status, latency and model."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
+import logging.handlers
+import queue
 import sys
 import time
 from typing import Any, TextIO
@@ -66,10 +69,41 @@ def resolve_format(fmt: str, stream: TextIO | None = None) -> str:
     return "text" if stream.isatty() else "json"
 
 
-def configure_logging(fmt: str = "auto", level: str = "info") -> None:
-    """Route every logger (uvicorn's included) through one stderr handler in ``fmt`` (auto, json, text)."""
-    handler = logging.StreamHandler()
+class _RecordQueueHandler(logging.handlers.QueueHandler):
+    """Hands the record to the queue as it is: formatting and writing happen in the listener's thread
+    (``QueueHandler.prepare`` would format it in the caller's: the event loop)."""
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        return record
+
+
+_listener: logging.handlers.QueueListener | None = None
+
+
+def _stop_listener() -> None:
+    """Write what is queued and stop the log thread (at exit, or before logging is configured again)."""
+    global _listener
+    if _listener is not None:
+        _listener.stop()
+        _listener = None
+
+
+def configure_logging(fmt: str = "auto", level: str = "info", queued: bool = False) -> None:
+    """Route every logger (uvicorn's included) through one stderr handler in ``fmt`` (auto, json, text).
+
+    ``queued`` (the gateway): a record is put on a queue, and one thread formats and writes it, so the
+    event loop spends no time on the request log's JSON and the write to stderr; what is queued is
+    written at exit."""
+    _stop_listener()
+    handler: logging.Handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if resolve_format(fmt) == "json" else TextFormatter())
+    if queued:
+        global _listener
+        records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+        _listener = logging.handlers.QueueListener(records, handler)
+        _listener.start()
+        atexit.register(_stop_listener)
+        handler = _RecordQueueHandler(records)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -27,16 +27,19 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     request's rows before its next step call) and raise ``ClientDisconnected``. A client already gone
     (e.g. one that left while abandon pacing held it back) starts nothing, not even image decoding.
     Call it once the request's body has been read."""
-    if await request.is_disconnected():
-        if asyncio.iscoroutine(work):
-            work.close()
-        raise ClientDisconnected("the client closed the connection")
-    task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(_disconnected(request))
+    task: asyncio.Future[T] | None = None
     try:
+        await asyncio.sleep(0)  # its first read: a client already gone answers it at once (no anyio scope)
+        if watcher.done():
+            raise ClientDisconnected("the client closed the connection")
+        task = asyncio.ensure_future(work)
         await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        task.cancel()
+    except BaseException:
+        if task is not None:
+            task.cancel()
+        elif asyncio.iscoroutine(work):
+            work.close()
         raise
     finally:
         watcher.cancel()

@@ -152,10 +152,12 @@ class Scheduler:
         self._wake.set()
         try:
             async with asyncio.timeout(timeout_s):
-                return await asyncio.shield(request.future)
+                # not shielded: a caller that stops waiting (its deadline, a disconnect) cancels the
+                # future itself, and the loop releases the request (and its rows) before its next step
+                return await request.future
         finally:
-            if not request.future.done():
-                request.future.cancel()  # the loop releases it (and its rows) before its next step
+            if request.future.cancelled() or not request.future.done():
+                request.future.cancel()
                 self._wake.set()
 
     async def close(self) -> None:
@@ -325,8 +327,9 @@ class Scheduler:
             request.encode_start = start
             if self.metrics is not None:
                 self.metrics.queue_wait.labels(model=self.cap.name).observe(start - request.submitted)
+        images = np.concatenate([r.images for r in requests])
         try:
-            enc = await self.runner.encode(self.cap.name, np.concatenate([r.images for r in requests]))
+            enc = await self.runner.encode(self.cap.name, images)
         except Exception as exc:
             self._release(requests, S.FAILED, exc)
             self._encoding_requests = []
@@ -334,9 +337,9 @@ class Scheduler:
             return
         end = time.perf_counter()
         judged = None
-        if self.domain is not None:  # how like its validation images each image is: one call for all
-            features = enc.regions if enc.regions.size else enc.memory
-            judged = self.domain.judge(np.concatenate([r.images for r in requests]), features)
+        if self.domain is not None:  # how like its validation images each image is: one call for all,
+            features = enc.regions if enc.regions.size else enc.memory  # off the loop (pixel statistics)
+            judged = await asyncio.to_thread(self.domain.judge, images, features)
         at = 0
         for request in requests:
             part = slice(at, at + request.n_images)

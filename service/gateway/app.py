@@ -25,10 +25,13 @@ from service.settings import Settings
 from service.web import install_web
 
 
-def create_app(settings: Settings | None = None, backend: Backend | None = None) -> FastAPI:
-    """The gateway app. ``backend`` replaces the one named in settings (tests, other runners)."""
+def create_app(
+    settings: Settings | None = None, backend: Backend | None = None, serving: bool = False
+) -> FastAPI:
+    """The gateway app. ``backend`` replaces the one named in settings (tests, other runners);
+    ``serving``: the app is the process's (``compcap serve``), which may tune the process for it."""
     settings = settings if settings is not None else Settings()
-    runtime = Runtime(settings, backend)
+    runtime = Runtime(settings, backend, freeze_gc=serving)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

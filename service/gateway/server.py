@@ -46,9 +46,9 @@ def check_address(host: str, port: int) -> None:
 def serve(settings: Settings) -> None:
     """Serve ``settings.repo`` on ``settings.host:settings.port`` until interrupted."""
     check_address(settings.host, settings.port)
-    configure_logging(settings.log_format, settings.log_level)
+    configure_logging(settings.log_format, settings.log_level, queued=True)
     try:
-        app = create_app(settings)
+        app = create_app(settings, serving=True)
     except ValidationError as exc:  # a feature's setting (the probe schedule, the shadow) is invalid
         raise settings_error(exc) from None
     # uvicorn's own logging config and access log are off: compcap.access writes one line per request

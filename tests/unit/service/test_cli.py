@@ -148,7 +148,7 @@ def test_serve_exits_naming_a_bad_setting(
     monkeypatch.setenv("COMPCAP_REPO", str(tiny_repo))
     monkeypatch.setenv("COMPCAP_PORT", "0")  # any free port: whatever this machine already serves
     monkeypatch.setenv(f"COMPCAP_{variable}", value)
-    monkeypatch.setattr(server, "configure_logging", lambda *_: None)
+    monkeypatch.setattr(server, "configure_logging", lambda *_, **__: None)
     monkeypatch.setattr(server.uvicorn, "run", lambda *_, **__: pytest.fail("served"))
     assert cli.main(["serve"]) == 2
     err = capsys.readouterr().err
