@@ -124,12 +124,17 @@ async def in_process(
         single, rows, steps = await _single_decodes(engine, metrics, params, images, args.single_runs)
         curve = await _step_curve(engine.runner, manifest, params, images, args.max_rows, args.curve_seconds)
         if settings.backend == "onnxruntime":
+            from service.backends.onnxruntime import intra_op_threads, usable_cores
+
             # the limit: the best of both thread-pool modes; the least CPU per row (cpu.py's bounds):
-            # the least of those and of one intra-op thread
+            # the least of those and of the other thread count (one, or every core when one is the
+            # setting's): a step alone may gain from threads the loaded gateway cannot give it
+            threads = intra_op_threads(settings.intra_op_threads, settings.executor_threads)
             for point in curve:
                 point["ort_spinning"] = float(settings.ort_spinning)
-                point["intra_op_threads"] = float(settings.intra_op_threads)
-            for update in ({"ort_spinning": not settings.ort_spinning}, {"intra_op_threads": 1}):
+                point["intra_op_threads"] = float(threads)
+            other_threads = 1 if threads > 1 else usable_cores()
+            for update in ({"ort_spinning": not settings.ort_spinning}, {"intra_op_threads": other_threads}):
                 other = settings.model_copy(update=update)
                 spare = await make_backend(other, manifest, Metrics())
                 try:

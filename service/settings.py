@@ -71,7 +71,12 @@ class EngineSettings(Section):
         "not a list or a dns:/// name)",
     )
     intra_op_threads: int = Field(
-        default=0, ge=0, le=256, description="onnxruntime intra-op threads; 0 = its default"
+        default=0,
+        ge=0,
+        le=256,
+        description="onnxruntime intra-op threads per model call; 0 = auto: the process's cores divided by "
+        "executor_threads, at least 1 (onnxruntime's own default, every core per call, oversubscribes "
+        "the cores when the executor runs several calls at once)",
     )
     ort_spinning: bool = Field(
         default=False,

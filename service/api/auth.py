@@ -6,11 +6,14 @@ logged or echoed."""
 from __future__ import annotations
 
 import hmac
+from dataclasses import dataclass
+from typing import Annotated
 
-from fastapi import Request
+from fastapi import Depends, Request
 
-from service.api.deps import RuntimeDep
+from service.api.deps import Runtime, RuntimeDep, get_engine
 from service.api.errors import ApiError
+from service.engine.engine import CaptionEngine
 
 CHALLENGE = {"WWW-Authenticate": "Bearer"}
 # the OpenAPI error entries of every route behind ``require_key``
@@ -46,7 +49,22 @@ async def require_key(request: Request, runtime: RuntimeDep) -> None:
     check_key(runtime.settings.api_key_set(), request)
 
 
-async def require_caption_key(request: Request, runtime: RuntimeDep) -> None:
-    """Dependency of the caption routes: a key only when ``captions_require_key`` is set."""
+@dataclass(frozen=True)
+class CaptionAccess:
+    """What the caption route needs from the process: the runtime and its engine."""
+
+    runtime: Runtime
+    engine: CaptionEngine
+
+
+async def caption_access(request: Request) -> CaptionAccess:
+    """The caption route's one dependency (one resolution per request instead of four, on the hot
+    path): the key check when ``captions_require_key`` is set (401/403), then the engine (503
+    ``not_ready`` while the models load)."""
+    runtime: Runtime = request.app.state.runtime
     if runtime.settings.captions_require_key:
         check_key(runtime.settings.api_key_set(), request)
+    return CaptionAccess(runtime, await get_engine(runtime))
+
+
+CaptionAccessDep = Annotated[CaptionAccess, Depends(caption_access)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,6 +24,27 @@ def providers() -> list[str]:
     available = ort.get_available_providers()
     chosen = ["CUDAExecutionProvider"] if "CUDAExecutionProvider" in available else []
     return [*chosen, "CPUExecutionProvider"]
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS says, else every core)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
+def intra_op_threads(requested: int, executor_threads: int, cores: int | None = None) -> int:
+    """Threads per model call: ``requested``, or for 0 ("auto") the cores shared by the calls the
+    executor runs at once, ``max(1, cores // executor_threads)``. onnxruntime's own default (every
+    core for every session's call) oversubscribes the cores once several calls run together: at 32
+    clients on 2 cores it cost 1–3 ms more CPU per caption than one thread per call, with as many
+    captions/s or fewer (docs/benchmarks.md)."""
+    if requested < 0 or executor_threads < 1:
+        raise ValueError(
+            f"requested must be >= 0 and executor_threads >= 1, got {requested}, {executor_threads}"
+        )
+    if requested:
+        return requested
+    return max(1, (usable_cores() if cores is None else cores) // executor_threads)
 
 
 class OnnxRuntimeBackend:
@@ -50,8 +72,9 @@ class OnnxRuntimeBackend:
             raise ValueError(f"repo {repo} is not a directory")
         self.metrics = metrics
         self.providers = providers()
+        self.threads = intra_op_threads(threads, executor_threads)
         options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
+        options.intra_op_num_threads = self.threads
         if not spin:  # idle pool threads sleep instead of spinning (several calls share few cores)
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.inter_op_num_threads = 1
@@ -74,11 +97,12 @@ class OnnxRuntimeBackend:
         self._executor = ThreadPoolExecutor(max_workers=executor_threads, thread_name_prefix="ort")
         variants = sum(path.parent.parent.name != name for name, path in self.paths.items())
         log.info(
-            "onnxruntime backend: %d models (%s, %d variants) on %s",
+            "onnxruntime backend: %d models (%s, %d variants) on %s, %d intra-op threads per call",
             len(self.sessions),
             precision,
             variants,
             self.providers,
+            self.threads,
         )
 
     def _run(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -9,11 +9,11 @@ import time
 from typing import Any
 
 import numpy as np
-from fastapi import APIRouter, BackgroundTasks, Depends, Request, Response
+from fastapi import APIRouter, BackgroundTasks, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from service.api.auth import require_caption_key
-from service.api.deps import EngineDep, RuntimeDep
+from service.api.auth import CaptionAccessDep
+from service.api.deps import RuntimeDep
 from service.api.disconnect import ClientDisconnected, unless_disconnected
 from service.api.errors import ApiError
 from service.api.parsing import read_caption_request
@@ -61,13 +61,13 @@ _CAPTION_ERRORS: dict[int | str, dict[str, Any]] = {
     response_model=CaptionResponse,
     responses=_CAPTION_ERRORS,
     openapi_extra=caption_operation(),
-    dependencies=[Depends(require_caption_key)],
     summary="Caption images (multipart field `image`, repeatable, or JSON `images` in base64)",
     description=CaptionOptions.__doc__,
 )
 async def captions(
-    request: Request, runtime: RuntimeDep, engine: EngineDep, background: BackgroundTasks
+    request: Request, access: CaptionAccessDep, background: BackgroundTasks
 ) -> CaptionResponse:
+    runtime, engine = access.runtime, access.engine
     settings = runtime.settings
     start = time.perf_counter()
     try:
