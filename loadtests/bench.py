@@ -147,7 +147,9 @@ async def in_process(
                         args.curve_seconds,
                     ):
                         point["ort_spinning"] = float(other.ort_spinning)
-                        point["intra_op_threads"] = float(other.intra_op_threads)
+                        point["intra_op_threads"] = float(
+                            intra_op_threads(other.intra_op_threads, other.executor_threads)
+                        )
                         curve.append(point)
                 finally:
                     await spare.close()
@@ -427,6 +429,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "floor": floor,  # loadtests.http_floor: HTTP + PNG decoding and nothing else, its CPU per request
         "cpu_count": os.cpu_count(),
     }
+    own = own_mode(local.batch_curve, settings)  # the step curve at the gateway's own thread settings
     for row in out["load"]:
         row["ceiling_of_limit"] = round(ceiling_of_limit(out, row["mean_rows_per_call"]), 3)
         if row.get("step_ms_under_load") and row["mean_rows_per_call"]:
@@ -436,10 +439,29 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             # from the printed figures, so that they agree with each other (a tiny model's step alone
             # takes ~0.1 ms, where rounding to 3 decimals moves the ratio by up to 0.5%)
             row["step_slowdown"] = round(row["step_ms_under_load"] / max(row["step_ms_alone"], 1e-3), 2)
+            if own:  # alone with the gateway's own threads per call (the best mode may use every core)
+                row["step_ms_alone_own"] = round(step_ms_alone(own, row["mean_rows_per_call"]), 3)
+                row["step_slowdown_own"] = round(
+                    row["step_ms_under_load"] / max(row["step_ms_alone_own"], 1e-3), 2
+                )
         # the models' CPU is timed in this process: on Triton it runs in tritonserver, uncounted
         if "cpu_ms_per_caption" in row and out["backend"] == "onnxruntime":
             row["cpu_bounds_of_limit"] = bounds_of_limit(out, row)
+            model_ms = row["cpu_bounds_of_limit"]["model_cpu_ms_per_caption"]
+            row["gateway_cpu_ms_above_models"] = round(row["cpu_ms_per_caption"]["server"] - model_ms, 3)
     return out
+
+
+def own_mode(curve: Sequence[dict[str, float]], settings: Settings) -> list[dict[str, float]]:
+    """The step-curve points measured with the gateway's own thread settings (onnxruntime: its threads
+    per call and spinning; [] for other backends, whose curve has one mode)."""
+    if settings.backend != "onnxruntime":
+        return []
+    from service.backends.onnxruntime import intra_op_threads
+
+    threads = float(intra_op_threads(settings.intra_op_threads, settings.executor_threads))
+    spin = float(settings.ort_spinning)
+    return [p for p in curve if p.get("intra_op_threads") == threads and p.get("ort_spinning") == spin]
 
 
 def torch_baseline_load(

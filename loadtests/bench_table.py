@@ -13,7 +13,8 @@ def summary(result: dict[str, Any]) -> Table:
     limit = result["limit"]["ideal_captions_per_s"]
     naive = result["naive"]["captions_per_s"]
     table = Table(
-        title=f"compcap bench — {result['backend']}, {result['model']}, beam {result['beam_size']}",
+        title=f"compcap bench — {result['backend']} {result.get('precision', 'fp32')}, {result['model']}, "
+        f"beam {result['beam_size']}",
         width=170,
     )
     for col in (
@@ -26,12 +27,13 @@ def summary(result: dict[str, Any]) -> Table:
         "p50 ms",
         "p99 ms",
         "rows/call",
-        "step ms load/alone",
+        "step ms load/own/best",
         "sent",
         "recv",
         "5xx",
         "bound any/floor",
         "CPU ms srv(loop)/cli",
+        "srv CPU ms above models",
         *(
             [f"{peer_name} cap/s", f"× {peer_name}", f"{peer_name} p50"]
             if (peer_name := (result.get("baseline") or {}).get("name"))
@@ -57,6 +59,7 @@ def summary(result: dict[str, Any]) -> Table:
             str(row["received"]),
             str(row["errors_5xx"]),
             *_cpu_cells(row),
+            f"{row['gateway_cpu_ms_above_models']:.1f}" if "gateway_cpu_ms_above_models" in row else "-",
             *peer,
         )
     table.caption = (
@@ -69,9 +72,11 @@ def summary(result: dict[str, Any]) -> Table:
         "gateway with zero overhead could reach at that level's rows per call; bound any/floor = the % "
         f"of the limit {result['cpu_count']} busy cores allow at the models' CPU per caption plus the load "
         "generator's (any server) or plus the HTTP floor's server and client CPU (onnxruntime only: on "
-        "Triton the models' CPU is spent in tritonserver); step ms load/alone = a step call's wall time "
-        "in the gateway under that load vs alone at the same rows (the ceiling assumes alone); CPU ms "
-        "srv(loop) = the gateway's CPU per caption (of it, its event-loop thread's)"
+        "Triton the models' CPU is spent in tritonserver); step ms load/own/best = a step call's wall time "
+        "in the gateway under that load vs alone at the same rows with the gateway's own threads per "
+        "call, and with the fastest thread setting measured (the ceiling assumes that); CPU ms "
+        "srv(loop) = the gateway's CPU per caption (of it, its event-loop thread's); above models = "
+        "the gateway's CPU per caption less the models' own at that level's rows per call"
         + (
             f"; gateway without cross-request batching at {naive_http['clients']} clients: "
             f"{naive_http['captions_per_s']:.1f} captions/s"
@@ -94,10 +99,12 @@ def _cpu_cells(row: dict[str, Any]) -> list[str]:
 
 
 def _step_cell(row: dict[str, Any]) -> str:
-    """'load/alone' wall ms of the step call at this level's rows per call ('-' where not measured)."""
+    """'load/own/best' wall ms of the step call at this level's rows per call: under load, alone with the
+    gateway's threads per call, alone with the fastest ('-' where not measured)."""
     if not row.get("step_slowdown"):
         return "-"
-    return f"{row['step_ms_under_load']:.1f}/{row['step_ms_alone']:.1f}"
+    own = f"{row['step_ms_alone_own']:.1f}" if "step_ms_alone_own" in row else "-"
+    return f"{row['step_ms_under_load']:.1f}/{own}/{row['step_ms_alone']:.1f}"
 
 
 def _peer_cells(row: dict[str, Any], peer: dict[str, Any] | None) -> list[str]:

@@ -53,6 +53,13 @@ def test_bench_writes_its_json(tiny_repo: Path, tmp_path: Path) -> None:
         assert row["step_ms_under_load"] > 0 and row["step_ms_alone"] > 0
         slowdown = row["step_ms_under_load"] / row["step_ms_alone"]
         assert row["step_slowdown"] == pytest.approx(slowdown, abs=0.006)  # printed to 2 decimals
+        # and alone with the gateway's own threads per call (one mode of the curve: never faster than
+        # the best of all modes), and the gateway's CPU above the models' own
+        assert row["step_ms_alone_own"] >= row["step_ms_alone"] - 1e-3
+        own = row["step_ms_under_load"] / row["step_ms_alone_own"]
+        assert row["step_slowdown_own"] == pytest.approx(own, abs=0.006)
+        model_ms = row["cpu_bounds_of_limit"]["model_cpu_ms_per_caption"]
+        assert row["gateway_cpu_ms_above_models"] == pytest.approx(cpu["server"] - model_ms, abs=0.002)
         # the bounds follow from the figures above (their order depends on two runs' measured CPU:
         # the load generator's at this level and the floor's, so it is not asserted)
         bounds = row["cpu_bounds_of_limit"]
@@ -63,6 +70,9 @@ def test_bench_writes_its_json(tiny_repo: Path, tmp_path: Path) -> None:
     assert floor["clients"] == 2 and floor["sent"] == floor["received"] > 0 and floor["errors_5xx"] == 0
     assert floor["errors_other"] == 0 and min(floor["cpu_ms_per_caption"].values()) > 0
     assert {"intra_op_threads", "cpu_ms_per_call"} <= set(result["step_curve"][0])
+    # the curve's modes by their resolved threads per call: the gateway's own (auto) and another
+    assert len({p["intra_op_threads"] for p in result["step_curve"]}) == 2
+    assert min(p["intra_op_threads"] for p in result["step_curve"]) >= 1
     baseline = result["baseline"]
     assert baseline["name"] == "torch" and [row["clients"] for row in baseline["load"]] == [1, 4]
     for row in baseline["load"]:  # the torch server really answered every request

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -19,7 +20,7 @@ from service import logs
 class _Recorder(logs.JsonFormatter):
     """The JSON formatter, noting which thread formatted each record."""
 
-    threads: list[str] = []
+    threads: ClassVar[list[str]] = []
 
     def format(self, record: logging.LogRecord) -> str:
         self.threads.append(threading.current_thread().name)
@@ -59,6 +60,7 @@ def test_unqueued_logging_writes_at_once(capsys: pytest.CaptureFixture[str]) -> 
 FREEZE = """
 import asyncio, gc, sys
 from pathlib import Path
+from typing import ClassVar
 from service.api.deps import Runtime
 from service.settings import Settings
 runtime = Runtime(Settings(repo=Path(sys.argv[1]), state_url=""), freeze_gc={freeze})
