@@ -31,6 +31,7 @@ from service.api.limits import (
     check_field_names,
     check_json,
 )
+from service.api.multipart import MAX_BODY, plain_form
 from service.api.schemas import CaptionJSONRequest, CaptionOptions
 from service.images import ImageError
 from service.settings import Settings
@@ -90,7 +91,9 @@ async def request_parts(request: Request, settings: Settings, max_files: int) ->
     payload: Any = None
     try:
         async with aclosing(bounded_stream(request.stream(), limit)) as stream:
-            if form:
+            if form and declared is not None and declared.isdigit() and int(declared) <= MAX_BODY:
+                items = await _read_form(request, stream, max_files, settings)
+            elif form:
                 items = await _parse_multipart(request, stream, max_files, settings)
             else:
                 body = b"".join([chunk async for chunk in stream])
@@ -145,6 +148,24 @@ def _loads(body: bytes) -> Any:
         return json.loads(body)
     except (ValueError, UnicodeError) as exc:
         raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
+
+
+async def _read_form(
+    request: Request, stream: AsyncGenerator[bytes, None], max_files: int, settings: Settings
+) -> list[tuple[str, UploadFile | str]]:
+    """A small form read whole: the one-pass reader, or the streaming parser on the same bytes for
+    anything the one-pass reader leaves to it (``service.api.multipart``)."""
+    body = b"".join([chunk async for chunk in stream])
+    items = plain_form(
+        body, request.headers.get("content-type", ""), max_files, MAX_FORM_FIELDS, MAX_FORM_FIELD_BYTES
+    )
+    if items is not None:
+        return items
+
+    async def again() -> AsyncGenerator[bytes, None]:
+        yield body
+
+    return await _parse_multipart(request, again(), max_files, settings)
 
 
 async def _parse_multipart(
