@@ -226,7 +226,7 @@ class BeamBatch:
         keys = tuple(k for k in keys if k in self.steps)
         if not keys:
             return
-        keep = ~np.isin(self.key, keys)
+        keep = ~np.isin(self.key, keys, kind="table")  # integer keys: a lookup table, no sort
         for name in (*_PER_IMAGE, *_PER_BEAM):
             setattr(self, name, getattr(self, name)[keep])
         if self.memory is not None:
@@ -376,7 +376,7 @@ class BeamBatch:
         if last.any():  # at max_length every continuation of the K best finishes, not only an end token
             self._add_live_finished(last, kth, beyond)
         self.t = self.t + 1
-        for key in np.unique(row_key).tolist():
+        for key in set(row_key.tolist()):  # a set: np.unique sorts
             self.steps[key] += 1
         self._update_done()
         if self.observers:
@@ -455,7 +455,7 @@ class BeamBatch:
         grid = np.arange(self.n_images)[:, None]
         self.fin_score = np.where(beyond, NEG_INF, merged[grid, order])
         self.fin_cum = np.concatenate([self.fin_cum, cum], axis=1)[grid, order]
-        t_full = np.broadcast_to(length[:, None], self.fin_len.shape)
+        t_full = np.repeat(length[:, None], c, axis=1)
         self.fin_len = np.concatenate([self.fin_len, t_full], axis=1)[grid, order]
         self.fin_tokens = np.concatenate([self.fin_tokens, tokens], axis=1)[grid, order]
 
