@@ -106,7 +106,7 @@ async def captions(
 async def models(runtime: RuntimeDep) -> ModelsListing:
     """The captioners and rankers this deployment serves, with what each was trained on, the images
     each reads and whether its captions flag images unlike those it was made for."""
-    return models_response(runtime.manifest)
+    return models_response(runtime.manifest, runtime.settings.precision)
 
 
 @router.get("/v1/hooks", tags=["models"], response_model=HooksResponse)

@@ -36,6 +36,11 @@ class ModelsListing(ModelsResponse):
     """``GET /v1/models``: ``ModelsResponse`` with each captioner's ``CaptionerListing``."""
 
     captioners: list[CaptionerListing]  # type: ignore[assignment]  # narrower: validated and documented as such
+    precision: str = Field(default="fp32", description="the models' precision (COMPCAP_PRECISION)")
+    quantized_models: list[str] = Field(
+        default_factory=list,
+        description="the models served by their quantized variant at this precision (the rest run FP32)",
+    )
 
 
 def _captions(caps: list[Caption]) -> list[CaptionOut]:
@@ -109,8 +114,11 @@ def _captioner(c: CaptionerEntry, m: Manifest) -> CaptionerListing:
     )
 
 
-def models_response(m: Manifest) -> ModelsListing:
+def models_response(m: Manifest, precision: str = "fp32") -> ModelsListing:
+    served = m.served_models(precision)
     return ModelsListing(
+        precision=precision,
+        quantized_models=sorted(name for name, model in served.items() if model != name),
         preset=m.preset,
         default_captioner=m.default_captioner,
         image=ImageShape(height=m.image.height, width=m.image.width),

@@ -282,6 +282,7 @@ def test_models(client: TestClient, manifest: Manifest) -> None:
         assert info["training"]["split"] == cap.training.split
         assert len(info["training"]["held_out_pairs"]) == len(cap.training.held_out_pairs)
         assert "quality" in info
+    assert body["precision"] == "fp32" and body["quantized_models"] == []
 
 
 def test_models_name_the_pairs_they_never_saw(client: TestClient) -> None:

@@ -47,8 +47,11 @@ def test_int8_gateway_captions_through_the_int8_files(
     assert backend.paths["visual_encoder"] == repo / "visual_encoder_int8" / "1" / "model.onnx"
     assert backend.paths["butr_step"] == repo / "butr_step_int8" / "1" / "model.onnx"
     assert backend.paths["butr_init"] == repo / "butr_init" / "1" / "model.onnx", "no variant: FP32"
-    listed = int8_client.get("/v1/models").json()["captioners"]
+    models = int8_client.get("/v1/models").json()
+    listed = models["captioners"]
     assert [c["name"] for c in listed] == ["butr", "butd"], "variants are models, not captioners"
+    assert models["precision"] == "int8"
+    assert models["quantized_models"] == ["butr_step", "visual_encoder"]
 
 
 def test_int8_without_passed_variants_is_a_settings_error(
