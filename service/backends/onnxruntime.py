@@ -38,10 +38,10 @@ def intra_op_threads(requested: int, executor_threads: int, cores: int | None = 
     core for every session's call) oversubscribes the cores once several calls run together: at 32
     clients on 2 cores it cost 1–3 ms more CPU per caption than one thread per call, with as many
     captions/s or fewer (docs/benchmarks.md)."""
-    if requested < 0 or executor_threads < 1:
-        raise ValueError(
-            f"requested must be >= 0 and executor_threads >= 1, got {requested}, {executor_threads}"
-        )
+    if requested < 0:
+        raise ValueError(f"requested must be >= 0, got {requested}")
+    if executor_threads < 1:
+        raise ValueError(f"executor_threads must be >= 1, got {executor_threads}")
     if requested:
         return requested
     return max(1, (usable_cores() if cores is None else cores) // executor_threads)

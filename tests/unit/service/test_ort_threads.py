@@ -22,9 +22,9 @@ def test_auto_shares_the_cores_among_concurrent_calls(
 
 
 def test_bad_arguments_are_named() -> None:
-    with pytest.raises(ValueError, match="requested"):
+    with pytest.raises(ValueError, match=r"^requested"):
         intra_op_threads(-1, 4)
-    with pytest.raises(ValueError, match="executor_threads"):
+    with pytest.raises(ValueError, match=r"^executor_threads"):
         intra_op_threads(0, 0)
 
 
