@@ -11,7 +11,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from service.api.deps import Runtime, RuntimeDep, get_engine
+from service.api.deps import Runtime, RuntimeDep, get_engine, get_runtime
 from service.api.errors import ApiError
 from service.engine.engine import CaptionEngine
 
@@ -61,7 +61,7 @@ async def caption_access(request: Request) -> CaptionAccess:
     """The caption route's one dependency (one resolution per request instead of four, on the hot
     path): the key check when ``captions_require_key`` is set (401/403), then the engine (503
     ``not_ready`` while the models load)."""
-    runtime: Runtime = request.app.state.runtime
+    runtime = await get_runtime(request)
     if runtime.settings.captions_require_key:
         check_key(runtime.settings.api_key_set(), request)
     return CaptionAccess(runtime, await get_engine(runtime))
