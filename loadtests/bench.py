@@ -134,7 +134,10 @@ async def in_process(
                 point["ort_spinning"] = float(settings.ort_spinning)
                 point["intra_op_threads"] = float(threads)
             other_threads = 1 if threads > 1 else usable_cores()
-            for update in ({"ort_spinning": not settings.ort_spinning}, {"intra_op_threads": other_threads}):
+            updates: list[dict[str, Any]] = [{"ort_spinning": not settings.ort_spinning}]
+            if other_threads != threads:  # one core: no other thread count to try
+                updates.append({"intra_op_threads": other_threads})
+            for update in updates:
                 other = settings.model_copy(update=update)
                 spare = await make_backend(other, manifest, Metrics())
                 try:

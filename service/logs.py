@@ -88,6 +88,9 @@ def _stop_listener() -> None:
         _listener = None
 
 
+atexit.register(_stop_listener)  # once: a queued log is written at exit, whoever configured it
+
+
 def configure_logging(fmt: str = "auto", level: str = "info", queued: bool = False) -> None:
     """Route every logger (uvicorn's included) through one stderr handler in ``fmt`` (auto, json, text).
 
@@ -102,7 +105,6 @@ def configure_logging(fmt: str = "auto", level: str = "info", queued: bool = Fal
         records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
         _listener = logging.handlers.QueueListener(records, handler)
         _listener.start()
-        atexit.register(_stop_listener)
         handler = _RecordQueueHandler(records)
     root = logging.getLogger()
     root.handlers[:] = [handler]
