@@ -117,6 +117,25 @@ def test_promtool_unit_tests(rules_dir: Path) -> None:
     assert output.count("SUCCESS") == len(files), output
 
 
+def test_unit_tests_evaluate_recording_rules_before_alerts() -> None:
+    """Without ``group_eval_order`` promtool evaluates the groups in Go's random map order at each
+    step, so an alert reads the last minute's recording rules in some runs and fires a minute late: a
+    test at a firing boundary then fails now and then. Each file names every group, in the rule file's
+    order, where each recording group comes before the alerts that read it."""
+    groups = rule_groups()
+    names = [group["name"] for group in groups]
+    recorded_in = {r["record"]: i for i, group in enumerate(groups) for r in group["rules"] if "record" in r}
+    for i, group in enumerate(groups):
+        for rule in group["rules"]:
+            for record, j in recorded_in.items():
+                if re.search(rf"\b{re.escape(record)}\b", rule["expr"]):
+                    name = rule.get("alert") or rule.get("record")
+                    assert j <= i, f"{name} reads {record}, which a later group records"
+    for test in sorted(RULE_TESTS.glob("*.yml")):
+        order = yaml.safe_load(test.read_text()).get("group_eval_order")
+        assert order == names, f"{test.name}: group_eval_order {order} is not the rule groups {names}"
+
+
 def test_every_alert_has_a_unit_test_that_fires_it() -> None:
     fired: set[str] = set()
     quiet: set[str] = set()
