@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from export.hf.step_choice import StepTiming
+from export.quantize.stale import drop_owner_variants, stale_variants
 from export.repo import config_pbtxt, parse_config
 from service.backends.triton_addresses import file_sha256
 from service.manifest import MANIFEST_NAME, CaptionerEntry, Manifest, ModelEntry, RankerEntry
@@ -47,7 +48,7 @@ def commit(
     """Move the staged files (``models``' folders and programs, ``tokenizers/<name>.json``) into
     ``repo`` and replace the manifest with ``entry`` in it (the last step); an earlier import of the
     same name is replaced."""
-    kept_models = [m for m in manifest.models if m.owner != entry.name]
+    kept_models = [m for m in manifest.models if m.owner != entry.name]  # its variants too: same owner
     kind = "captioners" if isinstance(entry, CaptionerEntry) else "rankers"
     kept = [e for e in getattr(manifest, kind) if e.name != entry.name]
     updated = Manifest.model_validate(
@@ -56,22 +57,25 @@ def commit(
             "format_version": 2,
             "models": [m.model_dump() for m in [*kept_models, *models]],
             kind: [e.model_dump() for e in [*kept, entry]],
+            "precision_variants": drop_owner_variants(manifest, entry.name, [m.name for m in models]),
         }
     )
+    stale = [Path(name) for name in stale_variants(manifest, entry.name)]
     backup = stage / ".previous"
     tokenizer = Path("tokenizers") / f"{entry.name}.json"
     moved: list[tuple[Path, Path | None]] = []
     try:
         programs = [Path(m.program) for m in models if m.program]
-        for relative in [*(Path(m.name) for m in models), *programs, tokenizer]:
+        for relative in [*(Path(m.name) for m in models), *programs, tokenizer, *stale]:
             target = repo / relative
             previous = None
             if target.exists():
                 previous = backup / relative
                 previous.parent.mkdir(parents=True, exist_ok=True)
                 target.rename(previous)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            (stage / relative).rename(target)
+            if relative not in stale:  # a stale variant only leaves (into the backup, until the end)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                (stage / relative).rename(target)
             moved.append((target, previous))
         tmp = repo / f".{MANIFEST_NAME}.tmp"
         tmp.write_text(updated.model_dump_json(indent=2), encoding="utf-8")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import io
 import json
 import shutil
 import time
@@ -19,9 +20,11 @@ import numpy as np
 import pytest
 import torch
 from fastapi.testclient import TestClient
+from PIL import Image
 
 from export.hf.importer import PARITY_TOLERANCE, HfImportError, import_hf
 from export.hf.snapshot import SnapshotError
+from export.quantize import PRECISION
 from service.cli import main as cli
 from service.engine.engine import CaptionEngine
 from service.engine.runner import resize_images
@@ -31,6 +34,7 @@ from service.settings import Settings
 from tests.api.conftest import wait_ready
 from tests.hf_checks import assert_near_ties, generate_differences, refuse_network, tree_digest
 from tests.hf_tiny import vit_gpt2
+from tests.quantized import quantized_copy
 
 NAME = "vitgpt2"
 
@@ -266,6 +270,36 @@ def test_importing_again_replaces_it(repo: Path, snapshot: Path) -> None:
     assert [m.name for m in after.models] == [m.name for m in before.models]
     assert [c.name for c in after.captioners] == [c.name for c in before.captioners]
     assert not any(p.name.startswith(".import") for p in repo.iterdir())
+
+
+def test_importing_again_into_a_quantized_repository_drops_its_stale_variants(
+    repo: Path, snapshot: Path, tmp_path: Path
+) -> None:
+    """``compcap quantize`` made its step's variant; importing it again replaces the FP32 model, so the
+    variant (made from the earlier weights) leaves the manifest and the repository, its models serve FP32
+    at every precision until quantize runs again, and the other variants are still served."""
+    quantized, result = quantized_copy(repo, tmp_path, models=[f"{NAME}_step", "butr_step"])
+    assert result.variant.passed and f"{NAME}_step" in result.variant.models
+    variant = result.variant.models[f"{NAME}_step"]
+    import_hf(snapshot, NAME, quantized, step_form="plain", programs=False)
+    manifest = load_manifest(quantized)
+    int8 = manifest.precision_variants[PRECISION]
+    assert f"{NAME}_step" not in int8.models and "butr_step" in int8.models
+    assert {f"{NAME}_step", f"{NAME}_encoder"} <= set(int8.skipped)
+    assert not (quantized / variant).exists() and (quantized / int8.models["butr_step"]).is_dir()
+    served = manifest.served_models(PRECISION)
+    assert served[f"{NAME}_step"] == f"{NAME}_step" and served["butr_step"] == int8.models["butr_step"]
+    with TestClient(create_app(Settings(repo=quantized, precision=PRECISION, intra_op_threads=1))) as client:
+        wait_ready(client)
+        listed = client.get("/v1/models").json()
+        assert listed["precision"] == PRECISION
+        assert "butr_step" in listed["quantized_models"] and f"{NAME}_step" not in listed["quantized_models"]
+        buf = io.BytesIO()
+        Image.fromarray(np.zeros((64, 64, 3), dtype=np.uint8)).save(buf, format="PNG")
+        files = {"image": ("x.png", buf.getvalue(), "image/png")}
+        for model in (NAME, "butr"):
+            answer = client.post(f"/v1/captions?model={model}", files=files)
+            assert answer.status_code == 200, answer.text
 
 
 def test_a_refused_import_leaves_the_repository_as_it_was(

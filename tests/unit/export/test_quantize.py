@@ -16,6 +16,7 @@ import pytest
 from pydantic import ValidationError
 
 from export.quantize import PRECISION, QuantizeResult, Thresholds, recipe
+from export.quantize.stale import drop_owner_variants, stale_variants
 from export.repo import parse_config
 from service import cli
 from service.backends.onnxruntime import OnnxRuntimeBackend
@@ -188,6 +189,30 @@ def test_variants_must_be_consistent_with_their_gate(quantized: tuple[Path, Quan
     unknown["precision_variants"]["int4"] = unknown["precision_variants"].pop(PRECISION)
     with pytest.raises(ValidationError, match="int4"):
         Manifest.model_validate(unknown)
+
+
+def test_a_changed_owner_leaves_the_variant_sets(quantized: tuple[Path, QuantizeResult]) -> None:
+    """butd imported again (``drop_owner_variants``, as ``compcap import hf`` calls it): its variants
+    leave the set, its models are skipped with the reason, the gate's runs through butd are dropped with
+    a note, and the rest of the set (and its verdict) stands; the result is a valid manifest."""
+    _, result = quantized
+    manifest = result.manifest
+    own = [m.name for m in manifest.models if m.owner == "butd" and not m.name.endswith("_int8")]
+    stale = stale_variants(manifest, "butd")
+    assert stale and all(name.startswith("butd_") and name.endswith("_int8") for name in stale)
+    sets = drop_owner_variants(manifest, "butd", own)
+    int8 = sets[PRECISION]
+    assert not set(int8["models"]) & set(own) and set(int8["models"]) == set(result.variant.models) - set(own)
+    assert all("butd was imported after the variants" in int8["skipped"][name] for name in own)
+    assert not [run for run in int8["gate"]["runs"] if "butd" in run.split("+")]
+    assert any("earlier butd" in note for note in int8["gate"]["notes"])
+    assert int8["gate"]["passed"] == result.variant.gate.passed  # type: ignore[union-attr]
+    data = manifest.model_dump()
+    data["models"] = [m for m in data["models"] if m["name"] not in stale]
+    again = Manifest.model_validate({**data, "precision_variants": sets})
+    assert again.served_models(PRECISION)["butd_step"] == "butd_step"
+    assert again.served_models(PRECISION)["butr_step"] == result.variant.models["butr_step"]
+    assert drop_owner_variants(Manifest.model_validate({**data, "precision_variants": {}}), "butd", own) == {}
 
 
 def test_recipes() -> None:
