@@ -18,6 +18,7 @@ from PIL import Image
 from pydantic import ValidationError
 
 import service
+from service.api.schemas import CaptionResponse
 from service.gateway.app import create_app
 from service.manifest import Manifest
 from service.settings import Settings
@@ -76,6 +77,10 @@ def test_one_image_multipart(client: TestClient, manifest: Manifest) -> None:
         assert c["logprob"] <= 0
         assert c["normalized_logprob"] == pytest.approx(c["logprob"] / len(c["tokens"]), rel=1e-5)
     assert sorted(c["beam_rank"] for c in captions) == list(range(1, len(captions) + 1))
+    # written by pydantic's encoder (not FastAPI's second pass): still JSON, and exactly the documented
+    # schema, every field present (none left out as unset or None)
+    assert response.headers["content-type"] == "application/json"
+    assert CaptionResponse.model_validate(body).model_dump(mode="json") == body
 
 
 def test_two_images_multipart_match_single(client: TestClient) -> None:
