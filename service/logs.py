@@ -80,7 +80,7 @@ class _RecordQueueHandler(logging.handlers.QueueHandler):
 _listener: logging.handlers.QueueListener | None = None
 
 
-def _stop_listener() -> None:
+def stop_log_thread() -> None:
     """Write what is queued and stop the log thread (at exit, or before logging is configured again)."""
     global _listener
     if _listener is not None:
@@ -88,7 +88,7 @@ def _stop_listener() -> None:
         _listener = None
 
 
-atexit.register(_stop_listener)  # once: a queued log is written at exit, whoever configured it
+atexit.register(stop_log_thread)  # once: a queued log is written at exit, whoever configured it
 
 
 def configure_logging(fmt: str = "auto", level: str = "info", queued: bool = False) -> None:
@@ -97,7 +97,7 @@ def configure_logging(fmt: str = "auto", level: str = "info", queued: bool = Fal
     ``queued`` (the gateway): a record is put on a queue, and one thread formats and writes it, so the
     event loop spends no time on the request log's JSON and the write to stderr; what is queued is
     written at exit."""
-    _stop_listener()
+    stop_log_thread()
     handler: logging.Handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if resolve_format(fmt) == "json" else TextFormatter())
     if queued:

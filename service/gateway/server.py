@@ -1,18 +1,22 @@
 """``serve(settings)``: run the gateway under uvicorn (settings: ``service.settings.load_settings``; the
-features check their own settings as they install, and a bad one exits the same way). A busy port is
-refused before anything is loaded: uvicorn would find it only after the models, in a log line."""
+features check their own settings as they install, and a bad one exits the same way), its drain on
+SIGTERM bounded by the request deadline. A busy port is refused before anything is loaded: uvicorn would
+find it only after the models, in a log line."""
 
 from __future__ import annotations
 
 import errno
+import math
+import signal
 import socket
+from types import FrameType
 
 import uvicorn
 from pydantic import ValidationError
 
 from service.cli_errors import UsageError
 from service.gateway.app import create_app
-from service.logs import configure_logging
+from service.logs import configure_logging, stop_log_thread
 from service.settings import Settings, settings_error
 
 
@@ -51,6 +55,7 @@ def serve(settings: Settings) -> None:
         app = create_app(settings, serving=True)
     except ValidationError as exc:  # a feature's setting (the probe schedule, the shadow) is invalid
         raise settings_error(exc) from None
+    signal.signal(signal.SIGTERM, _write_log_then_die)
     # uvicorn's own logging config and access log are off: compcap.access writes one line per request
     uvicorn.run(
         app,
@@ -59,4 +64,17 @@ def serve(settings: Settings) -> None:
         log_config=None,
         access_log=False,
         log_level=settings.log_level,
+        # the drain: what is still in flight a request deadline after SIGTERM is cancelled (every caption
+        # started before it has its answer by then; k8s grace periods count on it). Unbounded, one
+        # stalled upload on a route without a deadline kept the process alive until its client left.
+        timeout_graceful_shutdown=math.ceil(settings.request_deadline_s),
     )
+
+
+def _write_log_then_die(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM outside uvicorn's drain, and the one uvicorn raises again once it has shut down: a
+    signal's default action skips ``atexit``, so the log thread's queue (the drain's and the shutdown's
+    lines) is written first; then the process dies of the signal, as uvicorn means it to."""
+    stop_log_thread()
+    signal.signal(signum, signal.SIG_DFL)
+    signal.raise_signal(signum)

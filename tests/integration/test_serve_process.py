@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,6 +17,8 @@ import httpx
 import numpy as np
 import pytest
 from PIL import Image
+
+from tests.integration.conftest import ROOT, free_port, stop
 
 pytestmark = pytest.mark.integration
 
@@ -59,3 +66,43 @@ def test_serve_captions_a_png(server: str, tmp_path: Path) -> None:
     assert access[0]["request_id"] == "serve-test-1" and access[0]["model"]
     assert access[1]["request_id"] == bad.headers["x-request-id"] and access[1]["error"] == "not_an_image"
     assert any(r["logger"].startswith("uvicorn") for r in lines)  # uvicorn's own lines are JSON too
+
+
+def wait_until_ready(proc: subprocess.Popen[bytes], url: str, log_path: Path) -> None:
+    deadline = time.monotonic() + 60  # a guard against a hang, not a speed bound
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/readyz", timeout=1.0, trust_env=False).is_success:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"server not ready (exit code {proc.poll()}):\n{log_path.read_text()}")
+
+
+def test_a_stalled_upload_does_not_hold_shutdown(tiny_repo: Path, tmp_path: Path) -> None:
+    """SIGTERM while a client has sent half a body and waits (a route without a deadline of its own):
+    the gateway waits out its drain (the request deadline, here 2 s), cancels that request, runs
+    its shutdown and exits, and the queued log has every line of it. Before the drain had a bound, it
+    ran until the client left; and the lines queued during the shutdown were lost (uvicorn raises the
+    SIGTERM again after it, whose default action skips ``atexit``)."""
+    port = free_port()
+    env = {**os.environ, "COMPCAP_INTRA_OP_THREADS": "1", "COMPCAP_REQUEST_DEADLINE_S": "2"}
+    cmd = [sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--repo", str(tiny_repo)]
+    log_path = tmp_path / "serve.log"
+    with log_path.open("w+b") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_until_ready(proc, f"http://127.0.0.1:{port}", log_path)
+            with socket.create_connection(("127.0.0.1", port)) as stalled:
+                head = "POST /v1/explain HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                stalled.sendall(f'{head}Content-Length: 1000\r\n\r\n{{"model": '.encode())
+                time.sleep(0.5)  # the request is in the app, reading its body
+                proc.send_signal(signal.SIGTERM)
+                code = proc.wait(timeout=30)  # a guard against the old unbounded wait, not a speed bound
+        finally:
+            stop(proc)
+    assert code == -signal.SIGTERM, log_path.read_text()  # uvicorn raises the signal again once it is done
+    messages = [json.loads(line)["msg"] for line in log_path.read_text().splitlines() if line.startswith("{")]
+    assert any("timeout graceful shutdown exceeded" in m for m in messages), messages
+    assert "Application shutdown complete." in messages, messages

@@ -713,8 +713,9 @@ def test_triton_stays_up_through_drains_and_rollouts(rendered: Rendered) -> None
 
 def test_grace_periods_cover_pre_stop_and_drain_with_margin(rendered: Rendered) -> None:
     """terminationGracePeriodSeconds >= preStop + drain + margin for every container: the gateway drains
-    for at most its request deadline (uvicorn lets requests in flight finish; a caption ends by
-    COMPCAP_REQUEST_DEADLINE_S), Triton for --exit-timeout-secs. Triton's preStop outlasts its callers:
+    for at most its request deadline (uvicorn lets requests in flight finish, a caption ends by
+    COMPCAP_REQUEST_DEADLINE_S, and ``serve`` cancels what is left then), Triton for
+    --exit-timeout-secs. Triton's preStop outlasts its callers:
     in the gateway's pod the gateway's pause and drain; as a Service, the DNS TTL plus the gateways'
     resolution period (COMPCAP_TRITON_RESOLVE_S) before they stop picking it."""
     gateway = gateway_container(rendered)

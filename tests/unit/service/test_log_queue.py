@@ -36,7 +36,7 @@ def test_queued_records_are_formatted_and_written_by_the_log_thread(
     try:
         logs.configure_logging("json", "info", queued=True)
         logging.getLogger("compcap.access").info("request", extra={"route": "/v1/captions", "status": 200})
-        logs._stop_listener()  # as at exit: what is queued is written
+        logs.stop_log_thread()  # as at exit: what is queued is written
     finally:
         root.handlers[:] = handlers
         root.setLevel(level)
