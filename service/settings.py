@@ -103,7 +103,13 @@ class EngineSettings(Section):
     max_length_cap: int = Field(
         default=40, ge=1, le=512, description="upper bound for a request's max_length"
     )
-    request_deadline_s: float = Field(default=10.0, gt=0, le=3600)
+    request_deadline_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="a caption request's deadline (504 past it); also the longest a request body may "
+        "stop arriving (408) and the drain of a stopping gateway",
+    )
     cross_request_batching: bool = Field(
         default=True, description="false: every request decodes alone (the benchmark's naive baseline)"
     )

@@ -5,6 +5,7 @@ specs. Each check is one cheap pass made *before* the parser it protects, and a 
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, Final
@@ -122,11 +123,24 @@ def check_hook_params(params: Mapping[str, Any]) -> None:
         stack.extend((child, depth + 1) for child in children)
 
 
-async def bounded_stream(stream: AsyncIterator[bytes], limit: int) -> AsyncGenerator[bytes, None]:
+async def bounded_stream(
+    stream: AsyncIterator[bytes], limit: int, idle_s: float | None = None
+) -> AsyncGenerator[bytes, None]:
     """``stream`` (a request body) that raises a 413 ``LimitError`` once it passes ``limit`` bytes:
-    a body without Content-Length (chunked) is bounded as it arrives, not after it is buffered."""
+    a body without Content-Length (chunked) is bounded as it arrives, not after it is buffered. With
+    ``idle_s``, a 408 ``LimitError`` when no part of the body arrives for that long: a client that
+    stops halfway through its upload does not hold the request (and a stopping gateway) open."""
     size = 0
-    async for chunk in stream:
+    chunks = aiter(stream)
+    while True:
+        try:
+            async with asyncio.timeout(idle_s):
+                chunk = await anext(chunks)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            message = f"no part of the request body arrived for {idle_s:g} s"
+            raise LimitError(408, "body_timeout", message) from None
         size += len(chunk)
         if size > limit:
             raise LimitError(413, "request_too_large", f"the request body is over the limit of {limit} bytes")

@@ -90,7 +90,7 @@ async def request_parts(request: Request, settings: Settings, max_files: int) ->
     items: list[tuple[str, UploadFile | str]] = []
     payload: Any = None
     try:
-        async with aclosing(bounded_stream(request.stream(), limit)) as stream:
+        async with aclosing(bounded_stream(request.stream(), limit, settings.request_deadline_s)) as stream:
             if form and declared is not None and declared.isdigit() and int(declared) <= MAX_BODY:
                 items = await _read_form(request, stream, max_files, settings)
             elif form:

@@ -254,3 +254,30 @@ def test_a_chunked_body_is_bounded_as_it_arrives(small_client: TestClient, conte
     assert error["code"] == "request_too_large" and "limit" in error["message"]
     ok = small_client.post("/v1/captions", json={"images": [base64.b64encode(png(1, (16, 12))).decode()]})
     assert ok.status_code == 200, ok.text
+
+
+def test_a_body_that_stops_arriving_is_a_408() -> None:
+    """``bounded_stream`` with ``idle_s``: a body whose next part does not come (a client that stopped
+    halfway through its upload) raises 408 ``body_timeout``; parts that keep coming are all read, the
+    time between them being under the bound (real serving: tests/integration/test_serve_process.py)."""
+    import asyncio
+
+    from service.api.limits import LimitError, bounded_stream
+
+    async def stalls() -> Any:
+        yield b'{"model": '
+        await asyncio.Event().wait()  # never set: the rest never comes
+
+    async def flows() -> Any:
+        for part in (b"a", b"b", b"c"):
+            await asyncio.sleep(0)
+            yield part
+
+    async def read(stream: Any, idle_s: float) -> bytes:
+        return b"".join([chunk async for chunk in bounded_stream(stream, 1000, idle_s)])
+
+    with pytest.raises(LimitError) as refused:
+        asyncio.run(read(stalls(), 0.05))
+    assert (refused.value.status, refused.value.code) == (408, "body_timeout")
+    assert "0.05 s" in refused.value.message
+    assert asyncio.run(read(flows(), 30.0)) == b"abc"
