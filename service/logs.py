@@ -12,8 +12,10 @@ import json
 import logging
 import logging.handlers
 import queue
+import signal
 import sys
 import time
+from types import FrameType
 from typing import Any, TextIO
 
 # attributes every LogRecord has; anything else on a record came from ``extra=``
@@ -89,6 +91,15 @@ def stop_log_thread() -> None:
 
 
 atexit.register(stop_log_thread)  # once: a queued log is written at exit, whoever configured it
+
+
+def write_log_then_die(signum: int, frame: FrameType | None) -> None:
+    """A handler for SIGTERM: a signal's default action skips ``atexit``, so the log thread's queue is
+    written first, then the process dies of the signal. ``compcap serve`` installs it: uvicorn raises
+    the SIGTERM it drained for again once it has shut down, and the shutdown's lines were lost."""
+    stop_log_thread()
+    signal.signal(signum, signal.SIG_DFL)
+    signal.raise_signal(signum)
 
 
 def configure_logging(fmt: str = "auto", level: str = "info", queued: bool = False) -> None:

@@ -9,14 +9,13 @@ import errno
 import math
 import signal
 import socket
-from types import FrameType
 
 import uvicorn
 from pydantic import ValidationError
 
 from service.cli_errors import UsageError
 from service.gateway.app import create_app
-from service.logs import configure_logging, stop_log_thread
+from service.logs import configure_logging, write_log_then_die
 from service.settings import Settings, settings_error
 
 
@@ -51,11 +50,11 @@ def serve(settings: Settings) -> None:
     """Serve ``settings.repo`` on ``settings.host:settings.port`` until interrupted."""
     check_address(settings.host, settings.port)
     configure_logging(settings.log_format, settings.log_level, queued=True)
+    signal.signal(signal.SIGTERM, write_log_then_die)  # the queue is written, whenever SIGTERM comes
     try:
         app = create_app(settings, serving=True)
     except ValidationError as exc:  # a feature's setting (the probe schedule, the shadow) is invalid
         raise settings_error(exc) from None
-    signal.signal(signal.SIGTERM, _write_log_then_die)
     # uvicorn's own logging config and access log are off: compcap.access writes one line per request
     uvicorn.run(
         app,
@@ -69,12 +68,3 @@ def serve(settings: Settings) -> None:
         # stalled upload on a route without a deadline kept the process alive until its client left.
         timeout_graceful_shutdown=math.ceil(settings.request_deadline_s),
     )
-
-
-def _write_log_then_die(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM outside uvicorn's drain, and the one uvicorn raises again once it has shut down: a
-    signal's default action skips ``atexit``, so the log thread's queue (the drain's and the shutdown's
-    lines) is written first; then the process dies of the signal, as uvicorn means it to."""
-    stop_log_thread()
-    signal.signal(signum, signal.SIG_DFL)
-    signal.raise_signal(signum)

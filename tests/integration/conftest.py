@@ -37,6 +37,20 @@ def serving(
 ) -> Iterator[str]:
     """Run ``cmd`` (a ``compcap serve``), wait until ``path`` answers 2xx on 127.0.0.1:``port``, yield
     the base URL, and always terminate the process."""
+    with serving_process(cmd, env, port, log_path, path, cwd) as (url, _):
+        yield url
+
+
+@contextmanager
+def serving_process(
+    cmd: list[str],
+    env: dict[str, str],
+    port: int,
+    log_path: Path,
+    path: str = "/readyz",
+    cwd: Path = ROOT,
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``serving``, yielding the process too (a test that signals it)."""
     url = f"http://127.0.0.1:{port}"
     with log_path.open("w+b") as log:
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -53,7 +67,7 @@ def serving(
                 if time.monotonic() > deadline:
                     raise AssertionError(f"server not ready in 60 s:\n{log_path.read_text()}")
                 time.sleep(0.1)
-            yield url
+            yield url, proc
         finally:
             stop(proc)
 

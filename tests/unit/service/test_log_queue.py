@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import subprocess
 import sys
 import threading
@@ -80,3 +81,24 @@ def test_the_serving_runtime_freezes_the_collector_once_loaded(tiny_repo: Path, 
     ).stdout.split()
     assert out[0] == "True"
     assert (int(out[1]) > 10_000) is freeze
+
+
+DIE = """
+import logging, signal, sys
+from service import logs
+logs.configure_logging("json", "info", queued=True)
+if sys.argv[1] == "handler":
+    signal.signal(signal.SIGTERM, logs.write_log_then_die)
+for i in range(5000):
+    logging.getLogger("compcap.test").info("line %d", i)
+signal.raise_signal(signal.SIGTERM)  # as uvicorn does once it has shut down
+"""
+
+
+def test_sigterm_writes_the_queue_before_the_process_dies() -> None:
+    """A signal's default action skips ``atexit``: without ``write_log_then_die`` the lines still queued
+    when SIGTERM comes are lost (``compcap serve`` installs it; tests/integration/test_serve_process.py)."""
+    done = subprocess.run([sys.executable, "-c", DIE, "handler"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == -signal.SIGTERM, done.stderr[-2000:]
+    lines = [json.loads(line)["msg"] for line in done.stderr.splitlines() if line.startswith("{")]
+    assert lines == [f"line {i}" for i in range(5000)]
