@@ -78,15 +78,17 @@ def test_a_stalled_upload_is_answered_and_the_shutdown_is_logged(tiny_repo: Path
     env = {**os.environ, "COMPCAP_INTRA_OP_THREADS": "1", "COMPCAP_REQUEST_DEADLINE_S": "2"}
     cmd = [sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--repo", str(tiny_repo)]
     log_path = tmp_path / "serve.log"
-    with serving_process(cmd, env, port, log_path) as (_, proc):
+    with serving_process(cmd, env, port, log_path) as (url, proc):
         with socket.create_connection(("127.0.0.1", port), timeout=30) as stalled:
             head = "POST /v1/explain HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             stalled.sendall(f'{head}Content-Length: 1000\r\n\r\n{{"model": '.encode())
             answer = stalled.recv(65536).decode()  # the 30 s socket timeout guards against a hang
+        after = httpx.post(f"{url}/v1/captions", files={"image": ("x.png", png(), "image/png")}, timeout=30)
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=30)  # a guard against a hang, not a speed bound
     assert answer.startswith("HTTP/1.1 408"), answer
     assert json.loads(answer.split("\r\n\r\n", 1)[1])["error"]["code"] == "body_timeout"
+    assert after.status_code == 200, after.text  # and the gateway went on serving
     assert code == -signal.SIGTERM, log_path.read_text()  # uvicorn raises the signal again once it is done
     lines = [json.loads(line) for line in log_path.read_text().splitlines() if line.startswith("{")]
     messages = [line["msg"] for line in lines]
