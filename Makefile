@@ -16,11 +16,15 @@ TSTAMP    := $(TVENV)/.installed
 # the serve-only venv: the gateway and nothing else (requirements-serve.lock, as the Dockerfile installs)
 SVENV     := .venv-serve
 SSTAMP    := $(SVENV)/.installed
+# onnxruntime's CUDA build alone (no CUDA libraries), for the tests of a GPU build where CUDA cannot load:
+# put first on PYTHONPATH, it shadows the CPU build's `onnxruntime` module
+ORTGPU    := .ort-gpu
+OSTAMP    := $(ORTGPU)/.installed
 TRITON_HTTP_PORT    ?= 8000
 TRITON_GRPC_PORT    ?= 8001
 TRITON_METRICS_PORT ?= 8002
 
-.PHONY: docs probesets install serve-venv triton-venv triton run build models report explain-report test test-unit lint clean locks test-tools
+.PHONY: docs probesets install serve-venv triton-venv ort-gpu triton run build models report explain-report test test-unit lint clean locks test-tools
 
 # torch: from local disk where the machine keeps its wheel (no index asked), else PyTorch's CPU index
 $(STAMP): requirements.lock requirements-torch.lock requirements-models.lock pyproject.toml
@@ -57,6 +61,16 @@ test-tools:
 			prometheus chromium postgresql) >/dev/null || echo "test-tools: apt-get failed; their tests will skip"; \
 	else echo "test-tools: not root or no apt-get: the Prometheus, browser and PostgreSQL tests will skip"; fi
 
+$(OSTAMP): requirements-serve-gpu.lock
+	rm -rf $(ORTGPU) && mkdir -p $(ORTGPU)
+	awk '/^onnxruntime-gpu==/ {p = 1; print; next} p && /^    --hash/ {print; next} {p = 0}' \
+		requirements-serve-gpu.lock > $(ORTGPU)/requirements.lock
+	$(VPY) -m pip install -q --disable-pip-version-check --no-deps --require-hashes --target $(ORTGPU)/site \
+		-r $(ORTGPU)/requirements.lock
+	touch $(OSTAMP)
+
+ort-gpu: $(STAMP) $(OSTAMP)
+
 $(TSTAMP): requirements-triton.lock
 	test -x $(TVENV)/bin/python || $(TRITON_PY) -m venv $(TVENV)
 	$(TVENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-triton.lock
@@ -81,7 +95,7 @@ probesets: $(STAMP) $(REPO)/manifest.json
 run: $(STAMP) $(REPO)/manifest.json
 	$(VENV)/bin/compcap serve --repo $(REPO) $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
 
-test: $(STAMP) $(TSTAMP) test-tools
+test: $(STAMP) $(TSTAMP) $(OSTAMP) test-tools
 	PY=$(VPY) bash scripts/test_tiers.sh
 
 # the documentation site (docs/ -> site/): reference pages generated from the code, then a strict build
@@ -98,7 +112,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy service export
 
 clean:
-	rm -rf $(VENV) $(TVENV) $(SVENV) build site docs/reference docs/assets .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(TVENV) $(SVENV) $(ORTGPU) build site docs/reference docs/assets .pytest_cache .mypy_cache .ruff_cache
 
 ZOO ?= model_zoo
 

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from service.client import ProbeJob
     from service.settings import Settings
 
-SERVE_FLAGS = ("host", "port", "repo")
+SERVE_FLAGS = ("host", "port", "repo", "device", "precision")
 
 
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +44,19 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--repo", default=None, help="model repository (default: COMPCAP_REPO, else model_repo)"
+    )
+    parser.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default=None,
+        help="where the embedded backend runs the models (default: COMPCAP_DEVICE, else auto: CUDA where "
+        "it can be used, else the CPU); cuda where CUDA cannot be used exits 2 naming the reason",
+    )
+    parser.add_argument(
+        "--precision",
+        default=None,
+        help="fp32, or a precision whose variants passed their gate: int8, fp16 (default: "
+        "COMPCAP_PRECISION, else fp32)",
     )
     parser.epilog = (
         "Every other setting is a COMPCAP_* environment variable (service/settings.py); logs are "

@@ -31,6 +31,7 @@ READY = "compcap_ready"
 QUEUE_CAPACITY = "compcap_queue_capacity"
 REQUEST_DEADLINE = "compcap_request_deadline_seconds"
 BUILD_INFO = "compcap_build_info"
+MODEL_DEVICE = "compcap_model_device_info"
 DIGEST_CHARS = 12  # model_repo_digest: the first hex characters of the manifest's sha256
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 7.5, 10.0)
@@ -134,6 +135,14 @@ class Metrics:
             BUILD_INFO,
             "1, labelled with the package version and the served repository's manifest digest",
             ["version", "model_repo_digest"],
+            registry=r,
+        )
+
+        self.model_device = Gauge(
+            MODEL_DEVICE,
+            "1 per served model, labelled with the device its calls run on (cuda, cpu) and the provider "
+            "or instance kind that says so (the session's own, not the one asked for)",
+            ["model", "device", "provider"],
             registry=r,
         )
 

@@ -15,6 +15,7 @@ from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_va
 from pydantic_core import InitErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from service.backends.device import Device
 from service.cli_errors import UsageError
 from service.manifest import MANIFEST_NAME, Precision, load_manifest
 from service.state.url import DEFAULT_STATE_URL, check_state_url
@@ -86,11 +87,19 @@ class EngineSettings(Section):
     executor_threads: int = Field(
         default=4, ge=1, le=64, description="threads that run model calls off the loop"
     )
+    device: Device = Field(
+        default="auto",
+        description="where the embedded backend runs the models: auto (CUDA where onnxruntime's CUDA "
+        "provider loads and a device answers, else the CPU), cpu, or cuda (where CUDA cannot be used, "
+        "`compcap serve` exits naming the reason instead of falling back). The device each model got is "
+        "in the start-up log, GET /v1/models, /healthz and compcap_model_device_info",
+    )
     precision: Precision = Field(
         default="fp32",
-        description="the models' precision: fp32, or int8 (the variants `compcap quantize` wrote and "
-        "whose quality gate passed; a model without a variant serves FP32). int8 on a repository without "
-        "passed int8 variants is a settings error",
+        description="the models' precision: fp32, int8 or fp16 (the variants `compcap quantize "
+        "[--precision fp16]` wrote and whose quality gate passed; a model without a variant serves FP32; "
+        "int8 is for CPUs, fp16 for GPUs' tensor cores). int8 or fp16 on a repository without passed "
+        "variants of that precision is a settings error",
     )
     default_beam_size: int = Field(default=5, ge=1, le=MAX_BEAM_SIZE)
     max_beam_size: int = Field(

@@ -219,6 +219,11 @@ class HooksResponse(BaseModel):
 
 class HealthResponse(BaseModel):
     status: Literal["ok"] = "ok"
+    device: str = Field(
+        default="none",
+        description="where the models run: cuda, cpu, mixed (GET /v1/models lists each model's), or "
+        "none while they load",
+    )
 
 
 class ReadyResponse(BaseModel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -24,3 +25,11 @@ class Backend(Protocol):
     async def infer(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
 
     async def close(self) -> None: ...
+
+
+def backend_devices(backend: object) -> Mapping[str, str]:
+    """Model name -> the device its calls run on (``cuda``, ``cpu``), as the backend found it (the
+    embedded backend: each session's providers; Triton: each model's instance kind as the server
+    reports it); empty where a backend does not say (``GET /v1/models``, ``/healthz``)."""
+    devices = getattr(backend, "devices", None)
+    return devices if isinstance(devices, Mapping) else {}

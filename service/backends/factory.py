@@ -29,6 +29,7 @@ async def make_backend(settings: EngineSettings, manifest: Manifest, metrics: Me
             settings.executor_threads,
             settings.ort_spinning,
             settings.precision,
+            device=settings.device,
         )
     if settings.backend == "triton":
         try:

@@ -13,17 +13,37 @@ import numpy as np
 import onnxruntime as ort
 
 from service.backends.base import BackendError
+from service.backends.device import (
+    CPU_PROVIDER,
+    CUDA_PROVIDER,
+    DeviceError,
+    check_device,
+    cuda_problem,
+    provider_options,
+    session_device,
+    summary,
+)
 from service.manifest import Manifest
 from service.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
 
-def providers() -> list[str]:
-    """CUDA first when this onnxruntime build has it, CPU always."""
-    available = ort.get_available_providers()
-    chosen = ["CUDAExecutionProvider"] if "CUDAExecutionProvider" in available else []
-    return [*chosen, "CPUExecutionProvider"]
+def providers(device: str = "auto") -> list[object]:
+    """The providers sessions ask for on ``device`` (``COMPCAP_DEVICE``): CUDA with TF32 off first
+    where this onnxruntime build has it and it can be used here (``cuda_problem``), CPU always.
+    ``cuda`` where CUDA cannot be used is a ``DeviceError`` naming the setting and the reason; ``auto``
+    then asks for the CPU alone and logs why (rather than each session failing over with an error)."""
+    check_device(device)
+    if device == "cpu" or (device == "auto" and CUDA_PROVIDER not in ort.get_available_providers()):
+        return [CPU_PROVIDER]
+    problem = cuda_problem()
+    if problem is not None:
+        if device == "cuda":
+            raise DeviceError(f"COMPCAP_DEVICE=cuda: CUDA cannot be used here: {problem}")
+        log.warning("COMPCAP_DEVICE=auto: serving on the CPU: %s", problem)
+        return [CPU_PROVIDER]
+    return provider_options(device, ort.get_available_providers())
 
 
 def usable_cores() -> int:
@@ -47,11 +67,29 @@ def intra_op_threads(requested: int, executor_threads: int, cores: int | None = 
     return max(1, (usable_cores() if cores is None else cores) // executor_threads)
 
 
+def session_options(threads: int, spin: bool, level: ort.GraphOptimizationLevel) -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    if not spin:  # idle pool threads sleep instead of spinning (several calls share few cores)
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = level
+    return options
+
+
+# onnxruntime 1.31's CPU provider crashes (SIGSEGV) creating an FP16 LSTM step at ORT_ENABLE_ALL (its
+# CPU layout passes), not at ORT_ENABLE_EXTENDED: FP16 variants on the CPU load at EXTENDED
+FP16_CPU_LEVEL = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+
+
 class OnnxRuntimeBackend:
     """Loads ``<repo>/<model>/1/model.onnx`` for every model in the manifest (synchronously: construct
-    it off the event loop) and runs ``infer`` calls in a small thread pool. At ``precision`` int8 a
-    model with a variant that passed its gate loads the variant's file under the FP32 model's name
-    (``Manifest.served_models``; ``paths`` says which file serves each name)."""
+    it off the event loop) and runs ``infer`` calls in a small thread pool. At ``precision`` int8 or
+    fp16 a model with a variant that passed its gate loads the variant's file under the FP32 model's
+    name (``Manifest.served_models``; ``paths`` says which file serves each name). ``device``
+    (``COMPCAP_DEVICE``: auto, cpu, cuda) chooses the providers; ``devices`` and ``session_providers``
+    say, per model, what each session actually got (``get_providers()``), and ``device=cuda`` with a
+    model left on the CPU is a ``DeviceError``."""
 
     def __init__(
         self,
@@ -62,6 +100,8 @@ class OnnxRuntimeBackend:
         executor_threads: int = 4,
         spin: bool = True,
         precision: str = "fp32",
+        *,
+        device: str = "auto",
     ) -> None:
         if threads < 0:
             raise ValueError(f"threads must be >= 0, got {threads}")
@@ -71,37 +111,53 @@ class OnnxRuntimeBackend:
         if not repo.is_dir():
             raise ValueError(f"repo {repo} is not a directory")
         self.metrics = metrics
-        self.providers = providers()
+        self.device = check_device(device)
+        self.providers = providers(device)
         self.threads = intra_op_threads(threads, executor_threads)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = self.threads
-        if not spin:  # idle pool threads sleep instead of spinning (several calls share few cores)
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        options.inter_op_num_threads = 1
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options = session_options(self.threads, spin, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+        fp16_cpu = session_options(self.threads, spin, FP16_CPU_LEVEL)
         self.sessions: dict[str, ort.InferenceSession] = {}
         self.outputs: dict[str, list[str]] = {}
         self.precision = precision
         self.paths: dict[str, Path] = {}  # model name -> the file its session runs
+        self.devices: dict[str, str] = {}  # model name -> the device its session runs on
+        self.session_providers: dict[str, list[str]] = {}  # model name -> its session's get_providers()
+        on_cpu = self.providers == [CPU_PROVIDER]
         for name, served in manifest.served_models(precision).items():
             path = manifest.model(served).path(repo)
             if not path.is_file():
                 raise ValueError(f"model {served!r}: {path} does not exist")
-            session = ort.InferenceSession(str(path), sess_options=options, providers=self.providers)
+            level = fp16_cpu if on_cpu and precision == "fp16" and served != name else options
+            session = ort.InferenceSession(str(path), sess_options=level, providers=self.providers)
             self.sessions[name] = session
             self.outputs[name] = [o.name for o in session.get_outputs()]
             self.paths[name] = path
+            self.session_providers[name] = list(session.get_providers())
+            self.devices[name] = session_device(self.session_providers[name])
+        left = sorted(name for name, where in self.devices.items() if where != "cuda")
+        if device == "cuda" and left:
+            raise DeviceError(
+                f"COMPCAP_DEVICE=cuda: {', '.join(left)} fell back to the CPU (onnxruntime's log says why)"
+            )
+        if metrics is not None:
+            for name, where in self.devices.items():
+                metrics.model_device.labels(
+                    model=name, device=where, provider=self.session_providers[name][0]
+                ).set(1)
         self._call_seconds = {  # each model's histogram series, looked up once
             name: metrics.model_call.labels(model=name) for name in self.sessions if metrics is not None
         }
         self._executor = ThreadPoolExecutor(max_workers=executor_threads, thread_name_prefix="ort")
         variants = sum(path.parent.parent.name != name for name, path in self.paths.items())
         log.info(
-            "onnxruntime backend: %d models (%s, %d variants) on %s, %d intra-op threads per call",
+            "onnxruntime backend: %d models (%s, %d variants) on %s (COMPCAP_DEVICE=%s; %s), %d intra-op "
+            "threads per call",
             len(self.sessions),
             precision,
             variants,
-            self.providers,
+            summary(self.devices),
+            device,
+            ", ".join(f"{name} {where}" for name, where in sorted(self.devices.items())),
             self.threads,
         )
 

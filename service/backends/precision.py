@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from service.backends.base import Backend
+from service.backends.base import Backend, backend_devices
 
 
 class ServedNames:
@@ -17,6 +17,12 @@ class ServedNames:
 
     def __init__(self, inner: Backend, served: Mapping[str, str], precision: str) -> None:
         self.inner, self.served, self.precision = inner, dict(served), precision
+
+    @property
+    def devices(self) -> Mapping[str, str]:
+        """The inner backend's devices, under the FP32 names the engine calls."""
+        inner = backend_devices(self.inner)
+        return {model: inner[served] for model, served in self.served.items() if served in inner}
 
     async def infer(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return await self.inner.infer(self.served.get(model, model), inputs)

@@ -112,14 +112,25 @@ class TritonBackend:
         except BaseException:
             await backend.close()
             raise
+        devices = backend.devices
         log.info(
-            "triton backend: %d models at %s (%s), tensors %s",
+            "triton backend: %d models at %s (%s), tensors %s, instances on %s",
             len(backend.calls),
             backend.target,
             backend.servers.addresses.summary(),
             "in shared memory" if shared_memory else "over gRPC",
+            ", ".join(f"{model} {kind}" for model, kind in sorted(devices.items())) or "unknown devices",
         )
+        if metrics is not None:
+            for model, kind in devices.items():
+                metrics.model_device.labels(model=model, device=kind, provider="triton").set(1)
         return backend
+
+    @property
+    def devices(self) -> dict[str, str]:
+        """Model -> where Triton runs its instances (``cuda`` for KIND_GPU, ``cpu`` for KIND_CPU), as the
+        healthy servers' model configs say."""
+        return self.servers.devices
 
     async def _readmitted(self, address: Address) -> None:
         """The address came back (its server may have restarted): register shared memory afresh."""

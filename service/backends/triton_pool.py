@@ -85,6 +85,18 @@ def served_identity(metadata: Any, config: Any) -> ModelIdentity:
     )
 
 
+# ModelInstanceGroup.Kind (model_config.proto) -> where the instances run; Triton's served config has
+# KIND_AUTO resolved to GPU or CPU
+_KINDS = {1: "cuda", 2: "cpu", 3: "model"}
+
+
+def instance_device(config: Any) -> str:
+    """Where a served model's instances run, from its ``ModelConfig`` (``cuda``, ``cpu``; kinds joined
+    by ``+`` where its groups differ; ``auto`` where the server left it unresolved)."""
+    kinds = sorted({_KINDS.get(int(group.kind), "auto") for group in config.instance_group})
+    return "+".join(kinds) or "auto"
+
+
 class TritonPool:
     """The addresses of ``target`` with one client each. ``start`` waits for a healthy one and starts the
     maintenance task; ``close`` ends it and closes every client."""
@@ -111,8 +123,19 @@ class TritonPool:
         self._resolve_error = ""
         self._logged: dict[str, str] = {}
         self._unverified: dict[str, list[str]] = {}  # models whose server publishes no sha256
+        self._kinds: dict[str, dict[str, str]] = {}  # address -> model -> device of its instances
         if target.kind != "dns":
             self._set(target.addresses)
+
+    @property
+    def devices(self) -> dict[str, str]:
+        """Model -> the device of its instances on the healthy addresses (kinds joined by ``+`` where
+        addresses differ)."""
+        found: dict[str, set[str]] = {}
+        for address in self.addresses.healthy():
+            for model, kind in self._kinds.get(address.url, {}).items():
+                found.setdefault(model, set()).add(kind)
+        return {model: "+".join(sorted(kinds)) for model, kinds in found.items()}
 
     # --- addresses ---------------------------------------------------------------------------------
 
@@ -198,16 +221,19 @@ class TritonPool:
         if pending:
             return f"models not ready: {pending}", []
         problems, unverified = [], []
+        kinds: dict[str, str] = {}
         for name, expected in self.expected.items():
             metadata, config = await asyncio.gather(
                 client.get_model_metadata(name, client_timeout=PROBE_TIMEOUT_S),
                 client.get_model_config(name, client_timeout=PROBE_TIMEOUT_S),
             )
             served = served_identity(metadata, config.config)
+            kinds[name] = instance_device(config.config)
             problems += [f"{name}: {p}" for p in identity_problems(expected, served)]
             if expected.digest and not served.digest:
                 unverified.append(name)
         self._unverified[address.url] = unverified
+        self._kinds[address.url] = kinds
         return "", problems
 
     def _log_state(self, address: Address) -> None:

@@ -27,6 +27,8 @@ from service.api.schemas import (
     ReadyResponse,
 )
 from service.api.uploads import decode_uploads
+from service.backends.base import backend_devices
+from service.backends.device import summary as device_summary
 from service.engine.engine import Caption, CaptionOutput
 from service.engine.hooks import hook_catalog
 from service.gateway.openapi import caption_operation
@@ -108,7 +110,7 @@ async def captions(request: Request, access: CaptionAccessDep, background: Backg
 async def models(runtime: RuntimeDep) -> ModelsListing:
     """The captioners and rankers this deployment serves, with what each was trained on, the images
     each reads and whether its captions flag images unlike those it was made for."""
-    return models_response(runtime.manifest, runtime.settings.precision)
+    return models_response(runtime.manifest, runtime.settings.precision, backend_devices(runtime.backend))
 
 
 @router.get("/v1/hooks", tags=["models"], response_model=HooksResponse)
@@ -118,9 +120,9 @@ async def hooks() -> HooksResponse:
 
 
 @router.get("/healthz", tags=["health"], response_model=HealthResponse)
-async def healthz() -> HealthResponse:
-    """Alive: the process answers."""
-    return HealthResponse()
+async def healthz(runtime: RuntimeDep) -> HealthResponse:
+    """Alive: the process answers; with the device its models run on once they are loaded."""
+    return HealthResponse(device=device_summary(backend_devices(runtime.backend)))
 
 
 @router.get(

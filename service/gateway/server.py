@@ -46,9 +46,26 @@ def check_address(host: str, port: int) -> None:
                 raise
 
 
+def check_device(settings: Settings) -> None:
+    """Refuse ``COMPCAP_DEVICE=cuda`` on the embedded backend where CUDA cannot be used (no CUDA build
+    of onnxruntime, its libraries missing, no device), before anything is loaded: onnxruntime itself
+    would run every model on the CPU with one error line."""
+    if settings.backend != "onnxruntime" or settings.device != "cuda":
+        return
+    try:
+        from service.backends.device import cuda_problem
+
+        problem = cuda_problem()
+    except ImportError as exc:
+        problem = f"onnxruntime cannot be imported ({exc})"
+    if problem is not None:
+        raise UsageError(f"COMPCAP_DEVICE=cuda: CUDA cannot be used here: {problem}")
+
+
 def serve(settings: Settings) -> None:
     """Serve ``settings.repo`` on ``settings.host:settings.port`` until interrupted."""
     check_address(settings.host, settings.port)
+    check_device(settings)
     configure_logging(settings.log_format, settings.log_level, queued=True)
     signal.signal(signal.SIGTERM, write_log_then_die)  # the queue is written, whenever SIGTERM comes
     try:

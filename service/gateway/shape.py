@@ -3,6 +3,8 @@ reads ``CaptionOutput`` / ``Caption`` fields)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pydantic import Field
 
 from service.api.schemas import (
@@ -15,6 +17,7 @@ from service.api.schemas import (
     RankerInfo,
     Timings,
 )
+from service.backends.device import summary as device_summary
 from service.engine.engine import Caption, CaptionOutput
 from service.manifest import CaptionerEntry, Manifest
 
@@ -40,6 +43,16 @@ class ModelsListing(ModelsResponse):
     quantized_models: list[str] = Field(
         default_factory=list,
         description="the models served by their quantized variant at this precision (the rest run FP32)",
+    )
+    device: str = Field(
+        default="none",
+        description="where the models run: cuda, cpu, mixed (see devices), or none before they are loaded",
+    )
+    devices: dict[str, str] = Field(
+        default_factory=dict,
+        description="model -> the device its calls run on, as the backend found it (the embedded "
+        "backend: each onnxruntime session's providers, not the ones asked for; Triton: the instance "
+        "kind the server reports)",
     )
 
 
@@ -114,10 +127,15 @@ def _captioner(c: CaptionerEntry, m: Manifest) -> CaptionerListing:
     )
 
 
-def models_response(m: Manifest, precision: str = "fp32") -> ModelsListing:
+def models_response(
+    m: Manifest, precision: str = "fp32", devices: Mapping[str, str] | None = None
+) -> ModelsListing:
     served = m.served_models(precision)
+    devices = dict(devices or {})
     return ModelsListing(
         precision=precision,
+        device=device_summary(devices),
+        devices=devices,
         quantized_models=sorted(name for name, model in served.items() if model != name),
         preset=m.preset,
         default_captioner=m.default_captioner,

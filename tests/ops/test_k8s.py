@@ -383,6 +383,7 @@ def gateway_app() -> Iterator[SimpleNamespace]:
         load_error=None,
         metrics=Metrics(),
         engine=None,
+        backend=None,
         manifest=None,
         vocab=None,
         state=StateStore(""),  # a real store, in memory (never opened: the lifespan does not run)

@@ -228,6 +228,7 @@ def test_every_metric_the_rules_and_dashboard_read_is_exported() -> None:
     assert read & TRITON_METRICS, "no Triton panel"
     assert read >= TRITON_GPU_METRICS, f"GPU metrics no panel or alert reads: {TRITON_GPU_METRICS - read}"
     assert "compcap_build_info" in read, "no panel or alert reads compcap_build_info"
+    assert "compcap_model_device_info" in read, "no panel shows the device each model runs on"
 
 
 def test_backend_panels_match_the_shared_models_and_the_selected_captioners() -> None:
