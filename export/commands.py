@@ -350,6 +350,14 @@ def _calibrate(args: argparse.Namespace) -> int:
 def _quantize_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repo", type=existing_dir, required=True, help="the model repository")
     parser.add_argument(
+        "--precision",
+        choices=["int8", "fp16"],
+        default="int8",
+        help="int8 (CPU: dropped where not faster here) or fp16 (GPU tensor cores: "
+        "convert_float_to_float16 with FP32 inputs and outputs; timed here but never dropped for speed "
+        "on a CPU). BF16 is not offered: onnxruntime's CUDA provider has only partial BF16 kernels",
+    )
+    parser.add_argument(
         "--models",
         action=ListAction,
         default=None,
@@ -360,9 +368,9 @@ def _quantize_arguments(parser: argparse.ArgumentParser) -> None:
         "--method",
         choices=["auto", "dynamic", "static"],
         default="auto",
-        help="dynamic (weights INT8, activations at run time), static (QDQ calibrated on training-world "
-        "images), or auto: static for convolutional encoders, a recurrent step's LSTM kernels dynamic, "
-        "dynamic for the rest",
+        help="int8: dynamic (weights INT8, activations at run time), static (QDQ calibrated on "
+        "training-world images), or auto: static for convolutional encoders, a recurrent step's LSTM "
+        "kernels dynamic, dynamic for the rest; fp16 takes auto only",
     )
     parser.add_argument(
         "--calibration-images", type=positive_int, default=64, help="training-world images to calibrate on"
@@ -386,32 +394,48 @@ def _quantize_arguments(parser: argparse.ArgumentParser) -> None:
         "--min-speedup",
         type=float,
         default=1.0,
-        help="drop a variant not this much faster than its FP32 model (0: keep every variant)",
+        help="drop a variant not this much faster than its FP32 model (0: keep every variant; fp16 "
+        "timed on a CPU is never dropped)",
     )
-    parser.add_argument("--max-cider-change", type=float, default=0.02, help="gate: CIDEr-D, relative")
-    parser.add_argument("--min-top1", type=fraction, default=0.90, help="gate: top-1 caption agreement")
     parser.add_argument(
-        "--max-recall-points", type=float, default=1.0, help="gate: systematicity mean Recall@5, points"
+        "--max-cider-change",
+        type=float,
+        default=None,
+        help="gate: CIDEr-D, relative (default: int8 0.02, fp16 0.01)",
+    )
+    parser.add_argument(
+        "--min-top1",
+        type=fraction,
+        default=None,
+        help="gate: top-1 caption agreement (default: int8 0.90, fp16 0.95)",
+    )
+    parser.add_argument(
+        "--max-recall-points",
+        type=float,
+        default=None,
+        help="gate: systematicity mean Recall@5, points (default 1.0)",
     )
     parser.add_argument("--seed", type=int, default=None, help="training world seed (default: the build's)")
     parser.add_argument("--json", type=writable_file, default=None, help="write the manifest entry here")
 
 
 def _quantize(args: argparse.Namespace) -> int:
-    from export.quantize import Thresholds, quantize_repo, report_lines
+    from export.quantize import quantize_repo, report_lines, spec_for
 
     try:
+        spec = spec_for(args.precision)
         result = quantize_repo(
             Path(args.repo),
             args.models,
             args.method,
-            Thresholds(args.max_cider_change, args.min_top1, args.max_recall_points),
+            spec.with_thresholds(args.max_cider_change, args.min_top1, args.max_recall_points),
             calibration_images=args.calibration_images,
             eval_images=args.eval_images,
             probe_images=args.probe_images,
             systematicity=not args.no_systematicity,
             min_speedup=args.min_speedup,
             seed=args.seed,
+            precision=args.precision,
         )
     except ValueError as exc:
         print(f"compcap quantize: {exc}", file=sys.stderr)
@@ -445,7 +469,8 @@ COMMANDS: CommandTable = {
         _probeset,
     ),
     "quantize": Command(
-        "write INT8 variants of a repository's models, gate them on quality, list them in its manifest",
+        "write INT8 (or FP16) variants of a repository's models, gate them on quality, list them in its "
+        "manifest",
         _quantize_arguments,
         _quantize,
     ),

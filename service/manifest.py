@@ -249,8 +249,8 @@ class ProbeSetEntry(BaseModel):
 
 
 # the precisions a repository may serve its models at (``COMPCAP_PRECISION``): its FP32 models, or the
-# variants ``compcap quantize`` wrote beside them (``Manifest.precision_variants``)
-Precision = Literal["fp32", "int8"]
+# variants ``compcap quantize [--precision int8|fp16]`` wrote beside them (``Manifest.precision_variants``)
+Precision = Literal["fp32", "int8", "fp16"]
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 
 
@@ -267,21 +267,23 @@ class PrecisionGate(BaseModel):
     runs: dict[str, dict[str, float]] = Field(
         default_factory=dict,
         description="per run (captioner or captioner+ranker) on the evaluation world: cider_d_fp32, "
-        "cider_d_int8, cider_d_rel_change, top1_agreement, images",
+        "cider_d_<precision> (cider_d_int8, cider_d_fp16), cider_d_rel_change, top1_agreement, images",
     )
     systematicity: dict[str, dict[str, float]] = Field(
         default_factory=dict,
         description="per run on the systematicity probe set: mean Recall@5 of the held-out pairs "
-        "(recall5_fp32, recall5_int8, recall5_delta_points), of the seen pairs likewise, images",
+        "(recall5_held_out_fp32, recall5_held_out_<precision>, recall5_held_out_delta_points), of the "
+        "seen pairs likewise (recall5_seen_...)",
     )
     failures: list[str] = Field(default_factory=list, description="each threshold the set missed")
     notes: list[str] = Field(default_factory=list, description="what was not measured, and why")
 
 
 class PrecisionVariant(BaseModel):
-    """A repository's models at another precision (e.g. int8): each a model of its own directory
-    (``<name>_int8/config.pbtxt`` + ``1/model.onnx``), listed in ``Manifest.models`` only while its set
-    passed its gate."""
+    """A repository's models at another precision (int8, fp16): each a model of its own directory
+    (``<name>_<precision>/config.pbtxt`` + ``1/model.onnx``, e.g. ``butr_step_int8``), listed in
+    ``Manifest.models`` only while its set passed its gate. Figures of the variants are keyed by the
+    precision's name (``int8_ms``, ``cider_d_fp16``), as the first sets (int8) were written."""
 
     models: dict[str, str] = Field(description="FP32 model name -> the name of its variant model")
     methods: dict[str, str] = Field(
@@ -291,9 +293,16 @@ class PrecisionVariant(BaseModel):
         default_factory=dict, description="FP32 model name -> why it has no variant (it serves FP32)"
     )
     speed: dict[str, dict[str, float]] = Field(
-        default_factory=dict, description="per FP32 model: fp32_ms, variant_ms, speedup, batch"
+        default_factory=dict,
+        description="per FP32 model: fp32_ms, <precision>_ms (int8_ms, fp16_ms), speedup, batch, timed "
+        "on `device`",
     )
     machine: str = Field(default="", description="the CPU the variants were timed and gated on")
+    device: str = Field(
+        default="cpu",
+        description="the device `speed` was timed on: cpu (onnxruntime's CPU provider; every set so far) "
+        "or cuda. FP16 timed on a CPU says nothing about a GPU",
+    )
     gate: PrecisionGate | None = Field(default=None, description="None: not gated (never served)")
 
     @property
@@ -312,7 +321,7 @@ class Manifest(BaseModel):
     rankers: list[RankerEntry]
     probe_sets: list[ProbeSetEntry] = []
     precision_variants: dict[str, PrecisionVariant] = Field(
-        default_factory=dict, description="per precision other than fp32 (int8): its variant models"
+        default_factory=dict, description="per precision other than fp32 (int8, fp16): its variant models"
     )
 
     @model_validator(mode="after")

@@ -1,5 +1,8 @@
-"""``compcap quantize``: INT8 variants of a repository's models, gated on quality through the served
-engine, listed in the manifest beside the FP32 models and served with ``COMPCAP_PRECISION=int8``.
+"""``compcap quantize [--precision int8|fp16]``: INT8 (default) or FP16 variants of a repository's
+models, gated on quality through the served engine, listed in the manifest beside the FP32 models and
+served with ``COMPCAP_PRECISION=int8`` (or ``fp16``). What differs per precision is one record
+(``precisions.PrecisionSpec``: suffix, how a variant is made, the gate's thresholds, whether a variant
+not faster is dropped); the steps below are the same for both, written for INT8:
 
 1. Calibration: training-world images (the first ``calibration_images`` of the world the repository
    was trained on) are captioned through ``CaptionEngine`` on the FP32 models in every evaluation run
@@ -29,21 +32,32 @@ engine, listed in the manifest beside the FP32 models and served with ``COMPCAP_
 
 INT8 activations quantized per call make a row's outputs depend a little on the other rows of its call,
 so the INT8 captions (and the gate's figures) move slightly with how the engine batched the images.
+
+FP16 (``--precision fp16``): ``convert_float_to_float16`` with FP32 inputs and outputs (every variant
+must declare its FP32 model's inputs and outputs: names, dtypes, dims), gated at CIDEr-D within 1%,
+top-1 >= 95%, Recall@5 within 1 point; its CPU timing is recorded (``device``) but drops nothing. BF16
+is not built (onnxruntime's CUDA provider has only partial BF16 kernels).
 """
 
 from __future__ import annotations
 
 from export.quantize.common import METHODS, PRECISION, SUFFIX, QuantizeResult, Thresholds
 from export.quantize.methods import recipe
+from export.quantize.precisions import FP16, INT8, SPECS, PrecisionSpec, spec_for
 from export.quantize.run import quantize_repo, report_lines
 
 __all__ = [
+    "FP16",
+    "INT8",
     "METHODS",
     "PRECISION",
+    "SPECS",
     "SUFFIX",
+    "PrecisionSpec",
     "QuantizeResult",
     "Thresholds",
     "quantize_repo",
     "recipe",
     "report_lines",
+    "spec_for",
 ]

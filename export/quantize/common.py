@@ -19,9 +19,9 @@ from service.manifest import Manifest, PrecisionVariant
 from service.settings import EngineSettings
 from service.text.vocabulary import Vocabulary
 
-PRECISION = "int8"
-SUFFIX = "_int8"
-METHODS = ("auto", "dynamic", "static")
+PRECISION = "int8"  # the default precision of ``compcap quantize`` (``--precision``)
+SUFFIX = "_int8"  # its variants' suffix (each precision's: ``PrecisionSpec.suffix``)
+METHODS = ("auto", "dynamic", "static")  # INT8's --method values
 MIN_COLUMNS = 8  # a MatMul/Gemm weight with fewer output columns stays FP32 (matrix-vector)
 CALIBRATION_CALLS = 48  # most recorded calls per model
 BEAM_SIZE = 5
@@ -31,8 +31,9 @@ console = Console(stderr=True)
 
 @dataclass(frozen=True)
 class Thresholds:
-    """The gate (issue 31): CIDEr-D within 2% relative, top-1 identical on >= 90% of images, the
-    systematicity mean Recall@5 within 1 point."""
+    """The gate: CIDEr-D within ``cider_d_rel_change`` relative, top-1 identical on >= ``top1_agreement``
+    of images, the systematicity mean Recall@5 within ``recall5_points``. The defaults are INT8's (issue
+    31: 2%, 90%, 1 point); each precision has its own (``export.quantize.precisions``: FP16 1%, 95%, 1)."""
 
     cider_d_rel_change: float = 0.02
     top1_agreement: float = 0.90
@@ -44,6 +45,7 @@ class QuantizeResult:
     variant: PrecisionVariant
     manifest: Manifest
     seconds: dict[str, float] = field(default_factory=dict)
+    precision: str = PRECISION
 
 
 # -- calibration: every model call's inputs while the FP32 engine captions training-world images ------

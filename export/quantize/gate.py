@@ -1,4 +1,5 @@
-"""The quality gate on the engine path: CIDEr-D, top-1 agreement and systematicity Recall@5, FP32 vs INT8."""
+"""The quality gate on the engine path: CIDEr-D, top-1 agreement and systematicity Recall@5, FP32 vs a
+precision's variants (INT8, FP16); its figures are keyed by the precision's name (``cider_d_int8``)."""
 
 from __future__ import annotations
 
@@ -28,18 +29,20 @@ from service.text.vocabulary import Vocabulary
 
 def compare_runs(
     fp32: Mapping[str, Sequence[str]],
-    int8: Mapping[str, Sequence[str]],
+    variant: Mapping[str, Sequence[str]],
     references: Sequence[Sequence[str]],
     thresholds: Thresholds,
+    precision: str = PRECISION,
 ) -> tuple[dict[str, dict[str, float]], list[str]]:
-    """Per run: CIDEr-D of both (DF from ``references``, as the build's quality), its relative change
-    and the share of images with the same top-1 caption; and the thresholds missed."""
+    """Per run: CIDEr-D of both (DF from ``references``, as the build's quality; ``cider_d_fp32`` and
+    ``cider_d_<precision>``), its relative change and the share of images with the same top-1 caption;
+    and the thresholds missed."""
     from service.evaluation.metrics import caption_metrics
 
     refs = {i: list(r) for i, r in enumerate(references)}
     rows: dict[str, dict[str, float]] = {}
     failures: list[str] = []
-    for run, texts in int8.items():
+    for run, texts in variant.items():
         base = fp32[run]
         cider = [
             float(caption_metrics(refs, dict(enumerate(t)), meteor=False).cider_d) for t in (base, texts)
@@ -48,7 +51,7 @@ def compare_runs(
         agreement = float(np.mean([a == b for a, b in zip(base, texts, strict=True)]))
         rows[run] = {
             "cider_d_fp32": round(cider[0], 4),
-            "cider_d_int8": round(cider[1], 4),
+            f"cider_d_{precision}": round(cider[1], 4),
             "cider_d_rel_change": round(change, 4),
             "top1_agreement": round(agreement, 4),
             "images": float(len(texts)),
@@ -85,6 +88,7 @@ def admit(
     thresholds: Thresholds,
     images: np.ndarray,
     references: Sequence[Sequence[str]],
+    precision: str = PRECISION,
 ) -> tuple[dict[str, str], PrecisionGate]:
     """Admit the variants one at a time (``ADMIT_ORDER``, then the larger time saved first): a variant
     joins the set when the set with it still passes the caption gate on every run it takes part in
@@ -98,14 +102,15 @@ def admit(
     def order(name: str) -> tuple[int, float]:
         role = fp32.model(name).role
         speed = made.speed.get(name, {})
-        return ADMIT_ORDER.index(role), -(speed.get("fp32_ms", 0.0) - speed.get("int8_ms", 0.0))
+        return ADMIT_ORDER.index(role), -(speed.get("fp32_ms", 0.0) - speed.get(f"{precision}_ms", 0.0))
 
     for name in sorted(made.models, key=order):
         trial = {**admitted, name: made.models[name]}
         todo = [r for r in all_runs if affects(fp32, name, r)]
-        provisional = with_variants(fp32, made.model_copy(update={"models": trial}), PROVISIONAL)
-        captions = asyncio.run(engine_captions(repo, provisional, PRECISION, images, todo))
-        rows, failures = compare_runs(reference, captions, references, thresholds)
+        trial_set = made.model_copy(update={"models": trial})
+        provisional = with_variants(fp32, trial_set, PROVISIONAL, precision)
+        captions = asyncio.run(engine_captions(repo, provisional, precision, images, todo))
+        rows, failures = compare_runs(reference, captions, references, thresholds, precision)
         if failures:
             made.skipped[name] = "rejected by the gate: " + "; ".join(failures)
             console.print(f"[yellow]{name}[/]: {made.skipped[name]}")
@@ -119,7 +124,7 @@ def admit(
             )
             + ")"
         )
-    rows, failures = compare_runs(reference, current, references, thresholds)
+    rows, failures = compare_runs(reference, current, references, thresholds, precision)
     verdict = PrecisionGate(passed=not failures, thresholds=asdict(thresholds), runs=rows, failures=failures)
     return admitted, verdict
 
@@ -181,22 +186,23 @@ def systematicity_gate(
     thresholds: Thresholds,
     probe_set: str,
     probe_images: int | None,
+    precision: str = PRECISION,
 ) -> None:
     """Add the systematicity figures of the admitted set to ``verdict`` (failing it where they move by
     more than ``thresholds.recall5_points``)."""
     recall = {
         p: asyncio.run(_systematicity(repo, provisional, p, probe_set, probe_images))
-        for p in ("fp32", PRECISION)
+        for p in ("fp32", precision)
     }
     for run, fp32_r in recall["fp32"].items():
-        int8_r = recall[PRECISION][run]
+        variant_r = recall[precision][run]
         row: dict[str, float] = {}
         for part in ("held_out", "seen"):
-            a, b = fp32_r.get(part), int8_r.get(part)
+            a, b = fp32_r.get(part), variant_r.get(part)
             if a is None or b is None:
                 continue
             delta = (b - a) * 100
-            row |= {f"recall5_{part}_fp32": round(a, 4), f"recall5_{part}_int8": round(b, 4)}
+            row |= {f"recall5_{part}_fp32": round(a, 4), f"recall5_{part}_{precision}": round(b, 4)}
             row[f"recall5_{part}_delta_points"] = round(delta, 3)
             if abs(delta) > thresholds.recall5_points:
                 verdict.failures.append(

@@ -1,4 +1,6 @@
-"""How one model is quantized (``recipe``: dynamic or static QDQ, per graph) and the quantization itself."""
+"""How one model's variant is made: INT8 (``recipe``: dynamic or static QDQ, per graph, and the
+quantization itself) or FP16 (``convert_fp16``); and the check that a variant keeps its FP32 model's
+inputs and outputs (``check_contract``)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -153,3 +156,59 @@ def quantize_model(
         quantize_dynamic(str(qdq), str(out), weight_type=QuantType.QInt8, op_types_to_quantize=recurrent)
     else:
         shutil.move(str(qdq), str(out))
+
+
+# -- FP16 ----------------------------------------------------------------------------------------------
+
+FP16_METHOD = "convert_float_to_float16 (FP32 inputs and outputs)"
+
+
+def convert_fp16(source: Path, out: Path) -> None:
+    """Write ``source`` in FP16 to ``out``: onnxruntime's ``convert_float_to_float16`` with
+    ``keep_io_types`` (a Cast at each FP32 input and output, so the model contract's tensors stay FP32)."""
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    half = convert_float_to_float16(onnx.load(str(source)), keep_io_types=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(half, str(out))
+
+
+def keep_declarations(source: Path, variant: Path) -> None:
+    """Give ``variant``'s graph the inputs and outputs ``source`` declares (names, types, dims) where it
+    has the same names: shape inference (INT8's pre-processing, the FP16 converter's) may have pinned a
+    symbolic dim it resolved, e.g. a ranker's embedding size. ``check_contract`` then checks the rest."""
+    import onnx
+
+    fp32, model = onnx.load(str(source), load_external_data=False), onnx.load(str(variant))
+    changed = False
+    for field in ("input", "output"):
+        mine, theirs = getattr(model.graph, field), getattr(fp32.graph, field)
+        if [v.name for v in mine] == [v.name for v in theirs] and list(mine) != list(theirs):
+            del mine[:]
+            mine.extend(theirs)
+            changed = True
+    if changed:
+        onnx.save(model, str(variant))
+
+
+def _tensor(value: Any) -> tuple[str, int, tuple[int | str, ...]]:
+    t = value.type.tensor_type
+    dims = tuple(d.dim_value if d.HasField("dim_value") else d.dim_param or "?" for d in t.shape.dim)
+    return value.name, int(t.elem_type), dims
+
+
+def io_contract(path: Path) -> tuple[list[tuple[str, int, tuple[int | str, ...]]], ...]:
+    """The inputs and outputs ``path`` declares: (name, ONNX element type, dims) each."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return [_tensor(v) for v in graph.input], [_tensor(v) for v in graph.output]
+
+
+def check_contract(fp32: Path, variant: Path) -> None:
+    """``ValueError`` unless ``variant`` declares exactly the inputs and outputs of ``fp32`` (names,
+    dtypes, dims): a variant serves under its FP32 model's config and manifest entry."""
+    for part, a, b in zip(("inputs", "outputs"), io_contract(fp32), io_contract(variant), strict=True):
+        if a != b:
+            raise ValueError(f"its {part} {b} differ from the FP32 model's {a}")

@@ -10,7 +10,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 from export.quantize.common import (
-    METHODS,
     PRECISION,
     QuantizeResult,
     Thresholds,
@@ -20,6 +19,7 @@ from export.quantize.common import (
     world_seed,
 )
 from export.quantize.gate import PROVISIONAL, admit, systematicity_gate
+from export.quantize.precisions import spec_for
 from export.quantize.variants import make_variants, with_variants
 from service.manifest import PrecisionGate, load_manifest
 
@@ -38,9 +38,12 @@ def quantize_repo(
     min_speedup: float = 1.0,
     timing_rounds: int = 5,
     seed: int | None = None,
+    precision: str = PRECISION,
 ) -> QuantizeResult:
-    """Write, time and gate the INT8 variants of ``repo`` (of ``models``, default every model) and record
-    them in its manifest (see the module docstring); earlier variants are replaced. ``eval_images``:
+    """Write, time and gate the ``precision`` variants (int8, fp16) of ``repo`` (of ``models``, default
+    every model) and record them in its manifest (see the package docstring); earlier variants of that
+    precision are replaced, those of another stay. ``thresholds``: default the precision's own
+    (``PrecisionSpec.thresholds``). ``eval_images``:
     images of the evaluation world (default: the preset's ``eval_images``, as the build's quality);
     ``probe_images``: at most this many systematicity probe images per pair (default all);
     ``systematicity=False`` gates without the probe; ``min_speedup``: drop a variant slower than this
@@ -49,15 +52,18 @@ def quantize_repo(
     from export.presets import get_preset
     from export.probesets.repo import write_manifest
 
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    spec = spec_for(precision)
+    if method not in spec.methods:
+        raise ValueError(f"method must be one of {spec.methods} at precision {precision}, got {method!r}")
     repo = Path(repo)
-    thresholds = thresholds or Thresholds()
+    thresholds = thresholds or spec.thresholds
     base = load_manifest(repo)
-    earlier = {v for p in base.precision_variants.values() for v in p.models.values()}
+    variants = {v for p in base.precision_variants.values() for v in p.models.values()}
     fp32 = base.model_copy(
-        update={"models": [m for m in base.models if m.name not in earlier], "precision_variants": {}}
+        update={"models": [m for m in base.models if m.name not in variants], "precision_variants": {}}
     )
+    own = base.precision_variants.get(precision)
+    earlier = set(own.models.values()) if own is not None else set()
     names = [m.name for m in fp32.models]
     for name in models or ():
         if name not in names:
@@ -73,9 +79,14 @@ def quantize_repo(
     calls = asyncio.run(record_calls(repo, fp32, calibration))
     seconds["calibration"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    made = make_variants(repo, fp32, calls, list(models or names), method, min_speedup, timing_rounds)
+    made = make_variants(repo, fp32, calls, list(models or names), method, min_speedup, timing_rounds, spec)
     seconds["quantize"] = time.perf_counter() - t0
-    verdict = PrecisionGate(passed=False, thresholds=asdict(thresholds), failures=["no INT8 variant"])
+    label = precision.upper()
+    timing = [spec.cpu_timing_note] if spec.cpu_timing_note and made.device == "cpu" else []
+    notes = [*timing, *spec.notes]
+    verdict = PrecisionGate(
+        passed=False, thresholds=asdict(thresholds), failures=[f"no {label} variant"], notes=notes
+    )
     if made.models:
         t0 = time.perf_counter()
         try:
@@ -84,14 +95,15 @@ def quantize_repo(
             n_eval = eval_images or 500
         console.print(f"gate: {n_eval} images of the evaluation world (seed {seed + TEST_SEED_OFFSET})")
         images, references = world_images(n_eval, seed + TEST_SEED_OFFSET, size)
-        admitted, verdict = admit(repo, fp32, made, thresholds, images, references)
+        admitted, verdict = admit(repo, fp32, made, thresholds, images, references, precision)
+        verdict.notes[:0] = notes
         for name in set(made.models) - set(admitted):
             shutil.rmtree(repo / made.models[name], ignore_errors=True)
         made.methods = {k: v for k, v in made.methods.items() if k in admitted}
         made.models = admitted
         if not admitted:
             verdict.passed = False
-            verdict.failures.append("no INT8 variant passed the gate")
+            verdict.failures.append(f"no {label} variant passed the gate")
         sets = [p.name for p in fp32.probe_sets if p.kind == "systematicity"]
         if not systematicity:
             verdict.notes.append("systematicity not measured: skipped (--no-systematicity)")
@@ -102,23 +114,24 @@ def quantize_repo(
             )
         elif admitted:
             probe_set = "systematicity" if "systematicity" in sets else sets[0]
-            provisional = with_variants(fp32, made, PROVISIONAL)
-            systematicity_gate(repo, provisional, verdict, thresholds, probe_set, probe_images)
+            provisional = with_variants(fp32, made, PROVISIONAL, precision)
+            systematicity_gate(repo, provisional, verdict, thresholds, probe_set, probe_images, precision)
         seconds["gate"] = time.perf_counter() - t0
-    manifest = with_variants(fp32, made, verdict)
+    manifest = with_variants(base, made, verdict, precision)
     write_manifest(repo, manifest)
-    return QuantizeResult(manifest.precision_variants[PRECISION], manifest, seconds)
+    return QuantizeResult(manifest.precision_variants[precision], manifest, seconds, precision)
 
 
 def report_lines(result: QuantizeResult) -> list[str]:
     """What ``compcap quantize`` prints."""
-    v = result.variant
-    lines = [f"machine: {v.machine}"]
+    v, p = result.variant, result.precision
+    lines = [f"precision: {p}", f"machine: {v.machine} (timed on: {v.device})"]
     for name, variant in v.models.items():
         s = v.speed.get(name, {})
         lines.append(
             f"  {name} -> {variant} ({v.methods[name]}): {s.get('fp32_ms', 0):.3f} -> "
-            f"{s.get('int8_ms', 0):.3f} ms at batch {s.get('batch', 0):.0f} (x{s.get('speedup', 0):.2f})"
+            f"{s.get(f'{p}_ms', 0):.3f} ms at batch {s.get('batch', 0):.0f} (x{s.get('speedup', 0):.2f}, "
+            f"{v.device})"
         )
     for name, why in v.skipped.items():
         lines.append(f"  {name}: FP32 ({why})")
@@ -126,14 +139,14 @@ def report_lines(result: QuantizeResult) -> list[str]:
     if g is not None:
         for run, row in g.runs.items():
             lines.append(
-                f"  {run}: CIDEr-D {row['cider_d_fp32']:.4f} -> {row['cider_d_int8']:.4f} "
+                f"  {run}: CIDEr-D {row['cider_d_fp32']:.4f} -> {row[f'cider_d_{p}']:.4f} "
                 f"({row['cider_d_rel_change']:+.2%}), top-1 identical {row['top1_agreement']:.1%} "
                 f"of {row['images']:.0f} images"
             )
         for run, row in g.systematicity.items():
             parts = [
                 f"{part.replace('_', '-')} R@5 {row[f'recall5_{part}_fp32'] * 100:.2f} -> "
-                f"{row[f'recall5_{part}_int8'] * 100:.2f} ({row[f'recall5_{part}_delta_points']:+.2f} pts)"
+                f"{row[f'recall5_{part}_{p}'] * 100:.2f} ({row[f'recall5_{part}_delta_points']:+.2f} pts)"
                 for part in ("held_out", "seen")
                 if f"recall5_{part}_fp32" in row
             ]
@@ -141,7 +154,7 @@ def report_lines(result: QuantizeResult) -> list[str]:
         lines += [f"  note: {n}" for n in g.notes]
         lines += [f"  FAILED: {f}" for f in g.failures]
         lines.append(
-            f"gate: {'passed: served with COMPCAP_PRECISION=int8' if g.passed else 'failed: not served'}"
+            f"gate: {f'passed: served with COMPCAP_PRECISION={p}' if g.passed else 'failed: not served'}"
         )
     lines.append("seconds: " + ", ".join(f"{k} {s:.1f}" for k, s in result.seconds.items()))
     return lines

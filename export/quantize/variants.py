@@ -1,4 +1,4 @@
-"""The INT8 variants as Triton models (config, manifest entry), timed against their FP32 models."""
+"""The variants (INT8, FP16) as Triton models (config, manifest entry), timed against their FP32 models."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ import numpy as np
 
 from export.quantize.common import (
     PRECISION,
-    SUFFIX,
     caption_runs,
     console,
     engine_settings,
     open_backend,
     runs,
 )
-from export.quantize.methods import graph_ops, quantize_model, recipe
+from export.quantize.methods import check_contract, keep_declarations
+from export.quantize.precisions import INT8, PrecisionSpec
 from export.repo import parse_config
 from service.engine.engine import CaptionEngine
 from service.manifest import Manifest, ModelEntry, PrecisionGate, PrecisionVariant
@@ -53,22 +53,32 @@ def variant_entry(entry: ModelEntry, name: str) -> ModelEntry:
 
 
 def time_pair(
-    fp32: Path, int8: Path, feeds: dict[str, np.ndarray], rounds: int = 5, seconds: float = 0.2
+    fp32: Path,
+    variant: Path,
+    feeds: dict[str, np.ndarray],
+    rounds: int = 5,
+    seconds: float = 0.2,
+    variant_level: str = "ORT_ENABLE_ALL",
 ) -> tuple[float, float]:
     """Median ms per call of each file on ``feeds``, the two timed in turn (a shared machine's load
-    falls on both), in sessions set up as the embedded backend's."""
+    falls on both), in sessions set up as the embedded backend's on the CPU provider (the variant's at
+    ``variant_level``: an FP16 LSTM step crashes onnxruntime 1.31's CPU provider at ORT_ENABLE_ALL).
+    ``ValueError`` where the variant's outputs differ from the FP32 model's in name, dtype or shape."""
     import onnxruntime as ort
 
-    def session(path: Path) -> ort.InferenceSession:
+    def session(path: Path, level: str) -> ort.InferenceSession:
         options = ort.SessionOptions()
         options.inter_op_num_threads = 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
         return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
-    sessions = [session(fp32), session(int8)]
+    sessions = [session(fp32, "ORT_ENABLE_ALL"), session(variant, variant_level)]
     times: list[list[float]] = [[], []]
-    for s in sessions:
-        s.run(None, feeds)
+    first = [dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds), strict=True)) for s in sessions]
+    shapes = [{k: (v.dtype.str, v.shape) for k, v in out.items()} for out in first]
+    if shapes[0] != shapes[1]:
+        raise ValueError(f"its outputs {shapes[1]} differ from the FP32 model's {shapes[0]}")
     for _ in range(rounds):
         for k, s in enumerate(sessions):
             n, start = 0, time.perf_counter()
@@ -87,6 +97,9 @@ def _largest(calls: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     return max(calls, key=_rows)
 
 
+TIMING_DEVICE = "cpu"  # time_pair runs onnxruntime's CPU provider
+
+
 def make_variants(
     repo: Path,
     manifest: Manifest,
@@ -95,14 +108,18 @@ def make_variants(
     method: str,
     min_speedup: float,
     timing_rounds: int = 5,
+    spec: PrecisionSpec = INT8,
 ) -> PrecisionVariant:
-    """Write the variant of each of ``models`` (see the module docstring); the set, ungated."""
-    made = PrecisionVariant(models={}, machine=machine())
+    """Write the ``spec`` variant of each of ``models`` (see the package docstring); the set, ungated.
+    A variant that fails to build, does not keep its FP32 model's inputs and outputs, or (where
+    ``spec`` drops slower variants on the timing device) is not ``min_speedup`` faster is dropped."""
+    made = PrecisionVariant(models={}, machine=machine(spec.cpu_feature), device=TIMING_DEVICE)
+    key = f"{spec.name}_ms"
     with tempfile.TemporaryDirectory(prefix="compcap-quantize-") as tmp:
         for name in models:
             entry = manifest.model(name)
-            chosen = recipe(entry.role, graph_ops(entry.path(repo)), method)
-            variant = name + SUFFIX
+            how = spec.describe(entry, entry.path(repo), method)
+            variant = name + spec.suffix
             out = repo / variant / "1" / "model.onnx"
             shutil.rmtree(repo / variant, ignore_errors=True)
             recorded = calls.get(name, [])
@@ -110,37 +127,42 @@ def make_variants(
                 made.skipped[name] = "no call recorded (no evaluation run uses it)"
                 continue
             try:
-                quantize_model(entry.path(repo), out, chosen, recorded, Path(tmp))
-                fp32_ms, int8_ms = time_pair(entry.path(repo), out, _largest(recorded), timing_rounds)
+                spec.make(entry, entry.path(repo), out, method, recorded, Path(tmp))
+                keep_declarations(entry.path(repo), out)
+                check_contract(entry.path(repo), out)
+                fp32_ms, variant_ms = time_pair(
+                    entry.path(repo), out, _largest(recorded), timing_rounds, variant_level=spec.cpu_level
+                )
             except Exception as exc:  # any failure leaves the model in FP32
                 shutil.rmtree(repo / variant, ignore_errors=True)
-                made.skipped[name] = f"{chosen.describe()} failed: {type(exc).__name__}: {exc}"[:300]
+                made.skipped[name] = f"{how} failed: {type(exc).__name__}: {exc}"[:300]
                 console.print(f"[yellow]{name}[/]: {made.skipped[name]}")
                 continue
-            speedup = fp32_ms / int8_ms if int8_ms > 0 else 0.0
+            speedup = fp32_ms / variant_ms if variant_ms > 0 else 0.0
             made.speed[name] = {
                 "fp32_ms": round(fp32_ms, 4),
-                "int8_ms": round(int8_ms, 4),
+                key: round(variant_ms, 4),
                 "speedup": round(speedup, 3),
                 "batch": float(_rows(_largest(recorded))),
             }
-            if speedup < min_speedup:
+            if speedup < min_speedup and spec.drops_slower(made.device):
                 shutil.rmtree(repo / variant, ignore_errors=True)
-                made.skipped[name] = f"{chosen.describe()} is not faster: x{speedup:.2f} < x{min_speedup:.2f}"
+                made.skipped[name] = f"{how} is not faster: x{speedup:.2f} < x{min_speedup:.2f}"
                 console.print(f"[yellow]{name}[/]: {made.skipped[name]} (kept FP32)")
                 continue
             write_variant_config(repo, name, variant, out)
             made.models[name] = variant
-            made.methods[name] = chosen.describe()
+            made.methods[name] = how
             console.print(
-                f"{name}: {chosen.describe()} -> {variant}: {fp32_ms:.3f} ms -> {int8_ms:.3f} ms "
-                f"(x{speedup:.2f}) at batch {made.speed[name]['batch']:.0f}"
+                f"{name}: {how} -> {variant}: {fp32_ms:.3f} ms -> {variant_ms:.3f} ms "
+                f"(x{speedup:.2f}, {made.device}) at batch {made.speed[name]['batch']:.0f}"
             )
     return made
 
 
-def machine() -> str:
-    """The CPU model name and whether it has AVX-512 VNNI (INT8 dot products)."""
+def machine(feature: str = "avx512_vnni") -> str:
+    """The CPU model name, its widest AVX and whether it has ``feature`` (AVX-512 VNNI: INT8 dot
+    products; AVX-512 FP16: FP16 arithmetic)."""
     name = platform.processor() or platform.machine()
     flags = ""
     try:
@@ -153,20 +175,24 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    vnni = "avx512_vnni" if "avx512_vnni" in flags.split() else "no avx512_vnni"
+    has = feature if feature in flags.split() else f"no {feature}"
     avx = "avx512" if "avx512f" in flags.split() else "avx2" if "avx2" in flags.split() else "no avx2"
-    return f"{name}, {os.cpu_count()} cpus, {avx}, {vnni}"
+    return f"{name}, {os.cpu_count()} cpus, {avx}, {has}"
 
 
-def with_variants(manifest: Manifest, made: PrecisionVariant, gate: PrecisionGate | None) -> Manifest:
-    """``manifest`` without earlier variants, with ``made`` under ``precision_variants.int8`` and, where
-    ``gate`` passed, its variant models listed in ``models``."""
-    earlier = {v for p in manifest.precision_variants.values() for v in p.models.values()}
+def with_variants(
+    manifest: Manifest, made: PrecisionVariant, gate: PrecisionGate | None, precision: str = PRECISION
+) -> Manifest:
+    """``manifest`` without its earlier ``precision`` variants, with ``made`` under
+    ``precision_variants.<precision>`` and, where ``gate`` passed, its variant models listed in
+    ``models``; the sets of other precisions stay as they are."""
+    old = manifest.precision_variants.get(precision)
+    earlier = set(old.models.values()) if old is not None else set()
     models = [m for m in manifest.models if m.name not in earlier]
     recorded = made.model_copy(update={"gate": gate})
     if recorded.passed:
         models += [variant_entry(manifest.model(source), name) for source, name in made.models.items()]
-    variants = {**manifest.precision_variants, PRECISION: recorded}
+    variants = {**manifest.precision_variants, precision: recorded}
     return Manifest.model_validate(
         {
             **manifest.model_dump(),

@@ -6,6 +6,10 @@ this file to ``<mirror>/<model>/1/model.py``; it runs inside Triton's python-bac
 file and ``intra_op_threads`` onnxruntime's thread count (0 = its default). Requests that Triton's
 dynamic batcher hands over together are run as one batch; when that fails, each request runs alone
 so that a bad request fails only itself.
+
+A model whose name ends in ``_fp16`` (``compcap quantize --precision fp16``'s variants) is loaded at
+``ORT_ENABLE_EXTENDED``, the rest at ``ORT_ENABLE_ALL``: onnxruntime 1.31's CPU provider crashes
+(SIGSEGV, taking the stub down) creating an FP16 LSTM step at ``ORT_ENABLE_ALL``.
 """
 
 from __future__ import annotations
@@ -17,6 +21,15 @@ import numpy as np
 import onnxruntime as ort
 import triton_python_backend_utils as pb_utils  # provided by the python backend
 
+FP16_SUFFIX = "_fp16"  # export.quantize.precisions.FP16.suffix (this file imports nothing of the project)
+
+
+def optimization_level(model_name: str) -> ort.GraphOptimizationLevel:
+    """The graph optimizations a model's session is created with (see the module docstring)."""
+    if model_name.endswith(FP16_SUFFIX):
+        return ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    return ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+
 
 class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
@@ -25,7 +38,7 @@ class TritonPythonModel:
         options = ort.SessionOptions()
         options.intra_op_num_threads = int(params.get("intra_op_threads", {}).get("string_value", "0"))
         options.inter_op_num_threads = 1
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.graph_optimization_level = optimization_level(str(config.get("name", "")))
         self.session = ort.InferenceSession(
             params["onnx_path"]["string_value"], sess_options=options, providers=["CPUExecutionProvider"]
         )
