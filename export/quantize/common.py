@@ -101,9 +101,18 @@ def engine_settings(repo: Path, **overrides: Any) -> EngineSettings:
 
 
 def open_backend(repo: Path, manifest: Manifest, precision: str) -> OnnxRuntimeBackend:
+    """The embedded backend the gate decodes through, on ``COMPCAP_DEVICE`` (auto: CUDA where it can be
+    used, else the CPU) as a gateway would serve it."""
     s = engine_settings(repo)
     return OnnxRuntimeBackend(
-        repo, manifest, s.intra_op_threads, None, s.executor_threads, s.ort_spinning, precision
+        repo,
+        manifest,
+        s.intra_op_threads,
+        None,
+        s.executor_threads,
+        s.ort_spinning,
+        precision,
+        device=s.device,
     )
 
 

@@ -6,11 +6,12 @@ other step (calibration, timing, the gate, the manifest) is the same for all of 
   not faster than its FP32 model on this CPU is dropped. Gate: CIDEr-D within 2% relative, top-1
   agreement >= 90%, systematicity Recall@5 within 1 point (issue 31).
 - ``fp16``: a GPU precision (tensor cores). ``convert_float_to_float16`` with FP32 inputs and outputs;
-  on a CPU it is slower than FP32 (no FP16 arithmetic in onnxruntime's CPU kernels, casts around them),
-  so its CPU timing is recorded with the device but drops nothing: it says nothing about a GPU. Gate:
-  CIDEr-D within 1% relative, top-1 agreement >= 95%, Recall@5 within 1 point (issue 38). Sessions on the
-  CPU provider load it at ``ORT_ENABLE_EXTENDED``: onnxruntime 1.31's CPU provider crashes (SIGSEGV)
-  creating an FP16 LSTM step at ``ORT_ENABLE_ALL``.
+  on a CPU it is no faster than FP32, often slower (onnxruntime casts around the CPU kernels that have
+  no FP16 version; 0.82-1.06x on the default repository), so its CPU timing is recorded with the
+  device but drops nothing: it says nothing about a GPU. Gate: CIDEr-D within 1% relative, top-1
+  agreement >= 95%, Recall@5 within 1 point (issue 38). Sessions on the CPU provider load it at
+  ``ORT_ENABLE_EXTENDED``: onnxruntime 1.31's CPU provider crashes (SIGSEGV) creating an FP16 LSTM step
+  at ``ORT_ENABLE_ALL``.
 - BF16 is not built: onnxruntime's CUDA provider has only partial BF16 kernels.
 """
 
@@ -118,9 +119,9 @@ FP16 = PrecisionSpec(
     drops_slower_on=frozenset({"cuda"}),
     cpu_level="ORT_ENABLE_EXTENDED",
     cpu_feature="avx512_fp16",
-    cpu_timing_note="FP16 is a GPU precision (tensor cores): timed on the CPU provider (slower than FP32 "
-    "there: no FP16 arithmetic, casts around the kernels), which says nothing about a GPU and drops no "
-    "variant",
+    cpu_timing_note="FP16 is a GPU precision (tensor cores): timed on the CPU provider (no faster than "
+    "FP32 there, often slower: onnxruntime casts around the CPU kernels that have no FP16 version), which "
+    "says nothing about a GPU and drops no variant",
     notes=("BF16 is not built: onnxruntime's CUDA provider has only partial BF16 kernels",),
 )
 SPECS: dict[str, PrecisionSpec] = {spec.name: spec for spec in (INT8, FP16)}

@@ -2,11 +2,11 @@
 time) into a repository that ``compcap quantize`` already quantized.
 
 A variant was made from, timed against and gated with the FP32 model it names. Once that model is
-replaced, the variant is stale: it would serve the old weights at ``COMPCAP_PRECISION=int8``. So the
-owner's variants leave the set (their models leave the manifest, their folders the repository), its
-models are listed as ``skipped`` (they serve FP32 at every precision until ``compcap quantize`` runs
-again), and the gate's runs that decoded through the old models are dropped, with a note saying why.
-The rest of the set, and its verdict, stand: the other models did not change.
+replaced, the variant is stale: it would serve the old weights at ``COMPCAP_PRECISION=int8`` (or
+fp16). So the owner's variants leave every set (their models leave the manifest, their folders the
+repository), its models are listed as ``skipped`` (they serve FP32 at every precision until ``compcap
+quantize`` runs again), and the gate's runs that decoded through the old models are dropped, with a
+note saying why. The rest of the set, and its verdict, stand: the other models did not change.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Serving a repository at another precision (``COMPCAP_PRECISION``) on a backend that calls its models
 by name (Triton): the engine keeps calling the FP32 names of the manifest, and each call goes to the
-model that serves that name (``Manifest.served_models``: the int8 variant, where its set passed its
-gate). The embedded backend needs no wrapper: it loads the variant's file under the FP32 name."""
+model that serves that name (``Manifest.served_models``: the int8 or fp16 variant, where its set passed
+its gate). The embedded backend needs no wrapper: it loads the variant's file under the FP32 name."""
 
 from __future__ import annotations
 
