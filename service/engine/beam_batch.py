@@ -45,6 +45,7 @@ from service.engine.beam import (
 from service.engine.observer import StepEvent, StepObserver
 from service.engine.params import SearchParams
 from service.engine.processors import LogitsProcessor
+from service.engine.sparse import RowTopK, compact
 
 _PER_IMAGE = (
     "key", "beam", "groups", "diversity", "max_length", "min_length", "length_penalty", "t", "done",
@@ -274,21 +275,31 @@ class BeamBatch:
             state=self.state.reshape(-1, self.state.shape[2])[rows],
         )
 
-    def _constrain(self, logprobs: np.ndarray, t_row: np.ndarray, image: np.ndarray) -> np.ndarray:
+    def _constrain(
+        self,
+        logprobs: np.ndarray,
+        t_row: np.ndarray,
+        image: np.ndarray,
+        eos: int | None = None,
+        banned: np.ndarray | None = None,
+    ) -> np.ndarray:
         """Hard constraints on rows (in place): banned words; no EOS before min_length words; only
-        EOS at max_length words."""
-        if self.banned_ids.size:
-            logprobs[:, self.banned_ids] = NEG_INF
+        EOS at max_length words. ``eos`` and ``banned``: their columns (of a compact ``RowTopK``'s
+        words), else the token ids."""
+        eos = self.eos if eos is None else eos
+        banned = self.banned_ids if banned is None else banned
+        if banned.size:
+            logprobs[:, banned] = NEG_INF
         early = t_row < self.min_length[image]
         if early.any():
-            logprobs[early, self.eos] = NEG_INF
+            logprobs[early, eos] = NEG_INF
         at_max = t_row >= self.max_length[image]
         if self._any_hf:
             at_max &= ~self.hf[image]  # transformers' search ends otherwise
         if at_max.any():
-            eos_col = logprobs[at_max, self.eos].copy()
+            eos_col = logprobs[at_max, eos].copy()
             logprobs[at_max] = NEG_INF
-            logprobs[at_max, self.eos] = eos_col
+            logprobs[at_max, eos] = eos_col
         return logprobs
 
     def _process(self, step: BatchRows, live: np.ndarray, row_key: np.ndarray, update: StepUpdate) -> None:
@@ -310,10 +321,10 @@ class BeamBatch:
                 continue
             live[mine] = self._constrain(np.array(out, dtype=np.float64), t_row[mine], step.image_index[mine])
 
-    def _select(self, cum: np.ndarray, logprobs: np.ndarray) -> tuple[np.ndarray, ...]:
+    def _select(self, cum: np.ndarray, logprobs: np.ndarray, eos: int) -> tuple[np.ndarray, ...]:
         """(parent, token, cum, eos_cum), each [I, C]: plain selection for every image, then grouped
         selection for the images of diverse requests, per distinct (beam, groups, penalty)."""
-        sel = beam_step(cum, logprobs, self.eos)
+        sel = beam_step(cum, logprobs, eos)
         parent, token, new_cum, eos_cum = sel.parent, sel.token, sel.cum, sel.eos_cum
         grouped = self._grouped
         if grouped.size:
@@ -326,23 +337,41 @@ class BeamBatch:
                 eos_cum[idx, :k] = gs.eos_cum
         return parent, token, new_cum, eos_cum
 
+    @property
+    def reads_whole_rows(self) -> bool:
+        """Some request reads whole log-prob rows (a decoding hook, an observer, diverse groups): a step
+        must return them whole, not a ``RowTopK``."""
+        return bool(self.processors or self.observers or self._grouped.size)
+
     def advance(
         self,
         step: BatchRows,
-        logprobs: np.ndarray,
+        logprobs: np.ndarray | RowTopK,
         state_out: np.ndarray,
         attention: np.ndarray | None = None,
     ) -> StepUpdate:
-        """Consume the step output for ``step`` (what ``rows()`` returned): ``logprobs`` [N, V],
-        ``state_out`` [N, S], and the step model's ``attention`` [N, M] for observers."""
+        """Consume the step output for ``step`` (what ``rows()`` returned): ``logprobs`` [N, V] (or each
+        row's best words, ``RowTopK``, while no request ``reads_whole_rows``), ``state_out`` [N, S], and
+        the step model's ``attention`` [N, M] for observers."""
         n = step.rows.shape[0]
         if logprobs.ndim != 2 or logprobs.shape[0] != n:
             raise ValueError(f"logprobs must have shape [{n}, V], got {logprobs.shape}")
         if state_out.shape != step.state.shape:
             raise ValueError(f"state_out must have shape {step.state.shape}, got {state_out.shape}")
         update = StepUpdate()
-        i, c, v = self.n_images, self.capacity, logprobs.shape[1]
-        live = self._constrain(np.array(logprobs, dtype=np.float64), step.lengths - 1, step.image_index)
+        words: np.ndarray | None = None  # [N, k + 1] the word of each column of a compact RowTopK
+        eos, banned = self.eos, self.banned_ids
+        if isinstance(logprobs, RowTopK):
+            if self.reads_whole_rows:
+                raise ValueError("a request of this batch reads whole log-prob rows: a RowTopK lacks them")
+            dense, words = compact(logprobs, self.eos)
+            eos, banned = dense.shape[1] - 1, np.zeros(0, dtype=np.int64)  # the end token: last column
+            if self.banned_ids.size:
+                dense[np.isin(words, self.banned_ids)] = NEG_INF
+        else:
+            dense = np.array(logprobs, dtype=np.float64)
+        i, c, v = self.n_images, self.capacity, dense.shape[1]
+        live = self._constrain(dense, step.lengths - 1, step.image_index, eos, banned)
         row_key = self.key[step.image_index]
         if self.processors:
             self._process(step, live, row_key, update)
@@ -354,7 +383,9 @@ class BeamBatch:
         state = self.state.reshape(i * c, -1)
         state[step.rows] = state_out
         cum = np.where(self.done[:, None], NEG_INF, self.cum)
-        parent, token, sel_cum, eos_cum = self._select(cum, full.reshape(i, c, v))
+        parent, column, sel_cum, eos_cum = self._select(cum, full.reshape(i, c, v), eos)
+        grid = np.arange(i)[:, None]
+        token = column if words is None else self._words(step, words)[grid, parent, column]
         beyond = np.arange(c)[None, :] >= self.beam[:, None]  # columns past each image's beam size
         sel_cum = np.where(beyond, NEG_INF, sel_cum)
         eos_cum = np.where(beyond, NEG_INF, eos_cum)
@@ -363,7 +394,6 @@ class BeamBatch:
         if self._any_hf:  # transformers' search: only the K best of the 2K continuations may finish
             eos_cum, last, kth = self._hf_candidates(sel_cum, eos_cum)
         self._add_finished(eos_cum, beyond)
-        grid = np.arange(i)[:, None]
         self.tokens = self.tokens[grid, parent]
         writable = self.t < self.max_length
         if writable.any():
@@ -396,7 +426,7 @@ class BeamBatch:
                     attention=None if attention is None else attention[mine],
                     parent=p,
                     token=w,
-                    token_logprob=np.where(np.isfinite(s), lp[imgs[:, None], p, w], NEG_INF),
+                    token_logprob=np.where(np.isfinite(s), lp[imgs[:, None], p, column[imgs, :k]], NEG_INF),
                     cum=s,
                     eos_cum=eos_cum[imgs, :k],
                     done=self.done[imgs].copy(),
@@ -408,6 +438,12 @@ class BeamBatch:
         unfinished = set(self.key[~self.done].tolist())  # keys with an image still decoding
         update.finished = [k for k in self.steps if k not in update.failed and k not in unfinished]
         return update
+
+    def _words(self, step: BatchRows, words: np.ndarray) -> np.ndarray:
+        """[I, C, k + 1]: the word of each candidate column of each grid row (0 on dead rows)."""
+        grid = np.zeros((self.n_images * self.capacity, words.shape[1]), dtype=np.int64)
+        grid[step.rows] = words
+        return grid.reshape(self.n_images, self.capacity, -1)
 
     def _hf_candidates(
         self, sel_cum: np.ndarray, eos_cum: np.ndarray

@@ -20,6 +20,7 @@ import numpy as np
 
 from service.engine.beam import Hypothesis
 from service.engine.beam_batch import BatchRows, BeamBatch, Joining, StepUpdate
+from service.engine.sparse import RowTopK
 
 COHORT_BOUNDS = (8, 32)  # beam sizes ≤ 8, ≤ 32, and the rest (up to the batch's capacity)
 
@@ -104,6 +105,16 @@ class CohortBatch:
             self._memory_valid = True
         return self._memory
 
+    @property
+    def reads_whole_rows(self) -> bool:
+        """Some request reads whole log-prob rows (``BeamBatch.reads_whole_rows``)."""
+        return any(c.reads_whole_rows for c in self.cohorts if c.n_images)
+
+    @property
+    def capacity(self) -> int:
+        """The widest cohort's beam capacity (the ``k`` a ``RowTopK`` must cover)."""
+        return max((c.capacity for c in self.cohorts if c.n_images), default=1)
+
     # -- one step -------------------------------------------------------------------------------------
 
     def rows(self) -> BatchRows:
@@ -144,7 +155,7 @@ class CohortBatch:
     def advance(
         self,
         step: BatchRows,
-        logprobs: np.ndarray,
+        logprobs: np.ndarray | RowTopK,
         state_out: np.ndarray,
         attention: np.ndarray | None = None,
     ) -> StepUpdate:

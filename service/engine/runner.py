@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from service.backends.base import Backend
+from service.engine.sparse import RowTopK, row_top_k
 from service.manifest import CaptionerEntry, Manifest, Preprocessing, RankerEntry
 from service.text.subword import SubwordVocabulary
 from service.text.vocabulary import Vocabulary
@@ -39,7 +40,7 @@ class Encoded:
 
 @dataclass(frozen=True)
 class StepOutput:
-    logprobs: np.ndarray  # float32 [N, V]
+    logprobs: np.ndarray | RowTopK  # float32 [N, V], or each row's best words (``step``'s ``top_k``)
     state: np.ndarray  # float32 [N, S]
     attention: np.ndarray | None  # float32 [N, M], the step model's attention over memory slots
 
@@ -109,6 +110,18 @@ class ModelRunner:
         self._pad = {c.name: c.tokens.pad_id if c.tokens else vocab.pad_id for c in manifest.captioners}
         self._last_token = {c.name: c.reads == "last_token" for c in manifest.captioners}
         self._fixed_t = {c.name: fixed_dim(manifest, c.step, "tokens", 1) for c in manifest.captioners}
+        self._eos = {c.name: c.tokens.eos_id if c.tokens else vocab.eos_id for c in manifest.captioners}
+        self._vocab = {c.name: self._vocab_size(c) for c in manifest.captioners}
+
+    def _vocab_size(self, cap: CaptionerEntry) -> int:
+        for spec in self.manifest.model(cap.step).outputs:
+            if spec.name == "logprobs" and len(spec.dims) == 2 and spec.dims[1] > 0:
+                return spec.dims[1]
+        return cap.tokens.size if cap.tokens else self.manifest.vocabulary.size
+
+    def vocab_size(self, captioner: str) -> int:
+        """``V``: the words a ``<cap>_step`` row scores."""
+        return self._vocab[captioner]
 
     def _words(self) -> Vocabulary:
         if self.words is None:
@@ -184,11 +197,16 @@ class ModelRunner:
         tokens: np.ndarray,
         lengths: np.ndarray,
         state: np.ndarray,
+        top_k: int | None = None,
     ) -> StepOutput:
-        """One ``<cap>_step`` call (arguments as ``step_inputs``)."""
+        """One ``<cap>_step`` call (arguments as ``step_inputs``). ``top_k``: each row's ``top_k`` best
+        words and end-token log-prob (``RowTopK``) instead of whole rows."""
         inputs = self.step_inputs(captioner, memory, image_index, tokens, lengths, state)
         out = await self.backend.infer(self.captioner(captioner).step, inputs)
-        return StepOutput(out["logprobs"], out["state_out"], out.get("attention"))
+        logprobs: np.ndarray | RowTopK = out["logprobs"]
+        if top_k is not None:
+            logprobs = row_top_k(out["logprobs"], top_k, self._eos[captioner])
+        return StepOutput(logprobs, out["state_out"], out.get("attention"))
 
     # -- ranking --------------------------------------------------------------------------------------
 

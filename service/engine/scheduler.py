@@ -36,6 +36,7 @@ from service.engine.params import SearchParams
 from service.engine.request import DecodeResult, Priority, Request, RequestStatus
 from service.engine.rerank import rank_finished
 from service.engine.runner import Encoded, ModelRunner, StepOutput
+from service.engine.sparse import SPARSE_MIN_VOCAB, top_k_for
 from service.engine.tokens import token_ids
 from service.manifest import CaptionerEntry
 from service.metrics import Metrics
@@ -70,6 +71,8 @@ class Scheduler:
         length = min(settings.max_length_cap, captioner.max_length)
         cohorts = COHORT_BOUNDS if settings.beam_cohorts else ()  # (): one array as wide as the widest
         self._batch = CohortBatch(settings.max_beam_size, length, ids.bos, ids.eos, banned_ids, cohorts)
+        self._banned = len(set(banned_ids))
+        self._vocab = runner.vocab_size(captioner.name)
         self._waiting: list[tuple[int, int, Request]] = []  # heap of (priority, key, request)
         self._encoding_requests: list[Request] = []
         self._encoded: list[Request] = []
@@ -206,7 +209,13 @@ class Scheduler:
         assert self._batch.memory is not None
         try:
             out = await self.runner.step(
-                self.cap.name, self._batch.memory, rows.image_index, rows.tokens, rows.lengths, rows.state
+                self.cap.name,
+                self._batch.memory,
+                rows.image_index,
+                rows.tokens,
+                rows.lengths,
+                rows.state,
+                self._top_k(),
             )
         except Exception as exc:
             self._release(stepped, S.FAILED, exc)
@@ -220,6 +229,15 @@ class Scheduler:
             for name, count in hooks.items():
                 self.metrics.hook_applications.labels(hook=name).inc(count)
         return out
+
+    def _top_k(self) -> int | None:
+        """The words per row a step returns (``service.engine.sparse``): for a vocabulary of real size
+        while no request reads whole rows, the widest beam's best (plus the end and banned words);
+        else None: whole rows."""
+        if self._vocab < SPARSE_MIN_VOCAB or self._batch.reads_whole_rows:
+            return None
+        k = top_k_for(self._batch.capacity, self._banned)
+        return k if 4 * k <= self._vocab else None
 
     def _update(self, rows: BatchRows, out: StepOutput, stepped: list[Request]) -> None:
         live = [r for r in stepped if r.status is S.DECODING]  # not released while the step ran

@@ -28,6 +28,7 @@ from export.quantize import PRECISION
 from service.cli import main as cli
 from service.engine.engine import CaptionEngine
 from service.engine.runner import resize_images
+from service.engine.sparse import row_top_k
 from service.gateway.app import create_app
 from service.manifest import load_manifest
 from service.settings import Settings
@@ -127,13 +128,27 @@ def cached_repo(tiny_repo: Path, snapshot: Path, tmp_path_factory: pytest.TempPa
     return out
 
 
-@pytest.mark.parametrize("step", ["plain", "image_cache"])
-def test_captions_are_those_of_generate(step: str, repo: Path, cached_repo: Path, snapshot: Path) -> None:
+@pytest.mark.parametrize("step", ["plain", "image_cache", "top_k"])
+def test_captions_are_those_of_generate(
+    step: str, repo: Path, cached_repo: Path, snapshot: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Greedy and beam search on 20 images: the engine's n-best captions are ``generate()``'s
     (``num_return_sequences``), token for token, with the same sequence scores; a difference is allowed
     only at a near-tie (scores within 1e-4), at most 5% of the captions, and listed. With either step
-    graph: the plain one (``repo`` imports it) or the image-cache one."""
+    graph: the plain one (``repo`` imports it) or the image-cache one; and with beam search reading each
+    row's best words only (``top_k``: what a vocabulary of real size gets; this one is made to)."""
     repo = cached_repo if step == "image_cache" else repo
+    reduced: list[int] = []
+    if step == "top_k":
+        import service.engine.runner as runner_module
+        import service.engine.scheduler as scheduler_module
+
+        def counted(logprobs: np.ndarray, k: int, eos: int) -> Any:
+            reduced.append(k)
+            return row_top_k(logprobs, k, eos)
+
+        monkeypatch.setattr(scheduler_module, "SPARSE_MIN_VOCAB", 1)
+        monkeypatch.setattr(runner_module, "row_top_k", counted)
     from transformers import VisionEncoderDecoderModel
 
     model = VisionEncoderDecoderModel.from_pretrained(snapshot, local_files_only=True).eval()
@@ -165,6 +180,7 @@ def test_captions_are_those_of_generate(step: str, repo: Path, cached_repo: Path
     assert_near_ties([d[2:] for d in differences], total)
     same = total - len(differences)
     print(f"{same} of {total} captions token-identical to generate(); differences: {differences}")
+    assert (step == "top_k") == bool(reduced), "the top-k path ran (only) where it was meant to"
 
 
 def test_the_gateway_serves_it_with_the_request_options(repo: Path) -> None:
