@@ -22,6 +22,7 @@ from export.quantize.methods import check_contract, convert_fp16, io_contract, k
 from export.quantize.run import quantize_repo
 from export.quantize.variants import make_variants, with_variants
 from service.manifest import PRECISIONS, Manifest, PrecisionGate, PrecisionVariant, load_manifest
+from tests.quantized import quantized_copy
 
 
 def test_each_precision_has_its_record() -> None:
@@ -147,3 +148,19 @@ def test_the_local_triton_loads_fp16_variants_at_extended() -> None:
     suffix is FP16's (tests/integration/test_fp16.py serves the FP16 steps through it)."""
     source = (Path(__file__).parents[3] / "service/tritonlocal/python_model.py").read_text(encoding="utf-8")
     assert f'FP16_SUFFIX = "{FP16.suffix}"' in source and "ORT_ENABLE_EXTENDED" in source
+
+
+def test_an_fp16_variant_failing_its_gate_is_refused_with_the_reason(tiny_repo: Path, tmp_path: Path) -> None:
+    impossible = FP16.with_thresholds(top1_agreement=1.01)
+    repo, result = quantized_copy(
+        tiny_repo, tmp_path, precision="fp16", thresholds=impossible, models=["butr_step"]
+    )
+    entry = load_manifest(repo).precision_variants["fp16"]
+    assert result.precision == "fp16" and not entry.passed and entry.models == {}
+    assert "rejected by the gate" in entry.skipped["butr_step"] and "top-1" in entry.skipped["butr_step"]
+    assert not (repo / "butr_step_fp16").exists()
+    assert entry.gate is not None and "no FP16 variant passed the gate" in entry.gate.failures
+    printed = "\n".join(report_lines(result))
+    assert "gate: failed: not served" in printed and "says nothing about a GPU" in printed
+    with pytest.raises(ValueError, match=r"COMPCAP_PRECISION=fp16: .*failed its quality gate"):
+        result.manifest.served_models("fp16")
