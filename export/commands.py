@@ -271,6 +271,13 @@ def _import_arguments(parser: argparse.ArgumentParser) -> None:
         "per image instead of once per row; auto times both and keeps the faster",
     )
     parser.add_argument(
+        "--top-k",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="the step graph also returns each row's best words, so that a GPU hands beam search k + 1 "
+        "numbers per row instead of the whole vocabulary; auto: for a vocabulary of 4 096 words or more",
+    )
+    parser.add_argument(
         "--no-programs",
         action="store_true",
         help="skip the torch programs of gradient explanations (saliency, guided backprop, integrated "
@@ -291,7 +298,13 @@ def _import(args: argparse.Namespace) -> int:
             )
         held = Path(args.held_out_pairs) if args.held_out_pairs else None
         report = import_hf(
-            args.snapshot, args.name, args.repo, held, step_form=args.step, programs=not args.no_programs
+            args.snapshot,
+            args.name,
+            args.repo,
+            held,
+            step_form=args.step,
+            programs=not args.no_programs,
+            top_k={"auto": None, "on": True, "off": False}[args.top_k],
         )
     except (SnapshotError, HfImportError, FileNotFoundError) as exc:
         print(f"compcap import: {exc}", file=sys.stderr)

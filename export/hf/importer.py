@@ -29,6 +29,8 @@ from export.hf.staging import HfImportError, ImportReport, commit, write_configs
 from export.hf.step_choice import STEP_FORMS, StepForm, StepTiming, choose
 from export.onnx import GraphSpec, export_graph, parity
 from export.programs import program_path
+from export.topk import add_top_k_file
+from service.engine.sparse import SPARSE_MIN_VOCAB
 from service.manifest import (
     EXTERNAL_SPLIT,
     CaptionerEntry,
@@ -71,11 +73,14 @@ def import_hf(
     seed: int = 0,
     step_form: StepForm = "auto",
     programs: bool = True,
+    top_k: bool | None = None,
 ) -> ImportReport:
     """Import the snapshot as captioner ``name`` of ``repo`` (see module docstring); ``step_form``: which
     step graph of a cross-attention captioner to keep (``export.hf.step_choice``); ``programs``: write
     the torch programs of gradient explanations (most of a small model's import time; without them
-    ``/v1/explain`` answers the gradient methods with 501 ``programs_missing``, attention still works)."""
+    ``/v1/explain`` answers the gradient methods with 501 ``programs_missing``, attention still works);
+    ``top_k``: the step graph also returns each row's best words (``export.topk``; None: where its
+    vocabulary has at least ``SPARSE_MIN_VOCAB`` words, as GPT-2's 50 257)."""
     if step_form not in STEP_FORMS:
         raise HfImportError(f"--step {step_form!r}: one of {', '.join(STEP_FORMS)}")
     repo = Path(repo)
@@ -97,7 +102,7 @@ def import_hf(
             ranker, models, report = export_ranker(snapshot, name, stage, seed)
             commit(repo, manifest, stage, ranker, models)
         else:
-            entry, models, report = _export(snapshot, name, stage, held, seed, step_form, programs)
+            entry, models, report = _export(snapshot, name, stage, held, seed, step_form, programs, top_k)
             commit(repo, manifest, stage, entry, models)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
@@ -140,6 +145,7 @@ def _export(
     seed: int,
     step_form: StepForm,
     programs: bool,
+    top_k: bool | None = None,
 ) -> tuple[CaptionerEntry, list[ModelEntry], ImportReport]:
     tokenizer_file = snapshot.path / "tokenizer.json"
     if not tokenizer_file.is_file():
@@ -209,6 +215,9 @@ def _export(
             raise HfImportError(
                 f"{graph}: transformers vs onnxruntime max abs diff {diff:.2e} > {PARITY_TOLERANCE}"
             )
+    report.top_k = vocab_size >= SPARSE_MIN_VOCAB if top_k is None else top_k
+    if report.top_k:  # after the parity check: the outputs it adds are computed from logprobs
+        add_top_k_file(step_path, eos)
     wide = [t for t in trials if t["tokens"].shape[1] >= MIN_TOKENS]
     if programs:
         report.programs = write_programs(encoder, step, images, wide, stage, name, max_tokens)
@@ -240,11 +249,21 @@ def _export(
                 TensorSpec(name="tokens", dtype="INT64", dims=[-1, -1]),
                 TensorSpec(name="length", dtype="INT64", dims=[-1]),
                 TensorSpec(name="state", dtype="FP32", dims=[-1, 1]),
+                *([TensorSpec(name="top_k", dtype="INT64", dims=[1])] if report.top_k else []),
             ],
             outputs=[
                 TensorSpec(name="logprobs", dtype="FP32", dims=[-1, vocab_size]),
                 TensorSpec(name="state_out", dtype="FP32", dims=[-1, 1]),
                 TensorSpec(name="attention", dtype="FP32", dims=[-1, m]),
+                *(
+                    [
+                        TensorSpec(name="top_logprobs", dtype="FP32", dims=[-1, -1]),
+                        TensorSpec(name="top_tokens", dtype="INT64", dims=[-1, -1]),
+                        TensorSpec(name="eos_logprob", dtype="FP32", dims=[-1]),
+                    ]
+                    if report.top_k
+                    else []
+                ),
             ],
         ),
     ]

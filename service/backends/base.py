@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -20,7 +20,9 @@ class BackendError(RuntimeError):
 
 @runtime_checkable
 class Backend(Protocol):
-    """Runs the repository's models. Inputs and outputs are keyed by the manifest's tensor names."""
+    """Runs the repository's models. Inputs and outputs are keyed by the manifest's tensor names. A
+    backend whose ``infer`` also takes ``outputs`` (the embedded one, Triton) returns only those
+    (``infer_outputs``): a step with top-k outputs then copies no whole log-prob rows."""
 
     async def infer(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
 
@@ -33,3 +35,16 @@ def backend_devices(backend: object) -> Mapping[str, str]:
     reports it); empty where a backend does not say (``GET /v1/models``, ``/healthz``)."""
     devices = getattr(backend, "devices", None)
     return devices if isinstance(devices, Mapping) else {}
+
+
+async def infer_outputs(
+    backend: Backend, model: str, inputs: dict[str, np.ndarray], outputs: Sequence[str]
+) -> dict[str, np.ndarray]:
+    """``outputs`` of ``model`` on ``inputs``: asked of the backend where its ``infer`` takes ``outputs``
+    (then only those are computed out and copied), else all of them, of which these are kept."""
+    import inspect
+
+    if "outputs" in inspect.signature(backend.infer).parameters:
+        return await backend.infer(model, inputs, outputs=outputs)  # type: ignore[call-arg]
+    out = await backend.infer(model, inputs)
+    return {name: out[name] for name in outputs}

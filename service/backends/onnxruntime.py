@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -161,11 +162,14 @@ class OnnxRuntimeBackend:
             self.threads,
         )
 
-    def _run(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _run(
+        self, model: str, inputs: dict[str, np.ndarray], outputs: Sequence[str] | None = None
+    ) -> dict[str, np.ndarray]:
         session = self.sessions[model]
+        names = self.outputs[model] if outputs is None else list(outputs)
         start = time.perf_counter()
         try:
-            values = session.run(self.outputs[model], inputs)
+            values = session.run(names, inputs)
         except (ort.capi.onnxruntime_pybind11_state.InvalidArgument, ValueError) as exc:
             self._count(model, "bad_input")
             raise BackendError(model, "bad_input", str(exc)) from exc
@@ -174,18 +178,26 @@ class OnnxRuntimeBackend:
             raise BackendError(model, "runtime", str(exc)) from exc
         if self.metrics is not None:
             self._call_seconds[model].observe(time.perf_counter() - start)
-        return dict(zip(self.outputs[model], values, strict=True))
+        return dict(zip(names, values, strict=True))
 
     def _count(self, model: str, reason: str) -> None:
         if self.metrics is not None:
             self.metrics.backend_errors.labels(model=model, reason=reason).inc()
 
-    async def infer(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    async def infer(
+        self, model: str, inputs: dict[str, np.ndarray], outputs: Sequence[str] | None = None
+    ) -> dict[str, np.ndarray]:
+        """``outputs``: only these (onnxruntime copies only them off the device), else every output."""
         if model not in self.sessions:
             self._count(model, "unknown_model")
             raise BackendError(model, "unknown_model", "no such model in the repository")
+        if outputs is not None and not set(outputs) <= set(self.outputs[model]):
+            self._count(model, "bad_input")
+            raise BackendError(
+                model, "bad_input", f"no outputs {sorted(set(outputs) - set(self.outputs[model]))}"
+            )
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._run, model, inputs)
+        return await loop.run_in_executor(self._executor, self._run, model, inputs, outputs)
 
     async def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

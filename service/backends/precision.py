@@ -5,11 +5,11 @@ its gate). The embedded backend needs no wrapper: it loads the variant's file un
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from service.backends.base import Backend, backend_devices
+from service.backends.base import Backend, backend_devices, infer_outputs
 
 
 class ServedNames:
@@ -24,8 +24,13 @@ class ServedNames:
         inner = backend_devices(self.inner)
         return {model: inner[served] for model, served in self.served.items() if served in inner}
 
-    async def infer(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return await self.inner.infer(self.served.get(model, model), inputs)
+    async def infer(
+        self, model: str, inputs: dict[str, np.ndarray], outputs: Sequence[str] | None = None
+    ) -> dict[str, np.ndarray]:
+        served = self.served.get(model, model)
+        if outputs is None:
+            return await self.inner.infer(served, inputs)
+        return await infer_outputs(self.inner, served, inputs, outputs)
 
     async def close(self) -> None:
         await self.inner.close()

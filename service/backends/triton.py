@@ -12,6 +12,7 @@ import asyncio
 import functools
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -79,6 +80,7 @@ class TritonBackend:
         self.metrics = metrics
         self.call_timeout_s = call_timeout_s
         self.calls = {entry.name: ModelCall(entry) for entry in manifest.models}
+        self._subsets: dict[tuple[str, tuple[str, ...]], ModelCall] = {}
         expected = expected if expected is not None else expected_identities(manifest)
         self.servers = TritonPool(self.target, expected, _channel_args(), metrics, resolve_s)
         self.pool = RegionPool(self.client, call_timeout_s) if shared_memory else None
@@ -137,11 +139,32 @@ class TritonBackend:
         if self.pool is not None:
             await self.pool.reset()
 
-    async def infer(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _only(self, call: ModelCall, outputs: Sequence[str]) -> ModelCall:
+        """``call`` asking the server for ``outputs`` alone (one ``ModelCall`` per set, kept)."""
+        key = (call.name, tuple(outputs))
+        found = self._subsets.get(key)
+        if found is None:
+            unknown = sorted(set(outputs) - set(call.output_names))
+            if unknown:
+                raise BackendError(call.name, "bad_input", f"no outputs {unknown}")
+            kept = [t for t in call.entry.outputs if t.name in set(outputs)]
+            found = self._subsets[key] = ModelCall(call.entry.model_copy(update={"outputs": kept}))
+        return found
+
+    async def infer(
+        self, model: str, inputs: dict[str, np.ndarray], outputs: Sequence[str] | None = None
+    ) -> dict[str, np.ndarray]:
+        """``outputs``: ask the server for only these (the rest are not sent back), else every output."""
         call = self.calls.get(model)
         if call is None:
             self._count(model, "unknown_model")
             raise BackendError(model, "unknown_model", "no such model in the repository")
+        if outputs is not None:
+            try:
+                call = self._only(call, outputs)
+            except BackendError as exc:
+                self._count(model, exc.reason)
+                raise
         start = time.perf_counter()
         try:
             try:

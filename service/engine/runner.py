@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.backends.base import Backend
+from service.backends.base import Backend, infer_outputs
 from service.engine.sparse import RowTopK, row_top_k
 from service.manifest import CaptionerEntry, Manifest, Preprocessing, RankerEntry
 from service.text.subword import SubwordVocabulary
@@ -112,6 +112,17 @@ class ModelRunner:
         self._fixed_t = {c.name: fixed_dim(manifest, c.step, "tokens", 1) for c in manifest.captioners}
         self._eos = {c.name: c.tokens.eos_id if c.tokens else vocab.eos_id for c in manifest.captioners}
         self._vocab = {c.name: self._vocab_size(c) for c in manifest.captioners}
+        # steps whose graph returns each row's best words (export.topk): their whole-row outputs and
+        # their top-k ones, asked of the backend as a step needs
+        self._top_graph: dict[str, tuple[list[str], list[str]]] = {}
+        for c in manifest.captioners:
+            step = manifest.model(c.step)
+            names = [o.name for o in step.outputs]
+            if {"top_logprobs", "top_tokens", "eos_logprob"} <= set(names) and "top_k" in {
+                i.name for i in step.inputs
+            }:
+                whole = [n for n in names if n not in ("top_logprobs", "top_tokens", "eos_logprob")]
+                self._top_graph[c.name] = (whole, ["top_logprobs", "top_tokens", "eos_logprob", "state_out"])
 
     def _vocab_size(self, cap: CaptionerEntry) -> int:
         for spec in self.manifest.model(cap.step).outputs:
@@ -167,10 +178,12 @@ class ModelRunner:
         tokens: np.ndarray,
         lengths: np.ndarray,
         state: np.ndarray,
+        top_k: int | None = None,
     ) -> dict[str, np.ndarray]:
         """Inputs of ``<cap>_step`` for N rows: ``memory`` [I, M, Dm] once per image, ``image_index``
         int64 [N], ``tokens`` int64 [N, T] prefixes ``BOS w1..wt`` right-padded, ``lengths`` int64 [N]
-        real tokens per row, ``state`` float32 [N, S]."""
+        real tokens per row, ``state`` float32 [N, S]; for a step that returns its top k, ``top_k``
+        int64 [1] (1 when whole rows are read)."""
         lengths = np.asarray(lengths, dtype=np.int64)
         if self._last_token[captioner]:  # the LSTM reads only the last real token: T = 1
             tokens = tokens[np.arange(tokens.shape[0]), lengths - 1][:, None]
@@ -181,13 +194,16 @@ class ModelRunner:
                 padded = np.full((tokens.shape[0], fixed), self._pad[captioner], dtype=np.int64)
                 padded[:, : tokens.shape[1]] = tokens
                 tokens = padded
-        return {
+        inputs: dict[str, np.ndarray] = {
             "memory": np.ascontiguousarray(memory, dtype=np.float32),
             "image_index": np.asarray(image_index, dtype=np.int64),
             "tokens": np.ascontiguousarray(tokens, dtype=np.int64),
             "length": lengths,
             "state": np.ascontiguousarray(state, dtype=np.float32),
         }
+        if captioner in self._top_graph:
+            inputs["top_k"] = np.array([top_k or 1], dtype=np.int64)
+        return inputs
 
     async def step(
         self,
@@ -200,9 +216,20 @@ class ModelRunner:
         top_k: int | None = None,
     ) -> StepOutput:
         """One ``<cap>_step`` call (arguments as ``step_inputs``). ``top_k``: each row's ``top_k`` best
-        words and end-token log-prob (``RowTopK``) instead of whole rows."""
-        inputs = self.step_inputs(captioner, memory, image_index, tokens, lengths, state)
-        out = await self.backend.infer(self.captioner(captioner).step, inputs)
+        words and end-token log-prob (``RowTopK``) instead of whole rows — from the step graph where it
+        returns them (only they leave the device), else taken here from the whole rows."""
+        inputs = self.step_inputs(captioner, memory, image_index, tokens, lengths, state, top_k)
+        model = self.captioner(captioner).step
+        graph = self._top_graph.get(captioner)
+        if graph is not None:
+            out = await infer_outputs(self.backend, model, inputs, graph[0] if top_k is None else graph[1])
+            if top_k is not None:
+                top = RowTopK(
+                    out["top_logprobs"], out["top_tokens"], out["eos_logprob"], self._vocab[captioner]
+                )
+                return StepOutput(top, out["state_out"], None)
+        else:
+            out = await self.backend.infer(model, inputs)
         logprobs: np.ndarray | RowTopK = out["logprobs"]
         if top_k is not None:
             logprobs = row_top_k(out["logprobs"], top_k, self._eos[captioner])

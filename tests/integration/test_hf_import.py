@@ -25,6 +25,7 @@ from PIL import Image
 from export.hf.importer import PARITY_TOLERANCE, HfImportError, import_hf
 from export.hf.snapshot import SnapshotError
 from export.quantize import PRECISION
+from service.backends.base import infer_outputs
 from service.cli import main as cli
 from service.engine.engine import CaptionEngine
 from service.engine.runner import resize_images
@@ -128,18 +129,39 @@ def cached_repo(tiny_repo: Path, snapshot: Path, tmp_path_factory: pytest.TempPa
     return out
 
 
-@pytest.mark.parametrize("step", ["plain", "image_cache", "top_k"])
+@pytest.fixture(scope="module")
+def topk_repo(tiny_repo: Path, snapshot: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same snapshot imported with a step graph that returns each row's best words (``--top-k on``;
+    its vocabulary is too small for ``auto`` to add them)."""
+    out = tmp_path_factory.mktemp("topk") / "model_repo"
+    shutil.copytree(tiny_repo, out)
+    report = import_hf(snapshot, NAME, out, step_form="plain", programs=False, top_k=True)
+    assert report.top_k
+    step = load_manifest(out).model(f"{NAME}_step")
+    assert {"top_logprobs", "top_tokens", "eos_logprob"} <= {o.name for o in step.outputs}
+    assert "top_k" in {i.name for i in step.inputs}
+    return out
+
+
+@pytest.mark.parametrize("step", ["plain", "image_cache", "top_k", "graph_top_k"])
 def test_captions_are_those_of_generate(
-    step: str, repo: Path, cached_repo: Path, snapshot: Path, monkeypatch: pytest.MonkeyPatch
+    step: str,
+    repo: Path,
+    cached_repo: Path,
+    topk_repo: Path,
+    snapshot: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Greedy and beam search on 20 images: the engine's n-best captions are ``generate()``'s
     (``num_return_sequences``), token for token, with the same sequence scores; a difference is allowed
     only at a near-tie (scores within 1e-4), at most 5% of the captions, and listed. With either step
     graph: the plain one (``repo`` imports it) or the image-cache one; and with beam search reading each
-    row's best words only (``top_k``: what a vocabulary of real size gets; this one is made to)."""
-    repo = cached_repo if step == "image_cache" else repo
+    row's best words only (``top_k``: what a vocabulary of real size gets; this one is made to), taken on
+    the host or returned by the step graph itself (``graph_top_k``, only those outputs asked for)."""
+    repo = {"image_cache": cached_repo, "graph_top_k": topk_repo}.get(step, repo)
     reduced: list[int] = []
-    if step == "top_k":
+    asked: list[tuple[str, ...]] = []
+    if step in ("top_k", "graph_top_k"):
         import service.engine.runner as runner_module
         import service.engine.scheduler as scheduler_module
 
@@ -147,8 +169,13 @@ def test_captions_are_those_of_generate(
             reduced.append(k)
             return row_top_k(logprobs, k, eos)
 
+        async def asking(backend: Any, model: str, inputs: Any, outputs: Any) -> Any:
+            asked.append(tuple(outputs))
+            return await infer_outputs(backend, model, inputs, outputs)
+
         monkeypatch.setattr(scheduler_module, "SPARSE_MIN_VOCAB", 1)
         monkeypatch.setattr(runner_module, "row_top_k", counted)
+        monkeypatch.setattr(runner_module, "infer_outputs", asking)
     from transformers import VisionEncoderDecoderModel
 
     model = VisionEncoderDecoderModel.from_pretrained(snapshot, local_files_only=True).eval()
@@ -180,7 +207,10 @@ def test_captions_are_those_of_generate(
     assert_near_ties([d[2:] for d in differences], total)
     same = total - len(differences)
     print(f"{same} of {total} captions token-identical to generate(); differences: {differences}")
-    assert (step == "top_k") == bool(reduced), "the top-k path ran (only) where it was meant to"
+    assert (step == "top_k") == bool(reduced), "the host's top k ran (only) where it was meant to"
+    if step == "graph_top_k":
+        assert ("top_logprobs", "top_tokens", "eos_logprob", "state_out") in asked, "the graph's top k"
+        assert not any("logprobs" in names for names in asked if "top_tokens" in names)
 
 
 def test_the_gateway_serves_it_with_the_request_options(repo: Path) -> None:
@@ -360,11 +390,20 @@ def test_the_transformers_peer_answers(repo: Path, snapshot: Path) -> None:
     assert len(answer.json()["captions"]) == 2
 
 
-def test_triton_serves_it_as_the_embedded_backend_does(repo: Path) -> None:
+@pytest.mark.parametrize("graph", ["plain", "top_k"])
+def test_triton_serves_it_as_the_embedded_backend_does(
+    graph: str, repo: Path, topk_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The local Triton server (its python-backend mirror of the same ONNX files) on the repository with
-    the imported captioner: the same captions, token for token, as onnxruntime in process."""
+    the imported captioner: the same captions, token for token, as onnxruntime in process; with a step
+    that returns its top k too, each backend asked for the top-k outputs alone."""
     from service.tritonlocal.server import LocalTriton, TritonInstall
 
+    if graph == "top_k":
+        import service.engine.scheduler as scheduler_module
+
+        monkeypatch.setattr(scheduler_module, "SPARSE_MIN_VOCAB", 1)
+        repo = topk_repo
     try:
         TritonInstall.find()
     except FileNotFoundError as exc:
