@@ -51,7 +51,7 @@ from service.cli_args import (
 from service.engine.engine import CaptionEngine
 from service.engine.params import SearchParams
 from service.engine.runner import ModelRunner
-from service.manifest import Manifest, Precision, load_manifest
+from service.manifest import PRECISIONS, Manifest, Precision, load_manifest
 from service.metrics import Metrics
 from service.settings import Settings
 
@@ -349,6 +349,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
     images = bench_images(args.images, manifest.image.height, manifest.image.width)
     pngs = [png_bytes(x) for x in images]
+    # the peer at these client counts only: a per-request peer drains every request sent, one at a time
+    peer_clients = getattr(args, "baseline_clients", None) or args.clients
     with ExitStack() as stack:
         env = {"COMPCAP_BACKEND": args.backend, "COMPCAP_MAX_QUEUE": str(max(args.clients) * 2)}
         precision = cast("Precision", args.precision or os.environ.get("COMPCAP_PRECISION") or "fp32")
@@ -406,13 +408,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 )
         baseline = None
         if args.baseline == "torch":
-            baseline = torch_baseline_load(repo, model, args.rerank, pngs, query, args.clients, args.duration)
+            baseline = torch_baseline_load(repo, model, args.rerank, pngs, query, peer_clients, args.duration)
         elif args.baseline == "transformers":
             module = ["loadtests.transformers_baseline", "--snapshot", str(args.snapshot)]
-            baseline = peer_load("transformers", module, repo, pngs, query, args.clients, args.duration)
+            baseline = peer_load("transformers", module, repo, pngs, query, peer_clients, args.duration)
     out: dict[str, Any] = {
         "backend": args.backend,
         "precision": precision,
+        "device": settings.device,  # COMPCAP_DEVICE of the in-process engine and of the gateways
         "model": model,
         "rerank": args.rerank,
         "beam_size": BEAM_SIZE,
@@ -565,6 +568,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "imported --model came from)",
     )
     parser.add_argument(
+        "--baseline-clients",
+        action=ListAction,
+        item=positive_int,
+        default=None,
+        metavar="N",
+        help="--baseline: load the peer at these client counts only (default: --clients)",
+    )
+    parser.add_argument(
         "--snapshot",
         type=existing_dir,
         default=None,
@@ -572,7 +583,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--precision",
-        choices=["fp32", "int8"],
+        choices=list(PRECISIONS),
         default=None,
         help="the models' precision (COMPCAP_PRECISION; default: the environment's, else fp32)",
     )
