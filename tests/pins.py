@@ -87,16 +87,21 @@ def pin_images(pinned: dict[str, Any], manifest: Manifest) -> np.ndarray:
 
 
 def decode_cases(
-    repo: Path, cases: list[dict[str, Any]], images: np.ndarray, noise_seed: int | None = None
+    repo: Path,
+    cases: list[dict[str, Any]],
+    images: np.ndarray,
+    noise_seed: int | None = None,
+    device: str = "auto",
 ) -> list[Decoded]:
     """Per case: the top captions' tokens and, for a ``synonym_substitution`` hook that asks for it, the
     original caption's; all cases decoded concurrently by one engine (``noise_seed``: through
-    ``PerturbedBackend``)."""
+    ``PerturbedBackend``; ``device``: the backend's ``COMPCAP_DEVICE``, ``scripts/gpu_check.py`` decodes
+    them on cuda)."""
     manifest = load_manifest(repo)
     vocab = Vocabulary.load(repo / manifest.vocabulary.file)
 
     async def run() -> list[Decoded]:
-        backend: Any = OnnxRuntimeBackend(repo, manifest, threads=1)
+        backend: Any = OnnxRuntimeBackend(repo, manifest, threads=1, device=device)
         if noise_seed is not None:
             backend = PerturbedBackend(backend, NOISE, noise_seed)
         settings = Settings(repo=repo, intra_op_threads=1, max_beam_size=100)
