@@ -24,7 +24,7 @@ TRITON_HTTP_PORT    ?= 8000
 TRITON_GRPC_PORT    ?= 8001
 TRITON_METRICS_PORT ?= 8002
 
-.PHONY: docs probesets install serve-venv triton-venv ort-gpu triton run build models report explain-report test test-unit lint clean locks test-tools
+.PHONY: docs probesets install serve-venv triton-venv ort-gpu triton run build models report explain-report test test-unit lint clean locks test-tools gpu-check
 
 # torch: from local disk where the machine keeps its wheel (no index asked), else PyTorch's CPU index
 $(STAMP): requirements.lock requirements-torch.lock requirements-models.lock pyproject.toml
@@ -97,6 +97,11 @@ run: $(STAMP) $(REPO)/manifest.json
 
 test: $(STAMP) $(TSTAMP) $(OSTAMP) test-tools
 	PY=$(VPY) bash scripts/test_tiers.sh
+
+# issue 38's GPU check (scripts/gpu_check.py; docs/gpu.md): on a GPU host with onnxruntime's CUDA build in
+# .venv, one table and reports/gpu/gpu_check.json; where CUDA cannot be used, one line saying why
+gpu-check: $(STAMP)
+	$(VPY) scripts/gpu_check.py --repo $(REPO)
 
 # the documentation site (docs/ -> site/): reference pages generated from the code, then a strict build
 docs: $(STAMP)
