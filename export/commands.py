@@ -364,11 +364,12 @@ def _quantize_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repo", type=existing_dir, required=True, help="the model repository")
     parser.add_argument(
         "--precision",
-        choices=["int8", "fp16"],
+        choices=["int8", "fp16", "tf32"],
         default="int8",
-        help="int8 (CPU: dropped where not faster here) or fp16 (GPU tensor cores: "
+        help="int8 (CPU: dropped where not faster here), fp16 (GPU tensor cores: "
         "convert_float_to_float16 with FP32 inputs and outputs; timed here but never dropped for speed "
-        "on a CPU). BF16 is not offered: onnxruntime's CUDA provider has only partial BF16 kernels",
+        "on a CPU) or tf32 (FP32 models computed in TF32 by the CUDA provider: made and gated only on a "
+        "GPU host). BF16 is not offered: onnxruntime's CUDA provider has only partial BF16 kernels",
     )
     parser.add_argument(
         "--models",

@@ -55,7 +55,7 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--precision",
         default=None,
-        help="fp32, or a precision whose variants passed their gate: int8, fp16 (default: "
+        help="fp32, or a precision whose variants passed their gate: int8, fp16, tf32 (default: "
         "COMPCAP_PRECISION, else fp32)",
     )
     parser.epilog = (

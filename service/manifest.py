@@ -250,7 +250,7 @@ class ProbeSetEntry(BaseModel):
 
 # the precisions a repository may serve its models at (``COMPCAP_PRECISION``): its FP32 models, or the
 # variants ``compcap quantize [--precision int8|fp16]`` wrote beside them (``Manifest.precision_variants``)
-Precision = Literal["fp32", "int8", "fp16"]
+Precision = Literal["fp32", "int8", "fp16", "tf32"]
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 
 

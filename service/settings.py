@@ -96,10 +96,11 @@ class EngineSettings(Section):
     )
     precision: Precision = Field(
         default="fp32",
-        description="the models' precision: fp32, int8 or fp16 (the variants `compcap quantize "
-        "[--precision fp16]` wrote and whose quality gate passed; a model without a variant serves FP32; "
-        "int8 is for CPUs, fp16 for GPUs' tensor cores). int8 or fp16 on a repository without passed "
-        "variants of that precision is a settings error",
+        description="the models' precision: fp32, int8, fp16 or tf32 (the variants `compcap quantize "
+        "[--precision fp16|tf32]` wrote and whose quality gate passed; a model without a variant serves "
+        "FP32; int8 is for CPUs, fp16 for GPUs' tensor cores, tf32 lets the CUDA provider compute the "
+        "admitted FP32 models in TF32, off otherwise). Another precision than fp32 on a repository "
+        "without passed variants of it is a settings error",
     )
     default_beam_size: int = Field(default=5, ge=1, le=MAX_BEAM_SIZE)
     max_beam_size: int = Field(

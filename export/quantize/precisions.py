@@ -12,6 +12,13 @@ other step (calibration, timing, the gate, the manifest) is the same for all of 
   agreement >= 95%, Recall@5 within 1 point (issue 38). Sessions on the CPU provider load it at
   ``ORT_ENABLE_EXTENDED``: onnxruntime 1.31's CPU provider crashes (SIGSEGV) creating an FP16 LSTM step
   at ``ORT_ENABLE_ALL``.
+- ``tf32``: FP32 models whose matrix products the CUDA provider may compute in TF32 (its default, off
+  in CompCap: on an H200 it changed 20 of 183 pinned captions). The variant is a copy of the FP32 file;
+  the embedded backend opens it with ``use_tf32=1``. TF32 exists only on CUDA, so its variants are made
+  and gated only where the gate decodes on CUDA (``COMPCAP_DEVICE=cuda``, or auto on a GPU host):
+  elsewhere ``compcap quantize --precision tf32`` refuses, naming why. Gate: as FP16's. On Triton, TF32
+  is the server's (``NVIDIA_TF32_OVERRIDE`` in its environment), not a model's: its tf32 models compute
+  as their FP32 ones under the overlays' override.
 - BF16 is not built: onnxruntime's CUDA provider has only partial BF16 kernels.
 """
 
@@ -45,6 +52,7 @@ class PrecisionSpec:
     cpu_feature: str  # the CPU flag that says whether this CPU computes it natively (``machine``)
     cpu_timing_note: str = ""  # what its timing on a CPU does not say (a gate note where timed there)
     notes: tuple[str, ...] = ()  # what else the report says of it (in the gate's notes)
+    only_on: str | None = None  # the device the gate must decode on for the variants to mean anything
 
     @property
     def suffix(self) -> str:
@@ -124,7 +132,41 @@ FP16 = PrecisionSpec(
     "says nothing about a GPU and drops no variant",
     notes=("BF16 is not built: onnxruntime's CUDA provider has only partial BF16 kernels",),
 )
-SPECS: dict[str, PrecisionSpec] = {spec.name: spec for spec in (INT8, FP16)}
+
+
+def _tf32_describe(entry: ModelEntry, source: Path, method: str) -> str:
+    return "the FP32 graph, run with the CUDA provider's use_tf32=1"
+
+
+def _tf32_make(
+    entry: ModelEntry,
+    source: Path,
+    out: Path,
+    method: str,
+    calls: Sequence[dict[str, np.ndarray]],
+    work: Path,
+) -> None:
+    import shutil
+
+    shutil.copyfile(source, out)
+
+
+TF32 = PrecisionSpec(
+    name="tf32",
+    thresholds=FP16.thresholds,
+    methods=("auto",),
+    describe=_tf32_describe,
+    make=_tf32_make,
+    drops_slower_on=frozenset({"cuda"}),
+    cpu_level="ORT_ENABLE_ALL",
+    cpu_feature="",
+    notes=(
+        "on Triton, TF32 is the server's (NVIDIA_TF32_OVERRIDE), not a model's: the GPU overlays set it to "
+        "0, so tf32 models there compute as their FP32 ones",
+    ),
+    only_on="cuda",
+)
+SPECS: dict[str, PrecisionSpec] = {spec.name: spec for spec in (INT8, FP16, TF32)}
 
 
 def spec_for(precision: str) -> PrecisionSpec:

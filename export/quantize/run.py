@@ -26,6 +26,16 @@ from service.manifest import PrecisionGate, load_manifest
 # -- the command -----------------------------------------------------------------------------------------
 
 
+def gate_device(setting: str) -> str:
+    """The device the gate's decodes run on under ``COMPCAP_DEVICE=setting``: cuda where it is asked
+    for or (auto) where CUDA can be used, else cpu."""
+    if setting == "cpu":
+        return "cpu"
+    from service.backends.device import cuda_problem
+
+    return "cuda" if cuda_problem() is None else "cpu"
+
+
 def quantize_repo(
     repo: Path,
     models: Sequence[str] | None = None,
@@ -53,6 +63,16 @@ def quantize_repo(
     from export.probesets.repo import write_manifest
 
     spec = spec_for(precision)
+    if spec.only_on is not None:
+        from export.quantize.common import engine_settings
+
+        device = gate_device(engine_settings(Path(repo)).device)
+        if device != spec.only_on:
+            where, here = spec.only_on.upper(), device.upper()
+            raise ValueError(
+                f"--precision {precision}: {precision.upper()} exists only on {where}, and the gate would "
+                f"decode on the {here} here (COMPCAP_DEVICE): run it on the GPU host"
+            )
     if method not in spec.methods:
         raise ValueError(f"method must be one of {spec.methods} at precision {precision}, got {method!r}")
     repo = Path(repo)

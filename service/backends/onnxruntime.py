@@ -129,7 +129,10 @@ class OnnxRuntimeBackend:
             if not path.is_file():
                 raise ValueError(f"model {served!r}: {path} does not exist")
             level = fp16_cpu if on_cpu and precision == "fp16" and served != name else options
-            session = ort.InferenceSession(str(path), sess_options=level, providers=self.providers)
+            chain = self.providers
+            if precision == "tf32" and served != name and not on_cpu:  # its gate admitted TF32 for it
+                chain = provider_options(device, ort.get_available_providers(), tf32=True)
+            session = ort.InferenceSession(str(path), sess_options=level, providers=chain)
             self.sessions[name] = session
             self.outputs[name] = [o.name for o in session.get_outputs()]
             self.paths[name] = path

@@ -26,7 +26,7 @@ from tests.quantized import quantized_copy
 
 
 def test_each_precision_has_its_record() -> None:
-    assert set(SPECS) == {"int8", "fp16"} and set(SPECS) <= set(PRECISIONS)
+    assert set(SPECS) == {"int8", "fp16", "tf32"} and set(SPECS) <= set(PRECISIONS)
     assert (INT8.suffix, FP16.suffix) == ("_int8", "_fp16") and spec_for("fp16") is FP16
     assert (INT8.thresholds.cider_d_rel_change, INT8.thresholds.top1_agreement) == (0.02, 0.90)
     assert (FP16.thresholds.cider_d_rel_change, FP16.thresholds.top1_agreement) == (0.01, 0.95)
