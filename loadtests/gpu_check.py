@@ -636,12 +636,25 @@ def batched_generate(
     return batch * rounds / (time.perf_counter() - start)
 
 
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
 def stage_real(s: Stage) -> None:
     """Stage 4: a random ViT-base + GPT-2 snapshot imported, gated at fp16, benched against transformers."""
     from loadtests.bench import bench_images
     from loadtests.gpu_check_snapshot import vit_gpt2_snapshot
     from service.manifest import PRECISIONS, load_manifest
 
+    missing = [name for name in ("torch", "transformers", "tokenizers") if not _importable(name)]
+    if missing:
+        s.emit(
+            Row("real", "stage", "not run", status="skipped",
+                note=f"needs {', '.join(missing)}: the project's full install (make install)")
+        )  # fmt: skip
+        return
     real = s.args.real_size
     snapshot, repo = s.work / "snapshot", s.work / "repo"
     t0 = time.perf_counter()
