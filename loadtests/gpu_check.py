@@ -45,8 +45,9 @@ STAGE_TITLES = {
     "bench": "3 bench, shipped models",
     "real": "4 real-size import",
 }
-# each stage's share of the whole check's 8 minutes on one H100 (a cap: a stage gets at most what is left)
-BUDGETS_S = {"parity": 60.0, "pins": 90.0, "bench": 150.0, "real": 300.0}
+# caps of each stage: a stage gets at most what is left of the whole check's 8 minutes (one H100);
+# the real-size import, last, gets the rest
+BUDGETS_S = {"parity": 60.0, "pins": 90.0, "bench": 150.0, "real": 360.0}
 TOTAL_BUDGET_S = 480.0
 MIN_STAGE_S = 15.0  # a stage is not started with less than this left
 PARITY_TARGET = 1e-5  # max |CPU − CUDA| / max |CPU| at fp32 (H200 with TF32 off: 7.6e-6)
