@@ -54,6 +54,15 @@ _PER_IMAGE = (
 _PER_BEAM = ("tokens", "cum", "state", "fin_tokens", "fin_len", "fin_cum", "fin_score")
 
 
+def read_only(array: np.ndarray) -> np.ndarray:
+    """``array``, marked read-only: the batch never writes into its ``memory`` (it makes a new array when
+    images join or leave), and a backend may keep a read-only input on its device while it is passed
+    again (``service.backends.onnxruntime.ResidentInputs``: one upload per change of the batch's images,
+    not one per step)."""
+    array.flags.writeable = False
+    return array
+
+
 @dataclass(frozen=True)
 class Joining:
     """A request joining the batch: its encoded images and its search."""
@@ -183,7 +192,9 @@ class BeamBatch:
         self.cum = np.concatenate([self.cum, np.where(starts, 0.0, NEG_INF)])
         self.state = state if fresh else np.concatenate([self.state, state])
         memory = np.concatenate([np.asarray(r.memory, dtype=np.float32) for r in joining])
-        self.memory = memory if fresh or self.memory is None else np.concatenate([self.memory, memory])
+        self.memory = read_only(
+            memory if fresh or self.memory is None else np.concatenate([self.memory, memory])
+        )
         self.fin_tokens = np.concatenate([self.fin_tokens, np.zeros((n, c, lc), dtype=np.int64)])
         self.fin_len = np.concatenate([self.fin_len, np.zeros((n, c), dtype=np.int64)])
         self.fin_cum = np.concatenate([self.fin_cum, np.full((n, c), NEG_INF)])
@@ -231,7 +242,7 @@ class BeamBatch:
         for name in (*_PER_IMAGE, *_PER_BEAM):
             setattr(self, name, getattr(self, name)[keep])
         if self.memory is not None:
-            self.memory = self.memory[keep] if keep.any() else None
+            self.memory = read_only(self.memory[keep]) if keep.any() else None
         for key in keys:
             self.processors.pop(key, None)
             self.observers.pop(key, None)

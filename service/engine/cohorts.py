@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from service.engine.beam import Hypothesis
-from service.engine.beam_batch import BatchRows, BeamBatch, Joining, StepUpdate
+from service.engine.beam_batch import BatchRows, BeamBatch, Joining, StepUpdate, read_only
 from service.engine.sparse import RowTopK
 
 COHORT_BOUNDS = (8, 32)  # beam sizes ≤ 8, ≤ 32, and the rest (up to the batch's capacity)
@@ -101,7 +101,9 @@ class CohortBatch:
         """[I, M, Dm] of every image, cohort after cohort (rebuilt only when membership changes)."""
         if not self._memory_valid:
             parts = [c.memory for c in self.cohorts if c.memory is not None]
-            self._memory = parts[0] if len(parts) == 1 else (np.concatenate(parts) if parts else None)
+            self._memory = (
+                parts[0] if len(parts) == 1 else (read_only(np.concatenate(parts)) if parts else None)
+            )
             self._memory_valid = True
         return self._memory
 
