@@ -222,7 +222,10 @@ async def record_inputs(repo: Path, images: np.ndarray, per_model: int) -> dict[
 
 
 async def _outputs(backend: Any, model: str, calls: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [await backend.infer(model, inputs) for inputs in calls]
+    """Each call's floating-point outputs (``float_outputs``)."""
+    from loadtests.parity import float_outputs
+
+    return [float_outputs(await backend.infer(model, inputs)) for inputs in calls]
 
 
 def stage_parity(s: Stage) -> None:

@@ -56,4 +56,11 @@ def worst_output(
     return worst, where
 
 
-__all__ = ["relative_max_diff", "worst_output"]
+def float_outputs(outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The floating-point outputs of one call (name -> array): the values compared. Integer outputs (a
+    step's ``top_tokens``) are indices picked by those values; where two values tie within rounding,
+    either device may pick either, so they are not compared themselves."""
+    return {k: v for k, v in outputs.items() if np.issubdtype(np.asarray(v).dtype, np.floating)}
+
+
+__all__ = ["float_outputs", "relative_max_diff", "worst_output"]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from loadtests.gpu_check import spread
-from loadtests.parity import relative_max_diff, worst_output
+from loadtests.parity import float_outputs, relative_max_diff, worst_output
 
 
 def test_relative_to_the_outputs_scale() -> None:
@@ -65,6 +65,15 @@ def test_the_worst_output_over_calls() -> None:
         worst_output(calls[:1], [{"logprobs": calls[0]["logprobs"]}])
     with pytest.raises(ValueError, match="calls"):
         worst_output(calls, other[:1])
+
+
+def test_only_float_outputs_are_compared() -> None:
+    out = {
+        "top_logprobs": np.zeros((2, 3), np.float32),
+        "top_tokens": np.zeros((2, 3), np.int64),
+        "eos_logprob": np.zeros(2, np.float16),
+    }
+    assert sorted(float_outputs(out)) == ["eos_logprob", "top_logprobs"]
 
 
 def test_spread_keeps_the_first_and_last_calls() -> None:
