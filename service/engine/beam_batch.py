@@ -332,6 +332,37 @@ class BeamBatch:
                 continue
             live[mine] = self._constrain(np.array(out, dtype=np.float64), t_row[mine], step.image_index[mine])
 
+    def _process_candidates(
+        self, step: BatchRows, live: np.ndarray, words: np.ndarray, row_key: np.ndarray, update: StepUpdate
+    ) -> None:
+        """``_process`` on candidate columns (a ``RowTopK``'s: ``live`` [N, k + 1], ``words`` [N, k + 1],
+        the end token's the last column): each request's processors' ``sparse`` on its own rows (in
+        place), the end token kept in its own column, constrained again after."""
+        t_row, end = step.lengths - 1, live.shape[1] - 1
+        for key, processors in self.processors.items():
+            mine = np.flatnonzero(row_key == key)
+            if not mine.size:
+                continue
+            tokens = step.tokens[mine, : int(t_row[mine[0]]) + 1]
+            values, own = live[mine], words[mine]
+            try:
+                for proc in processors:
+                    proc.sparse(tokens, values, own)  # type: ignore[attr-defined]
+            except Exception as exc:
+                update.failed[key] = exc
+                continue
+            moved = own[:, :end] == self.eos  # a processor that put the end token in a word's column
+            if moved.any():
+                rows = np.flatnonzero(moved.any(axis=1))
+                values[rows, end] = np.maximum(
+                    values[rows, end], np.where(moved, values[:, :end], NEG_INF).max(axis=1)[rows]
+                )
+                values[:, :end][moved] = NEG_INF
+            live[mine] = self._constrain(
+                values, t_row[mine], step.image_index[mine], end, np.zeros(0, np.int64)
+            )
+            words[mine] = own
+
     def _select(self, cum: np.ndarray, logprobs: np.ndarray, eos: int) -> tuple[np.ndarray, ...]:
         """(parent, token, cum, eos_cum), each [I, C]: plain selection for every image, then grouped
         selection for the images of diverse requests, per distinct (beam, groups, penalty)."""
@@ -350,9 +381,23 @@ class BeamBatch:
 
     @property
     def reads_whole_rows(self) -> bool:
-        """Some request reads whole log-prob rows (a decoding hook, an observer, diverse groups): a step
-        must return them whole, not a ``RowTopK``."""
-        return bool(self.processors or self.observers or self._grouped.size)
+        """Some request reads whole log-prob rows (a decoding hook without a ``sparse`` form, an
+        observer, diverse groups): a step must return them whole, not a ``RowTopK``."""
+        if self.observers or self._grouped.size:
+            return True
+        return any(not hasattr(p, "sparse") for procs in self.processors.values() for p in procs)
+
+    @property
+    def sparse_budget(self) -> int:
+        """The most candidates a request's processors may remove from one of its rows
+        (``LogitsProcessor.sparse_budget``): a ``RowTopK`` must hold that many more words per row."""
+        return max(
+            (
+                sum(p.sparse_budget(self.length_capacity) for p in procs if hasattr(p, "sparse_budget"))
+                for procs in self.processors.values()
+            ),
+            default=0,
+        )
 
     def advance(
         self,
@@ -384,7 +429,9 @@ class BeamBatch:
         i, c, v = self.n_images, self.capacity, dense.shape[1]
         live = self._constrain(dense, step.lengths - 1, step.image_index, eos, banned)
         row_key = self.key[step.image_index]
-        if self.processors:
+        if self.processors and words is not None:
+            self._process_candidates(step, live, words, row_key, update)
+        elif self.processors:
             self._process(step, live, row_key, update)
         if n == i * c:  # every grid row is live (rows() lists them in order): no scatter needed
             full = live

@@ -113,6 +113,11 @@ class CohortBatch:
         return any(c.reads_whole_rows for c in self.cohorts if c.n_images)
 
     @property
+    def sparse_budget(self) -> int:
+        """The most candidates a request's processors may remove from a row (``BeamBatch``'s)."""
+        return max((c.sparse_budget for c in self.cohorts if c.n_images), default=0)
+
+    @property
     def capacity(self) -> int:
         """The widest cohort's beam capacity (the ``k`` a ``RowTopK`` must cover)."""
         return max((c.capacity for c in self.cohorts if c.n_images), default=1)

@@ -33,9 +33,25 @@ NEG_INF = -np.inf
 
 @runtime_checkable
 class LogitsProcessor(Protocol):
-    """``proc(tokens int64 [N, T], logprobs float [N, V]) -> float [N, V]`` (a new array)."""
+    """``proc(tokens int64 [N, T], logprobs float [N, V]) -> float [N, V]`` (a new array).
+
+    A processor may also act on each row's best candidates instead of its whole row (a step that
+    returns its top k, ``service.engine.sparse``): ``sparse(tokens, values, words)`` changes ``values``
+    float64 [N, C] (and ``words`` int64 [N, C], each column's word) in place as ``__call__`` would change
+    those words' log-probs, and ``sparse_budget(max_length)`` bounds the candidates it may remove from a
+    row (the engine asks each row for that many more). The processors here have both; one without
+    them makes its request read whole rows."""
 
     def __call__(self, tokens: np.ndarray, logprobs: np.ndarray) -> np.ndarray: ...
+
+
+def ban_in_place(values: np.ndarray, words: np.ndarray, rows: np.ndarray, banned: np.ndarray) -> None:
+    """``values[r, c] = -inf`` where ``words[r, c] == banned[j]`` for ``r = rows[j]`` (row, word pairs):
+    a ban on candidate columns. Pure but for ``values``."""
+    if rows.size:
+        hit = words[rows] == banned[:, None]  # [J, C]
+        pair, column = np.nonzero(hit)
+        values[rows[pair], column] = NEG_INF
 
 
 def _int_arg(name: str, value: Any, minimum: int) -> int:
@@ -64,6 +80,12 @@ class BanWords:
         out[:, self.ids] = NEG_INF
         return out
 
+    def sparse(self, tokens: np.ndarray, values: np.ndarray, words: np.ndarray) -> None:
+        values[np.isin(words, self.ids)] = NEG_INF
+
+    def sparse_budget(self, max_length: int) -> int:
+        return int(self.ids.size)
+
 
 class BanSequences:
     """Never complete a token sequence of ``sequences`` (a word of a subword model, several tokens): a
@@ -88,6 +110,18 @@ class BanSequences:
                 out[rows, seq[-1]] = NEG_INF
         return out
 
+    def sparse(self, tokens: np.ndarray, values: np.ndarray, words: np.ndarray) -> None:
+        if self.single.size:
+            values[np.isin(words, self.single)] = NEG_INF
+        for seq in self.longer:
+            head = np.asarray(seq[:-1], dtype=np.int64)
+            if tokens.shape[1] >= head.size:
+                rows = (tokens[:, tokens.shape[1] - head.size :] == head).all(axis=1)
+                values[rows[:, None] & (words == seq[-1])] = NEG_INF
+
+    def sparse_budget(self, max_length: int) -> int:
+        return int(self.single.size) + len(self.longer)
+
 
 class NoRepeatNgram:
     """Ban every word that would complete an ``n``-gram already in the row's prefix (BOS included, as
@@ -107,6 +141,18 @@ class NoRepeatNgram:
         rows, pos = np.nonzero(match)
         out[rows, windows[rows, pos, -1]] = NEG_INF
         return out
+
+    def sparse(self, tokens: np.ndarray, values: np.ndarray, words: np.ndarray) -> None:
+        n, t = self.n, tokens.shape[1]
+        if t < n:
+            return
+        windows = sliding_window_view(tokens, n, axis=1)
+        current = tokens[:, t - n + 1 :]
+        rows, pos = np.nonzero((windows[:, :, :-1] == current[:, None, :]).all(axis=2))
+        ban_in_place(values, words, rows, windows[rows, pos, -1])
+
+    def sparse_budget(self, max_length: int) -> int:
+        return max_length + 1  # at most one word per n-gram of a prefix of BOS + max_length words
 
 
 Word = tuple[int, ...]  # a word's token ids (one for a word-level vocabulary; as it follows a space)
@@ -197,6 +243,38 @@ class SynonymSubstitution:
                         self.pending[(*tokens[r].tolist(), int(self.dst[p]))] = self.rest[p]
         return out
 
+    def sparse(self, tokens: np.ndarray, values: np.ndarray, words: np.ndarray) -> None:
+        """``__call__`` on candidate columns: a row's most likely word is its best column's (ties to the
+        lowest id, as ``argmax`` over whole rows); a substituted or forced row becomes one candidate."""
+        best_value = values.max(axis=1)
+        alive = np.isfinite(best_value)
+        big = np.iinfo(np.int64).max
+        best = np.where(values == best_value[:, None], words, big).min(axis=1)
+        hit = alive
+        if self.pending:
+            forced = np.zeros(values.shape[0], dtype=bool)
+            for r in np.flatnonzero(alive & np.isin(tokens[:, -1], self.inner)).tolist():
+                prefix = tuple(tokens[r].tolist())
+                rest = self.pending.get(prefix)
+                if rest is None:
+                    continue
+                forced[r] = True
+                _only(values, words, r, rest[0])
+                if len(rest) > 1:
+                    self.pending[(*prefix, rest[0])] = rest[1:]
+            hit = alive & ~forced
+        pos = np.minimum(np.searchsorted(self.src, best), self.src.size - 1)
+        hit = (self.src[pos] == best) & hit
+        for r in np.flatnonzero(hit).tolist():
+            p = int(pos[r])
+            _only(values, words, r, int(self.dst[p]))
+            self.substitutions += 1
+            if self.inner.size and self.rest[p]:
+                self.pending[(*tokens[r].tolist(), int(self.dst[p]))] = self.rest[p]
+
+    def sparse_budget(self, max_length: int) -> int:
+        return 0  # it replaces a row by one candidate of its own, whatever the row's best were
+
     def _continue(self, tokens: np.ndarray, out: np.ndarray, alive: np.ndarray) -> np.ndarray:
         """Force the next S2 token on the rows whose prefix is remembered (in place); those rows."""
         forced = np.zeros(out.shape[0], dtype=bool)
@@ -211,6 +289,13 @@ class SynonymSubstitution:
             if len(rest) > 1:
                 self.pending[(*prefix, rest[0])] = rest[1:]
         return forced
+
+
+def _only(values: np.ndarray, words: np.ndarray, row: int, word: int) -> None:
+    """Row ``row`` of candidate columns becomes ``word`` alone, at log-prob 0 (in place)."""
+    values[row] = NEG_INF
+    words[row, 0] = word
+    values[row, 0] = 0.0
 
 
 __all__ = ["NEG_INF", "BanWords", "LogitsProcessor", "NoRepeatNgram", "SynonymSubstitution"]

@@ -236,7 +236,7 @@ class Scheduler:
         else None: whole rows."""
         if self._vocab < SPARSE_MIN_VOCAB or self._batch.reads_whole_rows:
             return None
-        k = top_k_for(self._batch.capacity, self._banned)
+        k = top_k_for(self._batch.capacity, self._banned + self._batch.sparse_budget)
         return k if 4 * k <= self._vocab else None
 
     def _update(self, rows: BatchRows, out: StepOutput, stepped: list[Request]) -> None:

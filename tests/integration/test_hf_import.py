@@ -390,6 +390,44 @@ def test_the_transformers_peer_answers(repo: Path, snapshot: Path) -> None:
     assert len(answer.json()["captions"]) == 2
 
 
+def test_hooks_on_the_graphs_top_k_give_the_whole_rows_captions(
+    repo: Path, topk_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Requests with decoding hooks on the step that returns its top k (each hook on the rows' best words,
+    k widened by what it may remove) caption as the same requests on whole rows: token for token."""
+    import service.engine.scheduler as scheduler_module
+
+    images = np.random.default_rng(12).integers(0, 256, (6, 96, 96, 3), dtype=np.uint8)
+    hooks = [
+        [{"name": "no_repeat_ngram", "params": {"n": 1}}],
+        [{"name": "ban_words", "params": {"ids": [5, 6, 7, 8]}}],
+        [{"name": "min_length", "params": {"min_words": 5}}, {"name": "no_repeat_ngram", "params": {"n": 2}}],
+    ]
+
+    async def captions(where: Path) -> list[list[list[int]]]:
+        async with await CaptionEngine.from_repo(where, max_beam_size=8) as engine:
+            out = []
+            for hook in hooks:
+                params = engine.resolve(model=NAME, beam_size=4, n_best=2, hooks=hook)
+                out.append([[c.tokens for c in r] for r in (await engine.caption(images, params)).results])
+            return out
+
+    import service.engine.runner as runner_module
+
+    asked: list[int] = []
+
+    async def asking(backend: Any, model: str, inputs: Any, outputs: Any) -> Any:
+        if "top_tokens" in outputs:
+            asked.append(int(inputs["top_k"][0]))
+        return await infer_outputs(backend, model, inputs, outputs)
+
+    whole = asyncio.run(captions(repo))
+    monkeypatch.setattr(scheduler_module, "SPARSE_MIN_VOCAB", 1)
+    monkeypatch.setattr(runner_module, "infer_outputs", asking)
+    assert asyncio.run(captions(topk_repo)) == whole
+    assert asked and max(asked) > 4 + 1, f"the hooks' steps read the graph's top k, widened: {set(asked)}"
+
+
 @pytest.mark.parametrize("graph", ["plain", "top_k"])
 def test_triton_serves_it_as_the_embedded_backend_does(
     graph: str, repo: Path, topk_repo: Path, monkeypatch: pytest.MonkeyPatch

@@ -16,7 +16,7 @@ from service.engine.beam import Hypothesis
 from service.engine.beam_batch import BeamBatch, Joining
 from service.engine.cohorts import CohortBatch
 from service.engine.params import SearchParams
-from service.engine.processors import BanWords
+from service.engine.processors import BanSequences, BanWords, NoRepeatNgram, SynonymSubstitution
 from service.engine.sparse import RowTopK, compact, row_top_k, top_k_for
 
 V, PAD, BOS, EOS, UNK = 64, 0, 1, 2, 3
@@ -134,9 +134,73 @@ def test_too_few_words_per_row_change_the_captions() -> None:
     assert not same(whole, run(REQUESTS, lambda b: 1, None))
 
 
+def hooked_requests() -> list[tuple[int, list[int], SearchParams]]:
+    """Requests with every hook that has a candidate form, fresh (a substitution keeps state)."""
+    return [
+        (0, [0, 1], params(beam_size=3, max_length=6, n_best=3, processors=(BanWords([4, 13, 20]),))),
+        (0, [2], params(beam_size=4, max_length=7, n_best=2, processors=(NoRepeatNgram(1),))),
+        (1, [3, 4], params(beam_size=5, max_length=6, n_best=5, processors=(NoRepeatNgram(2),))),
+        (1, [5], params(beam_size=2, max_length=5, n_best=2, processors=(BanSequences([[10], [11, 12]]),))),
+        (
+            2,
+            [6, 7],
+            params(
+                beam_size=4,
+                max_length=6,
+                n_best=4,
+                processors=(SynonymSubstitution({w: w + 1 for w in range(4, 64, 2)}),),
+            ),
+        ),
+        (
+            2,
+            [8],
+            params(
+                beam_size=3,
+                max_length=7,
+                n_best=3,
+                min_length=2,
+                processors=(
+                    SynonymSubstitution({w: (w + 1, w + 2) for w in range(5, 60, 3)}),
+                    NoRepeatNgram(3),
+                ),
+            ),
+        ),
+        (3, [9, 10], params(beam_size=8, max_length=6, n_best=4)),
+    ]
+
+
+@pytest.mark.parametrize("cohorts", [None, (2, 4)], ids=["batch", "cohorts"])
+def test_hooks_on_candidates_select_what_they_select_on_whole_rows(cohorts: tuple[int, ...] | None) -> None:
+    whole = run(hooked_requests(), None, cohorts)
+    assert sorted(whole) == list(range(7))
+
+    def k_of(batch: Any) -> int:
+        assert not batch.reads_whole_rows, "every hook here works on candidates"
+        return top_k_for(batch.capacity, len(BANNED) + batch.sparse_budget)
+
+    requests = hooked_requests()
+    assert same(whole, run(requests, k_of, cohorts))
+    for key in (4, 5):
+        substitution = requests[key][2].processors[0]
+        assert isinstance(substitution, SynonymSubstitution) and substitution.substitutions > 0, "it fired"
+    assert requests[5][2].processors[0].pending, "a word of several tokens was forced"  # type: ignore[attr-defined]
+
+
+def test_without_the_hooks_budget_the_captions_change() -> None:
+    """k without room for what the hooks remove (no-repeat bans many words): the bound is needed."""
+    whole = run(hooked_requests(), None, None)
+    short = run(hooked_requests(), lambda b: 3, None)
+    assert not same(whole, short)
+
+
 def test_a_batch_with_hooks_refuses_top_k_rows() -> None:
+    """A hook without a candidate form (a plain function) makes its request read whole rows."""
     batch = BeamBatch(4, 4, BOS, EOS, BANNED)
-    hooked = params(beam_size=2, n_best=2, max_length=3, processors=(BanWords([5]),))
+
+    def plain(tokens: np.ndarray, logprobs: np.ndarray) -> np.ndarray:
+        return logprobs
+
+    hooked = params(beam_size=2, n_best=2, max_length=3, processors=(plain,))
     batch.add_many([Joining(0, np.zeros((1, 1, 1), np.float32), np.zeros((1, 2), np.float32), hooked)])
     assert batch.reads_whole_rows
     r = batch.rows()

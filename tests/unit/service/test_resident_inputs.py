@@ -57,7 +57,9 @@ def test_read_only_memory_stays_on_the_device_and_gives_the_same_outputs(tiny_re
 
 def joining(key: int, images: int) -> Joining:
     memory = np.full((images, 2, 3), float(key), np.float32)
-    return Joining(key, memory, np.zeros((images, 4), np.float32), SearchParams("m", beam_size=2, n_best=2, max_length=4))
+    return Joining(
+        key, memory, np.zeros((images, 4), np.float32), SearchParams("m", beam_size=2, n_best=2, max_length=4)
+    )
 
 
 def test_the_batch_memory_is_read_only_and_a_new_object_per_change() -> None:
