@@ -195,6 +195,11 @@ def test_backend_reasons_metrics_and_chunking(
     async def run() -> None:
         backend = await TritonBackend.connect(triton.grpc_url, manifest, metrics, shared_memory=shared_memory)
         try:
+            # where its instances run, as the server's configs say (the local server: CPU instances)
+            assert backend.devices == {m.name: "cpu" for m in manifest.models}
+            assert 'compcap_model_device_info{device="cpu",model="visual_encoder",provider="triton"} 1.0' in (
+                metrics.exposition().decode()
+            )
             # more images than max_batch_size: sent in chunks, same result as one onnxruntime call
             served = await backend.infer("visual_encoder", {"image": images})
             local = await ort.infer("visual_encoder", {"image": images})

@@ -375,3 +375,24 @@ def test_shared_memory_needs_one_address(repo: Path) -> None:
     for url in ("127.0.0.1:8001,127.0.0.2:8001", "dns:///triton:8001"):
         with pytest.raises(ValidationError, match="triton_shared_memory: needs one co-located Triton"):
             EngineSettings(repo=repo, backend="triton", triton_url=url, triton_shared_memory=True)
+
+
+def test_the_device_of_a_served_model_is_its_instance_kind() -> None:
+    """Triton's served config (KIND_AUTO resolved by the server) says where a model's instances run, as
+    model_config.proto numbers the kinds; groups of two kinds are both named."""
+    from tritonclient.grpc import model_config_pb2
+
+    from service.backends.triton_pool import instance_device
+
+    def config(*kinds: int) -> object:
+        made = model_config_pb2.ModelConfig(name="m")
+        for kind in kinds:
+            made.instance_group.add(kind=kind, count=1)
+        return made
+
+    group = model_config_pb2.ModelInstanceGroup
+    assert instance_device(config(group.KIND_GPU)) == "cuda"
+    assert instance_device(config(group.KIND_CPU)) == "cpu"
+    assert instance_device(config(group.KIND_GPU, group.KIND_CPU)) == "cpu+cuda"
+    assert instance_device(config(group.KIND_AUTO)) == "auto"
+    assert instance_device(config()) == "auto"
