@@ -116,7 +116,8 @@ def test_the_step_call_and_the_bench_on_both_sides(emulated: tuple[str, dict[str
     rows = rows_of(emulated[1], "bench")
     for n in (16, 160, 640):
         values = rows[f"step call, {n} rows"]["values"]
-        assert values["cpu-as-cuda"] > 0 and values["cpu"] > 0
+        assert values["cpu-as-cuda"] == values["served_ms"] > 0 and values["cpu"] > 0
+        assert values["host_ms"] > 0 and values["device_ms"] > 0  # the breakdown of its copies
     assert rows["step call, 640 rows"]["target"] == "cpu-as-cuda <= 0.77 ms"
     for side in ("cpu-as-cuda", "cpu"):
         result = rows[f"compcap bench on {side}"]["values"]["result"]
