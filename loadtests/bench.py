@@ -410,7 +410,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if args.baseline == "torch":
             baseline = torch_baseline_load(repo, model, args.rerank, pngs, query, peer_clients, args.duration)
         elif args.baseline == "transformers":
+            # on the gateway's device and, on CUDA, in its precision (fp16 or fp32): the same GPU
             module = ["loadtests.transformers_baseline", "--snapshot", str(args.snapshot)]
+            module += ["--precision", precision]
             baseline = peer_load("transformers", module, repo, pngs, query, peer_clients, args.duration)
     out: dict[str, Any] = {
         "backend": args.backend,

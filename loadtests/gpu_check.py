@@ -749,8 +749,9 @@ def stage_real(s: Stage) -> None:
             status=verdict(multiple >= PEER_MULTIPLE_TARGET),
             note=f"{precision} on {s.label}, beam 5, no re-ranking; "
             f"{100 * ours['captions_per_s'] / limit:.0f}% of limit ({limit:.0f} captions/s); the peer: "
-            "generate() one request at a time, on torch's CPU (loadtests/transformers_baseline.py keeps "
-            "the model where from_pretrained puts it)",
+            "generate() one request at a time, on CUDA where this torch has it (else its CPU) and in "
+            "FP16 there when CompCap serves fp16 (loadtests/transformers_baseline.py says which it got in "
+            "the bench log)",
             values={"result": result, "multiple": multiple},
         )
     )

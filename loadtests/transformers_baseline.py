@@ -6,7 +6,10 @@ transformers 5 folds the ``image-to-text`` pipeline into ``image-text-to-text``,
 pipeline's own three steps on the same snapshot: the image processor, ``model.generate(num_beams=…)``,
 the tokenizer's decoding. One request at a time (a lock around the model: ``generate`` is not made to
 run concurrently), a plain ``def`` route (FastAPI's thread pool), torch's default threads, as a user's
-would be. Loaded offline from the snapshot directory.
+would be. Loaded offline from the snapshot directory, on the device CompCap's gateway would use
+(``--device``, default ``COMPCAP_DEVICE``: auto is CUDA where torch has it) and in its precision
+(``--dtype``, default fp16 where ``COMPCAP_PRECISION=fp16`` and the device is CUDA, else fp32), so that
+``compcap bench --baseline transformers`` compares the two on the same GPU.
 
 Run: ``python -m loadtests.transformers_baseline --snapshot DIR --port 8100``.
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import threading
 from pathlib import Path
 from typing import Annotated, Any
@@ -27,14 +31,20 @@ from PIL import Image
 class TransformersCaptioner:
     """A snapshot's model, image processor and tokenizer, captioning one image per call."""
 
-    def __init__(self, snapshot: Path) -> None:
+    def __init__(self, snapshot: Path, device: str = "cpu", dtype: str = "fp32") -> None:
+        import torch
+
         from export.hf.snapshot import offline
 
+        if dtype not in ("fp32", "fp16"):
+            raise ValueError(f"dtype must be fp32 or fp16, got {dtype!r}")
+        self.device, self.dtype = device, torch.float16 if dtype == "fp16" else torch.float32
         with offline():
             from transformers import AutoImageProcessor, AutoTokenizer, VisionEncoderDecoderModel
 
             path = str(snapshot)
-            self.model = VisionEncoderDecoderModel.from_pretrained(path, local_files_only=True).eval()
+            model = VisionEncoderDecoderModel.from_pretrained(path, local_files_only=True).eval()
+            self.model = model.to(device=device, dtype=self.dtype)
             self.processor = AutoImageProcessor.from_pretrained(path, local_files_only=True)
             self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
 
@@ -42,6 +52,7 @@ class TransformersCaptioner:
         import torch
 
         pixels = self.processor(images=picture, return_tensors="pt").pixel_values
+        pixels = pixels.to(device=self.device, dtype=self.dtype)
         with torch.no_grad():
             out = self.model.generate(
                 pixel_values=pixels, num_beams=beam_size, num_return_sequences=n_best, do_sample=False
@@ -83,17 +94,41 @@ def create_app(captioner: TransformersCaptioner) -> FastAPI:
     return app
 
 
+def peer_device(device: str, dtype: str, precision: str) -> tuple[str, str]:
+    """(torch device, fp32|fp16) of the peer: ``device`` auto is CUDA where torch has it; ``dtype`` auto
+    is fp16 on CUDA where CompCap serves ``precision`` fp16, else fp32 (torch's CPU kernels in FP16 are
+    not what a user would run)."""
+    import torch
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if dtype == "auto":
+        dtype = "fp16" if device == "cuda" and precision == "fp16" else "fp32"
+    return device, dtype
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtests.transformers_baseline", description=__doc__)
     parser.add_argument("--snapshot", required=True, help="the transformers snapshot directory")
     parser.add_argument("--repo", default=None, help="ignored (the bench passes it to every server)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8100)
+    parser.add_argument(
+        "--device", choices=("auto", "cpu", "cuda"), default=os.environ.get("COMPCAP_DEVICE", "auto")
+    )
+    parser.add_argument("--dtype", choices=("auto", "fp32", "fp16"), default="auto")
+    parser.add_argument(
+        "--precision",
+        default=os.environ.get("COMPCAP_PRECISION", "fp32"),
+        help="CompCap's precision being compared: --dtype auto is fp16 on CUDA for fp16",
+    )
     args = parser.parse_args(argv)
     import uvicorn
 
+    device, dtype = peer_device(args.device, args.dtype, args.precision)
+    print(f"transformers peer on {device} ({dtype})", flush=True)
     uvicorn.run(
-        create_app(TransformersCaptioner(Path(args.snapshot))),
+        create_app(TransformersCaptioner(Path(args.snapshot), device, dtype)),
         host=args.host,
         port=args.port,
         log_level="warning",
@@ -101,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["TransformersCaptioner", "create_app", "main"]
+__all__ = ["TransformersCaptioner", "create_app", "main", "peer_device"]
 
 if __name__ == "__main__":
     raise SystemExit(main())
