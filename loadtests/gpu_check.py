@@ -38,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from loadtests.step_breakdown import breakdown
+
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = ("parity", "pins", "bench", "real")
 STAGE_TITLES = {
@@ -390,47 +392,6 @@ def stage_pins(s: Stage) -> None:
 # -- stage 3: the shipped models' speed -----------------------------------------------------------------
 
 
-def step_timings(repo: Path, device: str, rows: Sequence[int], seconds: float) -> dict[int, float]:
-    """Median ms of one ``<cap>_step`` call of the default captioner at each of ``rows`` rows on
-    ``device``: onnxruntime's ``session.run`` alone (threads per call: the backend's auto), on the
-    memory of real encoded images (5 rows per image), prefixes of up to 10 random tokens."""
-    from loadtests.bench import bench_images
-    from service.backends.onnxruntime import OnnxRuntimeBackend
-    from service.engine.runner import ModelRunner
-    from service.manifest import load_manifest
-
-    manifest = load_manifest(repo)
-    cap = manifest.captioner(manifest.default_captioner)
-    backend = OnnxRuntimeBackend(repo, manifest, device=device)
-    try:
-        runner = ModelRunner(backend, manifest)
-        pool = bench_images(-(-max(rows) // 5), manifest.image.height, manifest.image.width)
-        enc = asyncio.run(runner.encode(cap.name, pool))
-        session, names = backend.sessions[cap.step], backend.outputs[cap.step]
-        width = 1 if cap.reads == "last_token" else min(10, cap.max_length)
-        size = cap.tokens.size if cap.tokens is not None else manifest.vocabulary.size
-        rng = np.random.default_rng(0)
-        out = {}
-        for n in rows:
-            index = (np.arange(n) // 5).astype(np.int64)
-            tokens = rng.integers(4, size, (n, width)).astype(np.int64)
-            inputs = runner.step_inputs(
-                cap.name, enc.memory[: index[-1] + 1], index, tokens, np.full(n, width), enc.state[index]
-            )
-            for _ in range(3):
-                session.run(names, inputs)
-            times: list[float] = []
-            stop = time.perf_counter() + seconds
-            while len(times) < 5 or time.perf_counter() < stop:
-                start = time.perf_counter()
-                session.run(names, inputs)
-                times.append(time.perf_counter() - start)
-            out[n] = float(np.median(times)) * 1e3
-        return out
-    finally:
-        asyncio.run(backend.close())
-
-
 def run_bench(s: Stage, name: str, device: str, repo: Path, extra: Sequence[str]) -> dict[str, Any]:
     """``compcap bench`` in a child process with ``COMPCAP_DEVICE=device`` (its in-process engine and the
     gateways it starts read it), short durations; its JSON result."""
@@ -485,16 +446,9 @@ def stage_bench(s: Stage) -> None:
     """Stage 3: the step call at 16/160/640 rows, and compcap bench, on the device and on the CPU."""
     repo = Path(s.args.repo)
     sides = ((s.label, s.device), ("cpu", "cpu"))
-    cpu = step_timings(repo, "cpu", STEP_ROWS, s.profile.step_seconds)
-    try:  # host arrays, as served (image memory resident on the device), kernels alone
-        from loadtests.step_breakdown import breakdown
-
-        split = breakdown(repo, s.device, STEP_ROWS, s.profile.step_seconds)
-        why = ""
-    except Exception as exc:  # the breakdown is another module's: without it, host arrays only
-        host = step_timings(repo, s.device, STEP_ROWS, s.profile.step_seconds)
-        split = {n: {"host_ms": ms, "served_ms": ms, "device_ms": float("nan")} for n, ms in host.items()}
-        why = f"; no breakdown ({type(exc).__name__}: {exc}): host arrays only"
+    # host arrays, as served (image memory resident on the device), kernels alone; the CPU: host arrays
+    cpu = {n: row["host_ms"] for n, row in breakdown(repo, "cpu", STEP_ROWS, s.profile.step_seconds).items()}
+    split = breakdown(repo, s.device, STEP_ROWS, s.profile.step_seconds)
     for rows in STEP_ROWS:
         times = split[rows]
         served, last = times["served_ms"], rows == STEP_ROWS[-1]
@@ -510,7 +464,7 @@ def stage_bench(s: Stage) -> None:
                     "medians; as served: the image memory kept on the device (I/O binding), whole rows "
                     "back; host arrays: every input up and output down; kernels alone: nothing copied "
                     "(loadtests/step_breakdown.py); cpu: host arrays, the backend's threads. H200 before "
-                    f"I/O binding: 0.69 / 0.80 / 1.15 ms at 16 / 160 / 640 rows{why}"
+                    "I/O binding: 0.69 / 0.80 / 1.15 ms at 16 / 160 / 640 rows"
                 )
                 if rows == STEP_ROWS[0]
                 else "",
@@ -1077,7 +1031,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_check(args, argv)
 
 
-__all__ = ["EMULATION", "GPU", "STAGES", "Row", "main", "spread", "step_timings"]
+__all__ = ["EMULATION", "GPU", "STAGES", "Row", "main", "spread"]
 
 if __name__ == "__main__":
     raise SystemExit(main())

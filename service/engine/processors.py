@@ -225,70 +225,47 @@ class SynonymSubstitution:
         if self.top >= logprobs.shape[1]:
             raise ValueError(f"pairs must hold word ids < V={logprobs.shape[1]}")
         out = np.array(logprobs)
-        alive = np.isfinite(out.max(axis=1))
-        best = out.argmax(axis=1)
-        hit = alive
-        if self.pending:
-            hit = alive & ~self._continue(tokens, out, alive)
-        pos = np.minimum(np.searchsorted(self.src, best), self.src.size - 1)
-        hit = (self.src[pos] == best) & hit
-        rows = np.flatnonzero(hit)
-        if rows.size:
-            out[rows] = NEG_INF
-            out[rows, self.dst[pos[rows]]] = 0.0
-            self.substitutions += int(rows.size)
-            if self.inner.size:
-                for r, p in zip(rows.tolist(), pos[rows].tolist(), strict=True):
-                    if self.rest[p]:
-                        self.pending[(*tokens[r].tolist(), int(self.dst[p]))] = self.rest[p]
+        for row, word in self._decide(tokens, np.isfinite(out.max(axis=1)), out.argmax(axis=1)):
+            out[row] = NEG_INF
+            out[row, word] = 0.0
         return out
 
     def sparse(self, tokens: np.ndarray, values: np.ndarray, words: np.ndarray) -> None:
         """``__call__`` on candidate columns: a row's most likely word is its best column's (ties to the
         lowest id, as ``argmax`` over whole rows); a substituted or forced row becomes one candidate."""
         best_value = values.max(axis=1)
-        alive = np.isfinite(best_value)
-        big = np.iinfo(np.int64).max
-        best = np.where(values == best_value[:, None], words, big).min(axis=1)
-        hit = alive
+        best = np.where(values == best_value[:, None], words, np.iinfo(np.int64).max).min(axis=1)
+        for row, word in self._decide(tokens, np.isfinite(best_value), best):
+            _only(values, words, row, word)
+
+    def sparse_budget(self, max_length: int) -> int:
+        return 0  # it replaces a row by one candidate of its own, whatever the row's best were
+
+    def _decide(self, tokens: np.ndarray, alive: np.ndarray, best: np.ndarray) -> list[tuple[int, int]]:
+        """The (row, word) each row is forced to, given whether it is ``alive`` and its ``best`` word:
+        the next S2 token where its prefix is remembered, else the S2 word's first token where its best
+        starts an S1 word (remembering the rest of a several-token S2 word)."""
+        chosen: list[tuple[int, int]] = []
+        forced = np.zeros(alive.shape[0], dtype=bool)
         if self.pending:
-            forced = np.zeros(values.shape[0], dtype=bool)
             for r in np.flatnonzero(alive & np.isin(tokens[:, -1], self.inner)).tolist():
                 prefix = tuple(tokens[r].tolist())
                 rest = self.pending.get(prefix)
                 if rest is None:
                     continue
                 forced[r] = True
-                _only(values, words, r, rest[0])
+                chosen.append((r, rest[0]))
                 if len(rest) > 1:
                     self.pending[(*prefix, rest[0])] = rest[1:]
-            hit = alive & ~forced
         pos = np.minimum(np.searchsorted(self.src, best), self.src.size - 1)
-        hit = (self.src[pos] == best) & hit
+        hit = (self.src[pos] == best) & alive & ~forced
         for r in np.flatnonzero(hit).tolist():
             p = int(pos[r])
-            _only(values, words, r, int(self.dst[p]))
+            chosen.append((r, int(self.dst[p])))
             self.substitutions += 1
             if self.inner.size and self.rest[p]:
                 self.pending[(*tokens[r].tolist(), int(self.dst[p]))] = self.rest[p]
-
-    def sparse_budget(self, max_length: int) -> int:
-        return 0  # it replaces a row by one candidate of its own, whatever the row's best were
-
-    def _continue(self, tokens: np.ndarray, out: np.ndarray, alive: np.ndarray) -> np.ndarray:
-        """Force the next S2 token on the rows whose prefix is remembered (in place); those rows."""
-        forced = np.zeros(out.shape[0], dtype=bool)
-        for r in np.flatnonzero(alive & np.isin(tokens[:, -1], self.inner)).tolist():
-            prefix = tuple(tokens[r].tolist())
-            rest = self.pending.get(prefix)
-            if rest is None:
-                continue
-            forced[r] = True
-            out[r] = NEG_INF
-            out[r, rest[0]] = 0.0
-            if len(rest) > 1:
-                self.pending[(*prefix, rest[0])] = rest[1:]
-        return forced
+        return chosen
 
 
 def _only(values: np.ndarray, words: np.ndarray, row: int, word: int) -> None:
