@@ -15,12 +15,13 @@ from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_va
 from pydantic_core import InitErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from service.backends.device import Device
 from service.cli_errors import UsageError
 from service.manifest import MANIFEST_NAME, Precision, load_manifest
 from service.state.url import DEFAULT_STATE_URL, check_state_url
 from service.triton_url import parse_target
 
+# where the embedded backend runs the models (COMPCAP_DEVICE; service.backends.device says what it got)
+Device = Literal["auto", "cpu", "cuda"]
 MAX_BEAM_SIZE = 100  # re-ranking reads up to 100 candidates (the seeds' BUTR+RR evaluation: B = 100)
 FEATURES = ("probes", "explain", "compare")  # the feature packages the gateway can serve (service.gateway)
 

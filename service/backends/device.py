@@ -15,9 +15,10 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
-Device = Literal["auto", "cpu", "cuda"]
+from service.settings import Device
+
 DEVICES: tuple[str, ...] = get_args(Device)
 CUDA_PROVIDER = "CUDAExecutionProvider"
 CPU_PROVIDER = "CPUExecutionProvider"
