@@ -29,7 +29,9 @@ def step_times(repo: Path, model: str, rows: int, repeats: int, threads: int = 1
     cap = manifest.captioner(model)
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
-    session = ort.InferenceSession(str(manifest.model(cap.step).path(repo)), options)
+    session = ort.InferenceSession(
+        str(manifest.model(cap.step).path(repo)), options, providers=["CPUExecutionProvider"]
+    )
     m, d = cap.memory_dims
     rng = np.random.default_rng(0)
     vocab = manifest.model(cap.step).outputs[0].dims[-1]

@@ -35,6 +35,8 @@ QUANTIZED_OPS = {
     "DequantizeLinear",
 }
 
+CPU = ["CPUExecutionProvider"]  # explicit: onnxruntime's GPU build requires providers
+
 
 @pytest.fixture(scope="module")
 def quantized(tiny_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, QuantizeResult]:
@@ -58,8 +60,8 @@ def test_variants_are_triton_models_beside_the_fp32_ones(quantized: tuple[Path, 
         assert config == fp32, f"{variant}: the FP32 config but for its name"
         graph = onnx.load(str(repo / variant / "1" / "model.onnx")).graph
         assert QUANTIZED_OPS & {n.op_type for n in graph.node}, f"{variant} has no INT8 op"
-        session = ort.InferenceSession(str(repo / variant / "1" / "model.onnx"))
-        fp32_session = ort.InferenceSession(str(repo / source / "1" / "model.onnx"))
+        session = ort.InferenceSession(str(repo / variant / "1" / "model.onnx"), providers=CPU)
+        fp32_session = ort.InferenceSession(str(repo / source / "1" / "model.onnx"), providers=CPU)
         assert [(i.name, i.type) for i in session.get_inputs()] == [
             (i.name, i.type) for i in fp32_session.get_inputs()
         ]
