@@ -33,8 +33,13 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-OVERLAYS = ("embedded", "triton-gpu", "triton-gpu-shm")
-BACKEND = {"embedded": "onnxruntime", "triton-gpu": "triton", "triton-gpu-shm": "triton"}
+OVERLAYS = ("embedded", "embedded-gpu", "triton-gpu", "triton-gpu-shm")
+BACKEND = {
+    "embedded": "onnxruntime",
+    "embedded-gpu": "onnxruntime",
+    "triton-gpu": "triton",
+    "triton-gpu-shm": "triton",
+}
 GPU = "nvidia.com/gpu"
 # Custom resources kubernetes-validate has no schema for: it warns "Couldn't find schema" and passes
 # them, so their shape is checked in this file instead.
@@ -502,7 +507,7 @@ def test_triton_ports_probes_and_the_gateways_url(rendered: Rendered) -> None:
     Co-located Triton (triton-gpu-shm): gRPC on 127.0.0.1 only, HTTP for the kubelet's probes with every
     other HTTP API restricted."""
     tritons = triton_containers(rendered)
-    if rendered.overlay == "embedded":
+    if BACKEND[rendered.overlay] == "onnxruntime":
         assert not tritons
         return
     assert len(tritons) == 1
@@ -580,6 +585,8 @@ def test_the_gateway_waits_for_triton_as_long_as_tritons_startup_probe(rendered:
 
 
 def test_gpu_limits_only_where_triton_runs(rendered: Rendered) -> None:
+    """A GPU for Triton, or for a gateway whose embedded backend must run on CUDA (COMPCAP_DEVICE=cuda:
+    where CUDA cannot be used it exits naming why, instead of serving on its CPUs unnoticed)."""
     with_gpu = []
     for workload in rendered.workloads():
         for c in all_containers(pod_spec(workload)):
@@ -588,9 +595,11 @@ def test_gpu_limits_only_where_triton_runs(rendered: Rendered) -> None:
                 with_gpu.append((workload["metadata"]["name"], c["name"]))
                 assert int(resources["limits"][GPU]) == 1
                 assert resources.get("requests", {}).get(GPU, 1) == resources["limits"][GPU]
-                assert is_triton(c), f"{with_gpu[-1]} asks for a GPU but is no Triton container"
+                gpu_gateway = c["name"] == "gateway" and env_of(c).get("COMPCAP_DEVICE") == "cuda"
+                assert is_triton(c) or gpu_gateway, f"{with_gpu[-1]} asks for a GPU but will not use it"
     expected = {
         "embedded": [],
+        "embedded-gpu": [("compcap-gateway", "gateway")],
         "triton-gpu": [("compcap-triton", "triton")],
         "triton-gpu-shm": [("compcap-gateway", "triton")],
     }
@@ -678,9 +687,9 @@ def test_every_workload_has_a_pod_disruption_budget(rendered: Rendered) -> None:
 
 
 def test_triton_stays_up_through_drains_and_rollouts(rendered: Rendered) -> None:
-    """Every workload with a GPU (Triton) runs two pods at least, keeps one through voluntary disruptions,
-    replaces them one at a time without a surge pod (which would need a spare GPU), and prefers to spread
-    them over nodes without refusing to schedule."""
+    """Every workload with a GPU (Triton, or the embedded-gpu gateway) runs two pods at least, keeps one
+    through voluntary disruptions, replaces them one at a time without a surge pod (which would need a
+    spare GPU), and prefers to spread them over nodes without refusing to schedule."""
     gpu_workloads = [
         w
         for w in rendered.workloads()
