@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -42,9 +44,13 @@ async def infer_outputs(
 ) -> dict[str, np.ndarray]:
     """``outputs`` of ``model`` on ``inputs``: asked of the backend where its ``infer`` takes ``outputs``
     (then only those are computed out and copied), else all of them, of which these are kept."""
-    import inspect
-
-    if "outputs" in inspect.signature(backend.infer).parameters:
+    if _takes_outputs(type(backend)):
         return await backend.infer(model, inputs, outputs=outputs)  # type: ignore[call-arg]
     out = await backend.infer(model, inputs)
     return {name: out[name] for name in outputs}
+
+
+@functools.cache
+def _takes_outputs(kind: type[Backend]) -> bool:
+    """Whether ``kind.infer`` takes ``outputs`` (read once per backend class, not once per step)."""
+    return "outputs" in inspect.signature(kind.infer).parameters
