@@ -182,6 +182,12 @@ class CaptionerEntry(BaseModel):
         description="version 2: its step projects the cross-attention keys and values once per image of a "
         "call, not once per row (the same outputs; kept at import where measured faster)",
     )
+    kv_cache: bool = Field(
+        default=False,
+        description="version 3: its step (one with a state_index input) carries each row's self-attention "
+        "keys and values in its state (state_dim = layers x 2 x heads x max tokens x head_dim) and runs the "
+        "decoder on the row's last token only (the same outputs; kept at import where measured faster)",
+    )
     memory_grid: int | None = Field(
         default=None,
         description="version 2: its memory slots from memory_offset on are a g × g row-major grid over the "
