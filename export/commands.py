@@ -1,5 +1,5 @@
 """The training pipeline's ``compcap`` commands: world, train, build, models, splits, probeset,
-probesets, quantize. Light at import
+probesets, quantize, upgrade. Light at import
 (argparse only); each command imports its module when it runs."""
 
 from __future__ import annotations
@@ -265,10 +265,12 @@ def _import_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--step",
-        choices=["auto", "plain", "cached"],
+        choices=["auto", "plain", "cached", "kv"],
         default="auto",
-        help="a cross-attention captioner's step graph: cached projects the image's keys and values once "
-        "per image instead of once per row; auto times both and keeps the faster",
+        help="a cross-attention captioner's step graph: plain reads each row's whole prefix; cached "
+        "projects the image's keys and values once per image instead of once per row; kv also carries "
+        "each row's self-attention keys and values in the state and reads one new token per row (model "
+        "contract v3; ViT + GPT-2 and BLIP); auto times them and keeps the fastest",
     )
     parser.add_argument(
         "--top-k",
@@ -313,11 +315,7 @@ def _import(args: argparse.Namespace) -> int:
     for graph, diff in report.parity.items():
         print(f"  {graph}: transformers vs onnxruntime max abs diff {diff:.1e}")
     if report.step is not None:
-        t = report.step
-        print(
-            f"  step: plain {t.plain_ms:.2f} ms, image cache {t.cached_ms:.2f} ms per call "
-            f"(16 rows of 4 images, {t.width} tokens): kept {t.kept}"
-        )
+        print(f"  step: {report.step.summary()}")
     print("  files: " + ", ".join(report.files))
     return 0
 
@@ -461,6 +459,21 @@ def _quantize(args: argparse.Namespace) -> int:
     return 0 if result.variant.passed else 1
 
 
+def _upgrade_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repo", type=existing_dir, default=Path("model_repo"), help="repository to upgrade")
+
+
+def _upgrade(args: argparse.Namespace) -> int:
+    from export.state_gather import upgrade_repository
+
+    changed = upgrade_repository(Path(args.repo))
+    if changed:
+        print(f"{args.repo}: {', '.join(changed)} now gather their decoder states (model contract v3)")
+    else:
+        print(f"{args.repo}: every step already gathers its decoder states (model contract v3)")
+    return 0
+
+
 COMMANDS: CommandTable = {
     "calibrate": Command(
         "calibrate each captioner's in_domain test on validation images and measure it",
@@ -487,6 +500,11 @@ COMMANDS: CommandTable = {
         "manifest",
         _quantize_arguments,
         _quantize,
+    ),
+    "upgrade": Command(
+        "rewrite a repository's steps to keep the decoder state on the device (model contract v3)",
+        _upgrade_arguments,
+        _upgrade,
     ),
     "probesets": Command(
         "(re)write the SceneWorld probe sets of a built repository and list them in its manifest",

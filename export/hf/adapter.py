@@ -26,7 +26,8 @@ class Adapted:
         begins every prefix, ``eos`` ends a caption, ``pad`` pads; ``max_tokens`` is generate's
         ``max_length`` (the start token counted); ``early_stopping`` its beam search's; ``cached_step`` the
     same step with its cross-attention projected once per image (``export.hf.step.ImageCacheStep``), for
-    an architecture that has one."""
+    an architecture that has one; ``kv_step`` the step of contract v3 that also carries each row's
+    self-attention keys and values in its state (``export.hf.kv_step.KeyValueStep``), likewise."""
 
     model: Any
     encoder: nn.Module
@@ -38,6 +39,7 @@ class Adapted:
     max_tokens: int
     early_stopping: bool
     cached_step: nn.Module | None = None  # the same step, cross-attention keys/values once per image
+    kv_step: nn.Module | None = None  # the same outputs from one new token per row (contract v3)
 
 
 def adapt(snapshot: Snapshot, pre: Preprocessing) -> Adapted:

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from export.hf.adapter import Adapted
+from export.hf.kv_step import KeyValueStep, cache_shape
 from export.hf.pixels import PixelValues
 from export.hf.snapshot import Snapshot, SnapshotError, offline
 from export.hf.step import CrossAttentionStep, ImageCacheStep
@@ -80,15 +81,17 @@ def adapt(snapshot: Snapshot, pre: Preprocessing) -> Adapted:
     if start is None or end is None:
         raise SnapshotError("the snapshot's text config names no bos_token_id / sep_token_id")
     gen = model.text_decoder.generation_config  # what BLIP's generate() hands on to (module docstring)
+    tokens = max_tokens(gen, getattr(text, "max_position_embeddings", None))
     return Adapted(
         model=model,
         encoder=Encoder(model, pre.rescale, pre.mean, pre.std),
         step=CrossAttentionStep(model.text_decoder),
         cached_step=ImageCacheStep(model.text_decoder, int(start)),
+        kv_step=KeyValueStep(model.text_decoder, int(start), cache_shape(model.text_decoder.config, tokens)),
         vocab_size=int(text.vocab_size),
         start=int(start),
         eos=int(end),
         pad=int(pad if pad is not None else end),
-        max_tokens=max_tokens(gen, getattr(text, "max_position_embeddings", None)),
+        max_tokens=tokens,
         early_stopping=gen.early_stopping is True,  # True, False or "never" (read as False); default False
     )

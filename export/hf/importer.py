@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from export.hf.adapter import Adapted, adapt, preprocessing
+from export.hf.kv_step import CacheShape, KeyValueStep, ZeroState, decode_parity
 from export.hf.programs import MIN_TOKENS, write_programs
 from export.hf.snapshot import Snapshot, SnapshotError, read_snapshot
 from export.hf.staging import HfImportError, ImportReport, commit, write_configs
@@ -109,32 +110,91 @@ def import_hf(
     return report
 
 
-def _keep_faster(
-    cached: torch.nn.Module,
+def _check(graph: str, diff: float) -> None:
+    if not diff <= PARITY_TOLERANCE:
+        raise HfImportError(
+            f"{graph}: transformers vs onnxruntime max abs diff {diff:.2e} > {PARITY_TOLERANCE}"
+        )
+
+
+def _kv_trials(
+    trials: list[dict[str, torch.Tensor]], shape: CacheShape, seed: int
+) -> list[dict[str, torch.Tensor]]:
+    """The step trials as the kv graph's inputs: prefixes cut to ``shape.slots``, each row's state drawn
+    from a pool of the previous call's rows or from ``state_new`` (random slots: a trial checks the
+    graph against transformers, whatever its cache holds)."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for k, trial in enumerate(trials):
+        rows = trial["tokens"].shape[0]
+        pool, new = (rows + 1, 2) if k % 2 == 0 else (0, 3)
+        out.append(
+            {
+                "memory": trial["memory"],
+                "image_index": trial["image_index"],
+                "tokens": trial["tokens"][:, : shape.slots],
+                "length": trial["length"].clamp(max=shape.slots),
+                "state": torch.randn(pool, shape.state_dim, generator=gen),
+                "state_new": torch.randn(new, shape.state_dim, generator=gen),
+                "state_index": torch.randint(0, pool + new, (rows,), generator=gen),
+            }
+        )
+    return out
+
+
+def _choose_step(
+    adapted: Adapted,
     step_path: Path,
     trials: list[dict[str, torch.Tensor]],
     dynamic: dict[str, dict[int, str]],
-    memory: tuple[int, int],
-    adapted: Adapted,
+    memory: torch.Tensor,
     form: StepForm,
+    seed: int,
 ) -> tuple[StepTiming, float]:
-    """Export the image-cache step beside the plain one at ``step_path``, check it, time both, and put
-    the one to keep at ``step_path``; the timing and the cached graph's parity."""
-    path = step_path.with_name("model.cached.onnx")
-    export_graph(
-        cached, cached.forward, GraphSpec(trials[0], ["logprobs", "state_out", "attention"], dynamic), path
-    )
-    diff = max(parity(cached, cached.forward, path, t) for t in trials)
-    if not diff <= PARITY_TOLERANCE:
-        raise HfImportError(
-            f"image-cache step: transformers vs onnxruntime max abs diff {diff:.2e} > {PARITY_TOLERANCE}"
+    """Export the image-cache and kv steps the form asks for beside the plain one at ``step_path``
+    (``export.hf.step_choice``), check each, time them, and put the one to keep at ``step_path``; the
+    timing and the kept graph's parity (the plain one's is the caller's)."""
+    outputs = ["logprobs", "state_out", "attention"]
+    paths: dict[str, Path] = {}
+    diffs: dict[str, float] = {}
+    cached = adapted.cached_step
+    if cached is not None and form in ("auto", "cached"):
+        paths["cached"] = step_path.with_name("model.cached.onnx")
+        export_graph(cached, cached.forward, GraphSpec(trials[0], outputs, dynamic), paths["cached"])
+        diffs["cached"] = max(parity(cached, cached.forward, paths["cached"], t) for t in trials)
+        _check("image-cache step", diffs["cached"])
+    kv = adapted.kv_step
+    state_dim = None
+    if isinstance(kv, KeyValueStep) and form in ("auto", "kv"):
+        paths["kv"] = step_path.with_name("model.kv.onnx")
+        kv_trials = _kv_trials(trials, kv.shape, seed)
+        kv_dynamic = {**dynamic, "state": {0: "pool"}, "state_new": {0: "new"}, "state_index": {0: "rows"}}
+        export_graph(kv, kv.forward, GraphSpec(kv_trials[0], outputs, kv_dynamic), paths["kv"])
+        diffs["kv"] = max(parity(kv, kv.forward, paths["kv"], t) for t in kv_trials)
+        _check("kv step", diffs["kv"])
+        decode = decode_parity(
+            paths["kv"], adapted.step, memory, adapted.start, adapted.vocab_size, kv.shape, seed
         )
-    timing = choose(step_path, path, memory, adapted.vocab_size, adapted.max_tokens, form)
-    if timing.kept == "cached":
-        os.replace(path, step_path)
-    else:
-        path.unlink()
-    return timing, diff
+        _check("kv step over a beam decode (vs the plain step)", decode)
+        diffs["kv"] = max(diffs["kv"], decode)
+        state_dim = kv.state_dim
+    m, d = int(memory.shape[1]), int(memory.shape[2])
+    timing = choose(
+        step_path,
+        paths.get("cached"),
+        (m, d),
+        adapted.vocab_size,
+        adapted.max_tokens,
+        form,
+        kv=paths.get("kv"),
+        state_dim=state_dim,
+    )
+    for kept, path in paths.items():
+        if kept == timing.kept:
+            os.replace(path, step_path)
+        else:
+            path.unlink()
+    return timing, diffs.get(timing.kept, 0.0)
 
 
 def _export(
@@ -163,19 +223,6 @@ def _export(
     with torch.no_grad():
         memory, _ = encoder(images[0])
     m, d = int(memory.shape[1]), int(memory.shape[2])
-    batch = {0: "batch"}
-    enc_path = stage / f"{name}_encoder" / "1" / "model.onnx"
-    export_graph(
-        encoder,
-        encoder.forward,
-        GraphSpec(
-            {"image": images[0]}, ["memory", "state"], {"image": batch, "memory": batch, "state": batch}
-        ),
-        enc_path,
-    )
-    report.parity[f"{name}_encoder"] = max(
-        parity(encoder, encoder.forward, enc_path, {"image": im}) for im in images
-    )
 
     def rows(n: int, t: int) -> dict[str, torch.Tensor]:
         tokens = torch.from_numpy(rng.integers(0, vocab_size, (n, t)))
@@ -204,17 +251,31 @@ def _export(
         step, step.forward, GraphSpec(trials[0], ["logprobs", "state_out", "attention"], dynamic), step_path
     )
     report.parity[f"{name}_step"] = max(parity(step, step.forward, step_path, t) for t in trials)
-    if adapted.cached_step is not None and step_form != "plain":
-        report.step, diff = _keep_faster(
-            adapted.cached_step, step_path, trials, dynamic, (m, d), adapted, step_form
-        )
-        if report.step.kept == "cached":
+    if step_form == "kv" and not isinstance(adapted.kv_step, KeyValueStep):
+        raise HfImportError(f"--step kv: a {snapshot.architecture} captioner has no key/value-cache step yet")
+    if (adapted.cached_step is not None or adapted.kv_step is not None) and step_form != "plain":
+        report.step, diff = _choose_step(adapted, step_path, trials, dynamic, memory, step_form, seed)
+        if report.step.kept != "plain":
             report.parity[f"{name}_step"] = diff
+    kv = adapted.kv_step if report.step is not None and report.step.kept == "kv" else None
+    state_dim = kv.state_dim if isinstance(kv, KeyValueStep) else 1
+    # the encoder's state: the kv step's initial one (zeros [B, S]), else unused zeros [B, 1]
+    graph_encoder = ZeroState(encoder, state_dim) if state_dim > 1 else encoder
+    batch = {0: "batch"}
+    enc_path = stage / f"{name}_encoder" / "1" / "model.onnx"
+    export_graph(
+        graph_encoder,
+        graph_encoder.forward,
+        GraphSpec(
+            {"image": images[0]}, ["memory", "state"], {"image": batch, "memory": batch, "state": batch}
+        ),
+        enc_path,
+    )
+    report.parity[f"{name}_encoder"] = max(
+        parity(graph_encoder, graph_encoder.forward, enc_path, {"image": im}) for im in images
+    )
     for graph, diff in report.parity.items():
-        if not diff <= PARITY_TOLERANCE:
-            raise HfImportError(
-                f"{graph}: transformers vs onnxruntime max abs diff {diff:.2e} > {PARITY_TOLERANCE}"
-            )
+        _check(graph, diff)
     report.top_k = vocab_size >= SPARSE_MIN_VOCAB if top_k is None else top_k
     if report.top_k:  # after the parity check: the outputs it adds are computed from logprobs
         add_top_k_file(step_path, eos)
@@ -234,7 +295,7 @@ def _export(
             inputs=[TensorSpec(name="image", dtype="UINT8", dims=[pre.height, pre.width, 3])],
             outputs=[
                 TensorSpec(name="memory", dtype="FP32", dims=[m, d]),
-                TensorSpec(name="state", dtype="FP32", dims=[1]),
+                TensorSpec(name="state", dtype="FP32", dims=[state_dim]),
             ],
         ),
         ModelEntry(
@@ -248,12 +309,20 @@ def _export(
                 TensorSpec(name="image_index", dtype="INT64", dims=[-1]),
                 TensorSpec(name="tokens", dtype="INT64", dims=[-1, -1]),
                 TensorSpec(name="length", dtype="INT64", dims=[-1]),
-                TensorSpec(name="state", dtype="FP32", dims=[-1, 1]),
+                TensorSpec(name="state", dtype="FP32", dims=[-1, state_dim]),
+                *(
+                    [
+                        TensorSpec(name="state_new", dtype="FP32", dims=[-1, state_dim]),
+                        TensorSpec(name="state_index", dtype="INT64", dims=[-1]),
+                    ]
+                    if kv is not None
+                    else []
+                ),
                 *([TensorSpec(name="top_k", dtype="INT64", dims=[1])] if report.top_k else []),
             ],
             outputs=[
                 TensorSpec(name="logprobs", dtype="FP32", dims=[-1, vocab_size]),
-                TensorSpec(name="state_out", dtype="FP32", dims=[-1, 1]),
+                TensorSpec(name="state_out", dtype="FP32", dims=[-1, state_dim]),
                 TensorSpec(name="attention", dtype="FP32", dims=[-1, m]),
                 *(
                     [
@@ -278,11 +347,12 @@ def _export(
         memory_dims=[m, d],
         memory_grid=grid,
         memory_offset=m - grid * grid if grid else 0,
-        state_dim=1,
+        state_dim=state_dim,
         max_length=max(1, max_tokens - 1),  # generate's max_length counts the start token
         search="transformers",
         early_stopping=adapted.early_stopping,
-        image_cache=report.step is not None and report.step.kept == "cached",
+        image_cache=report.step is not None and report.step.kept in ("cached", "kv"),
+        kv_cache=kv is not None,
         training=Training(
             split=EXTERNAL_SPLIT,
             held_out_pairs=held or [],

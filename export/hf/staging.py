@@ -26,7 +26,7 @@ class ImportReport:
     architecture: str
     parity: dict[str, float] = field(default_factory=dict)  # graph → max abs difference
     programs: dict[str, float] = field(default_factory=dict)  # graph → its program's max abs difference
-    step: StepTiming | None = None  # the plain vs image-cache step graphs, timed (cross-attention models)
+    step: StepTiming | None = None  # the plain / image-cache / kv step graphs, timed (cross-attention models)
     top_k: bool = False  # the step graph returns each row's best words too (export.topk)
     files: list[str] = field(default_factory=list)
 

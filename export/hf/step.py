@@ -72,14 +72,10 @@ class ImageCacheStep(CrossAttentionStep):
         super().__init__(decoder)
         self.start = int(start)
 
-    def forward(
-        self,
-        memory: torch.Tensor,
-        image_index: torch.Tensor,
-        tokens: torch.Tensor,
-        length: torch.Tensor,
-        state: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def image_cross_cache(self, memory: torch.Tensor, image_index: torch.Tensor) -> Any:
+        """A ``DynamicCache`` of each row's cross-attention keys and values ([N, H, M, d] per layer),
+        projected once per image by a one-token pass over the ``I`` images and gathered by
+        ``image_index``."""
         from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
         first = torch.full((memory.shape[0], 1), self.start, dtype=torch.int64, device=memory.device)
@@ -90,6 +86,19 @@ class ImageCacheStep(CrossAttentionStep):
         for layer, cached in enumerate(layers):
             keys, values = cached.keys, cached.values
             cross.update(keys.index_select(0, image_index), values.index_select(0, image_index), layer)
+        return cross
+
+    def forward(
+        self,
+        memory: torch.Tensor,
+        image_index: torch.Tensor,
+        tokens: torch.Tensor,
+        length: torch.Tensor,
+        state: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+        cross = self.image_cross_cache(memory, image_index)
         return self._decode(
             memory.index_select(0, image_index),
             tokens,

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from export.hf.adapter import Adapted
+from export.hf.kv_step import KeyValueStep, cache_shape
 from export.hf.pixels import PixelValues
 from export.hf.snapshot import Snapshot, SnapshotError, offline
 from export.hf.step import CrossAttentionStep, ImageCacheStep
@@ -66,15 +67,17 @@ def adapt(snapshot: Snapshot, pre: Preprocessing) -> Adapted:
     pad = gen.pad_token_id if gen.pad_token_id is not None else config.pad_token_id
     if start is None or eos is None:
         raise SnapshotError("the snapshot's generation config names no decoder_start_token_id / eos_token_id")
+    tokens = int(gen.max_length or 20)
     return Adapted(
         model=model,
         encoder=Encoder(model, pre.rescale, pre.mean, pre.std),
         step=CrossAttentionStep(model.decoder),
         cached_step=ImageCacheStep(model.decoder, int(start)),
+        kv_step=KeyValueStep(model.decoder, int(start), cache_shape(model.decoder.config, tokens)),
         vocab_size=int(config.decoder.vocab_size),
         start=int(start),
         eos=int(eos),
         pad=int(pad if pad is not None else eos),
-        max_tokens=int(gen.max_length or 20),
+        max_tokens=tokens,
         early_stopping=gen.early_stopping is True,  # True, False or "never" (read as False)
     )
