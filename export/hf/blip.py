@@ -21,7 +21,12 @@ the text config's own ``eos_token_id`` is never the end) and ``pad_token_id=pad_
 position visible to the cross-attention; it forces or strips no token. That inner ``generate()`` reads
 the *text decoder's* generation config (made from the text config), not the snapshot's
 ``generation_config.json``, so its ``max_length`` is the text decoder's, or generate's default of 20
-new tokens after the start token, capped at ``max_position_embeddings``."""
+new tokens after the start token, capped at ``max_position_embeddings``.
+
+With ``--step cached`` / ``kv`` (or ``auto`` where measured faster) the step is
+``export.hf.step.ImageCacheStep`` or ``export.hf.kv_step.KeyValueStep`` around the same decoder: the
+same outputs, the cross-attention projected once per image, and for ``kv`` each row's self-attention
+keys and values carried in ``state`` (contract v3; the encoder's ``state`` is then zeros [B, S])."""
 
 from __future__ import annotations
 

@@ -3,11 +3,15 @@ directory on disk, nothing fetched.
 
 Steps: read the snapshot (``snapshot``), load it offline and wrap it as its architecture's module does
 (``adapter``; ``ved``: the encoder with the image processor's normalisation inside, the step of the
-model contract), export the two graphs with ``torch.onnx``,
-check each against the transformers module on onnxruntime (max abs difference ≤ ``PARITY_TOLERANCE``
-on several batch shapes), write their torch.export programs for gradient explanations
-(``export.hf.programs``), copy its ``tokenizer.json``, then write the Triton configs and the manifest
-entry (contract version 2). Everything is staged in a folder of its own inside the repository and moved
+model contract), export the two graphs with ``torch.onnx``, check each against the transformers module
+on onnxruntime (max abs difference ≤ ``PARITY_TOLERANCE`` on several batch shapes), keep one of the
+step's three forms (``export.hf.step_choice``: plain, image cache, or the key/value cache of contract
+v3, ``export.hf.kv_step``, whose graph is also checked over a whole beam decode against the plain
+step; its encoder's ``state`` is then the cache's zeros [B, S]), write their torch.export programs for
+gradient explanations (``export.hf.programs``: the encoder and the plain step, whatever form the graph
+has — explanations score whole captions), copy its ``tokenizer.json``, then write the Triton configs
+and the manifest entry (contract version 2; a kv step adds ``state_new`` / ``state_index`` inputs,
+``state_dim`` S and ``kv_cache``). Everything is staged in a folder of its own inside the repository and moved
 into place only once it all checked out; the manifest is replaced last, in one ``os.replace``, so a
 failed import leaves the repository as it was. Importing a name again replaces that captioner."""
 

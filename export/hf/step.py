@@ -12,7 +12,9 @@ fills transformers' own ``EncoderDecoderCache`` with them, the rows gather their
 and the decoder reads them from that pre-filled cache (its ``is_updated`` path, as ``generate()`` does
 after its first step) instead of projecting its states again. With a beam of K the projection — most of
 a step's work for a ViT-base encoder's 197 states — is done K times less; the one-token pass costs a
-little, so the import keeps whichever graph it measured faster (``export.hf.importer``)."""
+little, so the import keeps whichever graph it measured faster (``export.hf.step_choice``). A third
+form, ``export.hf.kv_step.KeyValueStep`` (contract v3), also carries each row's self-attention keys and
+values in the state and runs the decoder on one new token per row."""
 
 from __future__ import annotations
 

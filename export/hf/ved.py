@@ -12,7 +12,12 @@
   ``state_out`` (``state`` unchanged) and ``attention`` float32 [N, M]: the last decoder layer's
   cross-attention from that position, averaged over its heads (the layer closest to the words, as
   seed 002 reads its attention maps; every head counts equally because none is singled out as the
-  grounding one)."""
+  grounding one).
+
+With ``--step cached`` / ``kv`` (or ``auto`` where measured faster) the step is
+``export.hf.step.ImageCacheStep`` or ``export.hf.kv_step.KeyValueStep`` around the same decoder: the
+same outputs, the cross-attention projected once per image, and for ``kv`` each row's self-attention
+keys and values carried in ``state`` (contract v3; the encoder's ``state`` is then zeros [B, S])."""
 
 from __future__ import annotations
 
