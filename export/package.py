@@ -18,6 +18,7 @@ from export.onnx import GraphSpec, export_graph, parity
 from export.presets import Preset
 from export.programs import PROGRAM_TOLERANCE, export_program, padded_tokens, program_path
 from export.repo import write_repository
+from export.state_gather import add_state_gather_file, v3_inputs
 from service.manifest import (
     CaptionerEntry,
     DType,
@@ -254,6 +255,10 @@ def export_repository(
             0,
             {**bounds, "steps": preset.max_length + 2},
         )
+        # contract v3: the step gathers its rows' states itself (exact: parity holds as checked above)
+        add_state_gather_file(out / f"{cap.name}_step" / "1" / "model.onnx")
+        step_entry = exporter.entries[-1]
+        exporter.entries[-1] = step_entry.model_copy(update={"inputs": v3_inputs(step_entry.inputs)})
         entries.append(
             CaptionerEntry(
                 name=cap.name,

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from service.engine.state_rows import state_feed
 from service.manifest import load_manifest
 
 
@@ -42,7 +43,9 @@ def step_times(repo: Path, model: str, rows: int, repeats: int, threads: int = 1
             "image_index": np.zeros(rows, dtype=np.int64),
             "tokens": rng.integers(0, vocab, (rows, width)).astype(np.int64),
             "length": np.full(rows, width, dtype=np.int64),
-            "state": np.zeros((rows, cap.state_dim), dtype=np.float32),
+            **state_feed(
+                np.zeros((rows, cap.state_dim), dtype=np.float32), manifest.model(cap.step).gathers_state
+            ),
         }
         session.run(None, inputs)  # warm-up
         times = []

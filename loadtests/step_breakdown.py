@@ -7,7 +7,8 @@ real encoded images (5 rows per image):
 - ``host``: ``session.run`` on host arrays, every output back to the host — what the engine did before
   this issue (every step uploaded the image memory and the state and downloaded the log-probs);
 - ``served``: as the engine calls it now — the image memory kept on the device (``ResidentInputs``, I/O
-  binding), the outputs a whole-row step reads copied back;
+  binding), and for a step of contract v3 the decoder state too (the last call's ``state_out`` left on
+  the device, gathered by the graph), the other outputs a whole-row step reads copied back;
 - ``device``: every input already on the device and every output left there (I/O binding both ways,
   then a synchronisation): the graph's kernels and their launches, no copy.
 
@@ -81,15 +82,21 @@ def breakdown(
             resident["memory"] = np.array(memory)
             resident["memory"].flags.writeable = False
             whole = [name for name in names if name not in ("top_logprobs", "top_tokens", "eos_logprob")]
+            keep = ("state_out",) if runner.gathers_state(cap.name) else ()
+            if keep:  # the state as serving holds it: the last call's state_out, left on the device
+                kept = backend._run(cap.step, resident, whole, keep)["state_out"]
+                resident["state"] = kept
+                resident["state_new"] = np.zeros((0, kept.shape[1]), np.float32)
 
             binding = session.io_binding()
             for name, array in inputs.items():
-                binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(array, where, 0))
+                value = np.asarray(array)
+                binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(value, where, 0))
             for name in names:
                 binding.bind_output(name, where)
 
             host = _median_ms(functools.partial(session.run, names, inputs), seconds)
-            served = _median_ms(functools.partial(backend._run, cap.step, resident, whole), seconds)
+            served = _median_ms(functools.partial(backend._run, cap.step, resident, whole, keep), seconds)
             floor = _median_ms(functools.partial(_bound_run, session, binding), seconds)
             out[n] = {
                 "host_ms": host,

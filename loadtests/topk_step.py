@@ -48,19 +48,21 @@ def time_step(rows: int, vocab: int, mode: str, repeats: int, state: int = 768) 
     for _ in range(repeats):
         batch = batch_of(rows, state)
         r = batch.rows()
-        batch.advance(r, _logprobs(rng, r.rows.shape[0], vocab), r.state)  # grow to BEAM rows per image
+        batch.advance(
+            r, _logprobs(rng, r.rows.shape[0], vocab), r.state.host()
+        )  # grow to BEAM rows per image
         r = batch.rows()
         logprobs = _logprobs(rng, r.rows.shape[0], vocab)
         k = top_k_for(batch.capacity, len(BANNED))
         pre = row_top_k(logprobs, k, EOS) if mode == "top-k" else None
         start = time.perf_counter()
         if mode == "whole":
-            batch.advance(r, logprobs, r.state)
+            batch.advance(r, logprobs, r.state.host())
         elif mode == "host-top-k":
-            batch.advance(r, row_top_k(logprobs, k, EOS), r.state)
+            batch.advance(r, row_top_k(logprobs, k, EOS), r.state.host())
         else:
             assert pre is not None
-            batch.advance(r, pre, r.state)
+            batch.advance(r, pre, r.state.host())
         times.append((time.perf_counter() - start) * 1e3)
     return float(np.median(times))
 

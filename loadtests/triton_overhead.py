@@ -17,6 +17,7 @@ import numpy as np
 
 from service.backends.onnxruntime import OnnxRuntimeBackend
 from service.backends.triton import TritonBackend
+from service.engine.state_rows import state_feed
 from service.manifest import Manifest, load_manifest
 from service.tritonlocal.server import LocalTriton
 
@@ -39,7 +40,7 @@ async def step_inputs(
         "image_index": index,
         "tokens": tokens,
         "length": np.full(rows, 4, dtype=np.int64),
-        "state": init["state"][index],
+        **state_feed(init["state"][index], manifest.model(cap.step).gathers_state),
     }
 
 

@@ -9,6 +9,12 @@ encoder (``init`` names a ``captioner_encoder`` model that reads the image, not 
 ``visual_encoder``'s regions) with the image preprocessing it was trained with (``image``), and its
 subword tokenizer (``tokens``: a ``tokenizer.json``, ids of its start, end and padding tokens).
 Without them a captioner is read as in version 1, so repositories written before load unchanged.
+
+Version 3 of a step (inputs ``state_new`` and ``state_index`` beside ``state``): the step gathers each
+row's decoder state from the previous call's ``state_out`` and the new images' initial states itself
+(``export.state_gather``), so that the state can stay on the model's device; the engine reads which
+a step takes from its inputs, and serves a step without them as before (``compcap upgrade`` rewrites
+a repository's steps).
 """
 
 from __future__ import annotations
@@ -45,6 +51,10 @@ ROLE_TENSORS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "ranker_pixels": (("image",), ("embedding",)),
     "ranker_text": (("tokens", "length"), ("embedding",)),
 }
+# Inputs a model of a role may take besides: a step's ``top_k`` (it returns each row's best words,
+# ``export.topk``), and version 3's ``state_new`` and ``state_index`` (it gathers its rows' decoder states
+# itself from the last call's ``state_out``, ``export.state_gather``; the two come together).
+ROLE_OPTIONAL_INPUTS: dict[str, tuple[str, ...]] = {"captioner_step": ("top_k", "state_new", "state_index")}
 
 
 class TensorSpec(BaseModel):
@@ -70,6 +80,11 @@ class ModelEntry(BaseModel):
 
     def path(self, repo: str | Path) -> Path:
         return Path(repo) / self.name / "1" / "model.onnx"
+
+    @property
+    def gathers_state(self) -> bool:
+        """A step of version 3: it takes its rows' decoder states by reference (``state_index``)."""
+        return any(spec.name == "state_index" for spec in self.inputs)
 
 
 class HeldOutPair(BaseModel):

@@ -7,14 +7,15 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 
-from service.backends.base import BackendError
+from service.backends.base import BackendError, DeviceArray
 from service.backends.device import (
     CPU_PROVIDER,
     CUDA_PROVIDER,
@@ -198,13 +199,17 @@ class OnnxRuntimeBackend:
         )
 
     def _run(
-        self, model: str, inputs: dict[str, np.ndarray], outputs: Sequence[str] | None = None
-    ) -> dict[str, np.ndarray]:
+        self,
+        model: str,
+        inputs: Mapping[str, np.ndarray | DeviceArray],
+        outputs: Sequence[str] | None = None,
+        keep: Sequence[str] = (),
+    ) -> dict[str, Any]:
         session = self.sessions[model]
         names = self.outputs[model] if outputs is None else list(outputs)
         start = time.perf_counter()
         try:
-            values = self._bound_run(model, session, inputs, names)
+            values = self._bound_run(model, session, inputs, names, keep)
         except (ort.capi.onnxruntime_pybind11_state.InvalidArgument, ValueError) as exc:
             self._count(model, "bad_input")
             raise BackendError(model, "bad_input", str(exc)) from exc
@@ -216,35 +221,54 @@ class OnnxRuntimeBackend:
         return dict(zip(names, values, strict=True))
 
     def _bound_run(
-        self, model: str, session: ort.InferenceSession, inputs: dict[str, np.ndarray], names: list[str]
-    ) -> list[np.ndarray]:
-        """``session.run``, except that read-only inputs big enough (``ResidentInputs``) are bound as the
-        device copies kept from an earlier call (I/O binding), the others copied in, the outputs out."""
+        self,
+        model: str,
+        session: ort.InferenceSession,
+        inputs: Mapping[str, np.ndarray | DeviceArray],
+        names: list[str],
+        keep: Sequence[str] = (),
+    ) -> list[np.ndarray | DeviceArray]:
+        """``session.run``, except that (I/O binding) read-only inputs big enough (``ResidentInputs``)
+        are bound as the device copies kept from an earlier call, ``DeviceArray`` inputs as they are,
+        the others copied in; the outputs in ``keep`` are left on the session's device as
+        ``DeviceArray`` s, the others copied out."""
         device = self.devices[model]
-        kept = {
-            n: v for n, a in inputs.items() if (v := self.resident.value(model, n, a, device)) is not None
-        }
-        if not kept:
-            return session.run(names, inputs)
+        bound: dict[str, ort.OrtValue] = {}
+        for name, value in inputs.items():
+            if isinstance(value, DeviceArray):
+                bound[name] = value.value
+            elif (resident := self.resident.value(model, name, value, device)) is not None:
+                bound[name] = resident
+        if not bound and not keep:
+            return session.run(names, dict(inputs))  # arrays only here
         binding = session.io_binding()
-        for name, array in inputs.items():
-            if name in kept:
-                binding.bind_ortvalue_input(name, kept[name])
+        for name, value in inputs.items():
+            if name in bound:
+                binding.bind_ortvalue_input(name, bound[name])
             else:
-                binding.bind_cpu_input(name, np.ascontiguousarray(array))
+                binding.bind_cpu_input(name, np.ascontiguousarray(value))
         for name in names:
-            binding.bind_output(name, "cpu")
+            binding.bind_output(name, device if name in keep else "cpu")
         session.run_with_iobinding(binding)
-        return binding.copy_outputs_to_cpu()
+        return [
+            DeviceArray(value, tuple(value.shape()), value.numpy) if name in keep else value.numpy()
+            for name, value in zip(names, binding.get_outputs(), strict=True)
+        ]
 
     def _count(self, model: str, reason: str) -> None:
         if self.metrics is not None:
             self.metrics.backend_errors.labels(model=model, reason=reason).inc()
 
     async def infer(
-        self, model: str, inputs: dict[str, np.ndarray], outputs: Sequence[str] | None = None
-    ) -> dict[str, np.ndarray]:
-        """``outputs``: only these (onnxruntime copies only them off the device), else every output."""
+        self,
+        model: str,
+        inputs: Mapping[str, np.ndarray | DeviceArray],
+        outputs: Sequence[str] | None = None,
+        keep: Sequence[str] = (),
+    ) -> dict[str, Any]:
+        """``outputs``: only these (onnxruntime copies only them off the device), else every output.
+        ``keep``: outputs left on the session's device, returned as ``DeviceArray`` s that a later call
+        of this backend takes as inputs without a copy (the decoder state of a v3 step)."""
         if model not in self.sessions:
             self._count(model, "unknown_model")
             raise BackendError(model, "unknown_model", "no such model in the repository")
@@ -253,8 +277,11 @@ class OnnxRuntimeBackend:
             raise BackendError(
                 model, "bad_input", f"no outputs {sorted(set(outputs) - set(self.outputs[model]))}"
             )
+        if not set(keep) <= set(outputs if outputs is not None else self.outputs[model]):
+            self._count(model, "bad_input")
+            raise BackendError(model, "bad_input", f"cannot keep outputs not asked for: {sorted(keep)}")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._run, model, inputs, outputs)
+        return await loop.run_in_executor(self._executor, self._run, model, inputs, outputs, tuple(keep))
 
     async def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

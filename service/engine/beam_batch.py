@@ -6,7 +6,10 @@ join (``add_many``) and leave (``discard``) between steps, at different step ind
 ``SearchParams`` (beam size, length limits, length penalty, beam groups, processors). One ``advance``
 updates all of them with a fixed number of numpy calls, whatever the number of requests; the
 requests' processors and observers run on their own rows only (a Python loop over just the requests
-that have them). Per-image tensors (``memory``) are kept once per image, never per beam.
+that have them). Per-image tensors (``memory``) are kept once per image, never per beam, and no beam
+holds its decoder state: it holds a reference (``state_src``) to the row of the last step call's
+``state_out`` it continues from, or to its image's initial state, and each step call gets its rows'
+states as such references (``service.engine.state_rows``), so the state can stay on the model's device.
 
 Scores, stopping and diverse (grouped) selection are ``service.engine.beam``'s. Each image's pool of
 finished hypotheses keeps its ``K_i`` best; an image is done when its pool is full and no live beam can
@@ -46,12 +49,13 @@ from service.engine.observer import StepEvent, StepObserver
 from service.engine.params import SearchParams
 from service.engine.processors import LogitsProcessor
 from service.engine.sparse import RowTopK, compact
+from service.engine.state_rows import StateRows
 
 _PER_IMAGE = (
     "key", "beam", "groups", "diversity", "max_length", "min_length", "length_penalty", "t", "done",
     "hf", "early",
 )  # fmt: skip
-_PER_BEAM = ("tokens", "cum", "state", "fin_tokens", "fin_len", "fin_cum", "fin_score")
+_PER_BEAM = ("tokens", "cum", "state_src", "fin_tokens", "fin_len", "fin_cum", "fin_score")
 
 
 def read_only(array: np.ndarray) -> np.ndarray:
@@ -61,6 +65,15 @@ def read_only(array: np.ndarray) -> np.ndarray:
     not one per step)."""
     array.flags.writeable = False
     return array
+
+
+def check_state_out(state_out: object, step: BatchRows) -> None:
+    """``ValueError`` unless ``state_out`` (an array or a backend's ``DeviceArray``) is [N, S] for
+    ``step``."""
+    shape = tuple(getattr(state_out, "shape", ()))
+    want = (int(step.rows.shape[0]), step.state.width)
+    if shape != want:
+        raise ValueError(f"state_out must have shape {list(want)}, got {list(shape)}")
 
 
 @dataclass(frozen=True)
@@ -82,7 +95,7 @@ class BatchRows:
     image_index: np.ndarray  # int64 [N], index into ``BeamBatch.memory``
     tokens: np.ndarray  # int64 [N, T]: BOS w1..wt PAD..., T = 1 + the longest prefix
     lengths: np.ndarray  # int64 [N] = t + 1
-    state: np.ndarray  # float32 [N, S]
+    state: StateRows  # each row's decoder state, by reference
 
 
 @dataclass
@@ -127,7 +140,12 @@ class BeamBatch:
         c, lc = self.capacity, length_capacity
         self.tokens = np.zeros((0, c, lc + 1), dtype=np.int64)
         self.cum = np.zeros((0, c))
-        self.state = np.zeros((0, c, 1), dtype=np.float32)
+        # per beam, where its decoder state is: >= 0 a row of the last step call's state_out (``pool``),
+        # -(1 + j) row j of ``new_states``, the initial states of images that joined since
+        self.state_src = np.zeros((0, c), dtype=np.int64)
+        self.state_width = 0
+        self.pool: object = np.zeros((0, 0), dtype=np.float32)
+        self.new_states = np.zeros((0, 0), dtype=np.float32)
         self.memory: np.ndarray | None = None  # [I, M, Dm], per image, never per beam
         self.fin_tokens = np.zeros((0, c, lc), dtype=np.int64)
         self.fin_len = np.zeros((0, c), dtype=np.int64)
@@ -169,8 +187,14 @@ class BeamBatch:
         state0 = np.concatenate([np.asarray(r.initial_state, dtype=np.float32) for r in joining])
         tokens = np.zeros((n, c, lc + 1), dtype=np.int64)
         tokens[:, :, 0] = self.bos
-        state = np.zeros((n, c, state0.shape[1]), dtype=np.float32)
-        state[starts] = np.repeat(state0, starts.sum(axis=1), axis=0)
+        if not self.state_width:
+            self.state_width = int(state0.shape[1])
+            self.pool = np.zeros((0, self.state_width), dtype=np.float32)
+            self.new_states = np.zeros((0, self.state_width), dtype=np.float32)
+        state_src = np.zeros((n, c), dtype=np.int64)
+        first_new = self.new_states.shape[0]
+        state_src[starts] = np.repeat(-(1 + first_new + np.arange(n)), starts.sum(axis=1))
+        self.new_states = np.concatenate([self.new_states, state0])
         p = [r.params for r in joining]
         new: dict[str, np.ndarray] = {
             "key": np.asarray([r.key for r in joining], dtype=np.int64),
@@ -190,7 +214,7 @@ class BeamBatch:
         self.done = np.concatenate([self.done, np.zeros(n, dtype=bool)])
         self.tokens = np.concatenate([self.tokens, tokens])
         self.cum = np.concatenate([self.cum, np.where(starts, 0.0, NEG_INF)])
-        self.state = state if fresh else np.concatenate([self.state, state])
+        self.state_src = np.concatenate([self.state_src, state_src])
         memory = np.concatenate([np.asarray(r.memory, dtype=np.float32) for r in joining])
         self.memory = read_only(
             memory if fresh or self.memory is None else np.concatenate([self.memory, memory])
@@ -220,9 +244,9 @@ class BeamBatch:
             raise ValueError(f"beam_size must be <= {self.max_capacity}, got {r.params.beam_size}")
         if r.params.max_length > self.length_capacity:
             raise ValueError(f"max_length must be <= {self.length_capacity}, got {r.params.max_length}")
-        if self.n_images and self.state.shape[2] != r.initial_state.shape[1]:
+        if self.state_width and self.state_width != r.initial_state.shape[1]:
             raise ValueError(
-                f"state width {r.initial_state.shape[1]} differs from the batch's {self.state.shape[2]}"
+                f"state width {r.initial_state.shape[1]} differs from the batch's {self.state_width}"
             )
 
     def results(self, key: int, n_best: int) -> list[list[Hypothesis]]:
@@ -247,6 +271,9 @@ class BeamBatch:
             self.processors.pop(key, None)
             self.observers.pop(key, None)
             del self.steps[key]
+        if not self.n_images:  # nothing refers to the pooled states any more
+            self.pool = np.zeros((0, self.state_width), dtype=np.float32)
+            self.new_states = np.zeros((0, self.state_width), dtype=np.float32)
         self._grouped = np.flatnonzero(self.groups > 1)
         self._any_hf = bool(self.hf.any())
         widest = int(self.beam.max()) if self.beam.size else 1
@@ -272,18 +299,27 @@ class BeamBatch:
 
     def rows(self) -> BatchRows:
         """The live rows of every image that is not done."""
+        return self.rows_from(self.pool, self.new_states, 0)
+
+    def rows_from(self, pool: object, new: np.ndarray, new_offset: int) -> BatchRows:
+        """``rows()`` with the states of a step call made of more than this batch's rows
+        (``service.engine.cohorts``): ``pool`` the last call's state_out, ``new`` every batch's new
+        initial states, this batch's from row ``new_offset``."""
         c = self.capacity
         live = np.isfinite(self.cum) & ~self.done[:, None]
         rows = np.flatnonzero(live).astype(np.int64)
         image = rows // c
         t_row = self.t[image]
         width = int(t_row.max()) + 1 if rows.size else 1
+        src = self.state_src.reshape(-1)[rows]
+        pooled = pool.shape[0]  # type: ignore[attr-defined]
+        index = np.where(src >= 0, src, pooled + new_offset - 1 - src)
         return BatchRows(
             rows=rows,
             image_index=image,
             tokens=self.tokens.reshape(-1, self.length_capacity + 1)[rows, :width],
             lengths=t_row + 1,
-            state=self.state.reshape(-1, self.state.shape[2])[rows],
+            state=StateRows(pool, new if new.shape[1] else new.reshape(0, self.state_width), index),
         )
 
     def _constrain(
@@ -403,17 +439,30 @@ class BeamBatch:
         self,
         step: BatchRows,
         logprobs: np.ndarray | RowTopK,
-        state_out: np.ndarray,
+        state_out: object,
         attention: np.ndarray | None = None,
     ) -> StepUpdate:
         """Consume the step output for ``step`` (what ``rows()`` returned): ``logprobs`` [N, V] (or each
-        row's best words, ``RowTopK``, while no request ``reads_whole_rows``), ``state_out`` [N, S], and
-        the step model's ``attention`` [N, M] for observers."""
+        row's best words, ``RowTopK``, while no request ``reads_whole_rows``), ``state_out`` [N, S] (an
+        array, or as the backend kept it on its device: never read here, only referred to), and the
+        step model's ``attention`` [N, M] for observers."""
+        check_state_out(state_out, step)
+        self.pool = state_out
+        return self.advance_rows(step, logprobs, 0, attention)
+
+    def advance_rows(
+        self,
+        step: BatchRows,
+        logprobs: np.ndarray | RowTopK,
+        offset: int,
+        attention: np.ndarray | None = None,
+    ) -> StepUpdate:
+        """``advance`` for this batch's rows of a larger step call (``service.engine.cohorts``), whose
+        state_out rows ``offset ..`` are this batch's, the caller keeping that state_out."""
         n = step.rows.shape[0]
         if logprobs.ndim != 2 or logprobs.shape[0] != n:
             raise ValueError(f"logprobs must have shape [{n}, V], got {logprobs.shape}")
-        if state_out.shape != step.state.shape:
-            raise ValueError(f"state_out must have shape {step.state.shape}, got {state_out.shape}")
+        self.new_states = self.new_states[:0]  # the rows that read them now have their state_out rows
         update = StepUpdate()
         words: np.ndarray | None = None  # [N, k + 1] the word of each column of a compact RowTopK
         eos, banned = self.eos, self.banned_ids
@@ -438,8 +487,8 @@ class BeamBatch:
         else:
             full = np.full((i * c, v), NEG_INF)
             full[step.rows] = live
-        state = self.state.reshape(i * c, -1)
-        state[step.rows] = state_out
+        position = np.full(i * c, -1, dtype=np.int64)  # grid row -> its row of state_out
+        position[step.rows] = offset + np.arange(n)
         cum = np.where(self.done[:, None], NEG_INF, self.cum)
         parent, column, sel_cum, eos_cum = self._select(cum, full.reshape(i, c, v), eos)
         grid = np.arange(i)[:, None]
@@ -459,7 +508,7 @@ class BeamBatch:
             self.tokens[rows_w, :, self.t[rows_w] + 1] = np.where(
                 np.isfinite(sel_cum[rows_w]), token[rows_w], 0
             )
-        self.state = self.state[grid, parent]
+        self.state_src = position.reshape(i, c)[grid, parent]
         self.cum = sel_cum
         if last.any():  # at max_length every continuation of the K best finishes, not only an end token
             self._add_live_finished(last, kth, beyond)

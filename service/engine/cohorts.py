@@ -6,8 +6,9 @@ largest beam size present), so one beam-100 request made every beam-5 image's se
 above (``COHORT_BOUNDS``) live in separate ``BeamBatch`` es: each is as wide as its own widest request.
 ``rows()`` concatenates the cohorts' live rows (image indices shifted into one ``memory``), so a wide
 request still shares every step call with the narrow ones; ``advance`` hands each cohort its slice of
-the step output. With one cohort in use (the common case) nothing is copied: its rows and memory are
-passed through. Same interface as ``BeamBatch`` (what the scheduler uses), same results token for token.
+the step output, and keeps that output's decoder states (``state_out``), to which every cohort's beams
+refer. With one cohort in use (the common case) nothing is copied: its rows and memory are passed
+through. Same interface as ``BeamBatch`` (what the scheduler uses), same results token for token.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from service.engine.beam import Hypothesis
-from service.engine.beam_batch import BatchRows, BeamBatch, Joining, StepUpdate, read_only
+from service.engine.beam_batch import BatchRows, BeamBatch, Joining, StepUpdate, check_state_out, read_only
 from service.engine.sparse import RowTopK
+from service.engine.state_rows import StateRows
 
 COHORT_BOUNDS = (8, 32)  # beam sizes ≤ 8, ≤ 32, and the rest (up to the batch's capacity)
 
@@ -46,6 +48,7 @@ class CohortBatch:
         self._where: dict[int, BeamBatch] = {}  # request key → its cohort
         self._memory: np.ndarray | None = None
         self._memory_valid = False
+        self._pool: object | None = None  # the last step call's state_out
         self._last: tuple[BatchRows, list[tuple[BeamBatch, BatchRows, int, int]]] | None = None
 
     # -- membership -----------------------------------------------------------------------------------
@@ -90,6 +93,8 @@ class CohortBatch:
             del self._where[k]
         if present:
             self._memory_valid = False
+        if not self._where:
+            self._pool = None
 
     def results(self, key: int, n_best: int) -> list[list[Hypothesis]]:
         if key not in self._where:
@@ -128,11 +133,12 @@ class CohortBatch:
         """Every cohort's live rows, cohort after cohort; image indices point into ``memory``, grid rows
         are made unique by an offset per cohort."""
         parts: list[tuple[BeamBatch, BatchRows, int, int]] = []
+        pool, new, offsets = self._states()
         images = grid = 0
-        for cohort in self.cohorts:
+        for cohort, offset in zip(self.cohorts, offsets, strict=True):
             if not cohort.n_images:
                 continue
-            sub = cohort.rows()
+            sub = cohort.rows_from(pool, new, offset)
             if sub.rows.size:
                 parts.append((cohort, sub, images, grid))
             images += cohort.n_images
@@ -150,7 +156,7 @@ class CohortBatch:
                     [np.pad(sub.tokens, ((0, 0), (0, width - sub.tokens.shape[1]))) for _, sub, _, _ in parts]
                 ),
                 lengths=np.concatenate([sub.lengths for _, sub, _, _ in parts]),
-                state=np.concatenate([sub.state for _, sub, _, _ in parts]),
+                state=StateRows(pool, new, np.concatenate([sub.state.index for _, sub, _, _ in parts])),
             )
         spans, at = [], 0
         for cohort, sub, _, _ in parts:
@@ -159,26 +165,42 @@ class CohortBatch:
         self._last = (joined, spans)
         return joined
 
+    def _states(self) -> tuple[object, np.ndarray, list[int]]:
+        """(the last step call's state_out, every cohort's new initial states, each cohort's first row
+        in them)."""
+        width = max(c.state_width for c in self.cohorts)
+        pool = self._pool if self._pool is not None else np.zeros((0, width), dtype=np.float32)
+        news, offsets, at = [], [], 0
+        for cohort in self.cohorts:
+            offsets.append(at)
+            if cohort.n_images and cohort.new_states.shape[0]:
+                news.append(cohort.new_states)
+                at += int(cohort.new_states.shape[0])
+        new = (
+            news[0] if len(news) == 1 else np.concatenate(news) if news else np.zeros((0, width), np.float32)
+        )
+        return pool, new, offsets
+
     def advance(
         self,
         step: BatchRows,
         logprobs: np.ndarray | RowTopK,
-        state_out: np.ndarray,
+        state_out: object,
         attention: np.ndarray | None = None,
     ) -> StepUpdate:
-        """Consume the step output for ``step`` (the last ``rows()``), each cohort its own slice."""
+        """Consume the step output for ``step`` (the last ``rows()``), each cohort its own slice; the
+        cohorts' beams refer to ``state_out``'s rows, which this batch keeps as it is (an array, or a
+        backend's ``DeviceArray`` on the model's device)."""
         if self._last is None or self._last[0] is not step:
             raise ValueError("step must be the BatchRows the last rows() call returned")
         n = step.rows.shape[0]
         if logprobs.ndim != 2 or logprobs.shape[0] != n:
             raise ValueError(f"logprobs must have shape [{n}, V], got {logprobs.shape}")
-        if state_out.shape != step.state.shape:
-            raise ValueError(f"state_out must have shape {step.state.shape}, got {state_out.shape}")
+        check_state_out(state_out, step)
+        self._pool = state_out
         update = StepUpdate()
         for cohort, sub, a, b in self._last[1]:
-            part = cohort.advance(
-                sub, logprobs[a:b], state_out[a:b], None if attention is None else attention[a:b]
-            )
+            part = cohort.advance_rows(sub, logprobs[a:b], a, None if attention is None else attention[a:b])
             update.finished.extend(part.finished)
             update.failed.update(part.failed)
         self._last = None

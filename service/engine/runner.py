@@ -6,7 +6,11 @@
   size, and no regions;
 - ``step``: one ``<cap>_step`` call for rows of many images: ``memory`` once per image and a row →
   image index; LSTM captioners (``reads == "last_token"``) get only each row's last real token,
-  Transformer captioners the right-padded prefix (padded to a fixed T where the model has one);
+  Transformer captioners the right-padded prefix (padded to a fixed T where the model has one); each
+  row's decoder state by reference (``StateRows``): a step of contract v3 (an input ``state_index``)
+  gets the last call's ``state_out`` as it was kept (on the model's device, where the backend keeps
+  outputs there), the new images' initial states and a row → state index, and gathers them itself;
+  an older step gets the rows' states gathered on the host;
 - ``rank``: ``<ranker>_image`` and ``<ranker>_text`` in one call each, cosine per caption. A ranker of
   its own (contract v2, e.g. an imported CLIP) reads the images and tokenizes the captions' text with
   its own tokenizer; a word ranker of a subword captioner's captions reads their text as words.
@@ -22,8 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.backends.base import Backend, infer_outputs
+from service.backends.base import Backend, DeviceArray, infer_outputs
 from service.engine.sparse import RowTopK, row_top_k
+from service.engine.state_rows import StateRows, state_rows
 from service.manifest import CaptionerEntry, Manifest, Preprocessing, RankerEntry
 from service.text.subword import SubwordVocabulary
 from service.text.vocabulary import Vocabulary
@@ -41,7 +46,7 @@ class Encoded:
 @dataclass(frozen=True)
 class StepOutput:
     logprobs: np.ndarray | RowTopK  # float32 [N, V], or each row's best words (``step``'s ``top_k``)
-    state: np.ndarray  # float32 [N, S]
+    state: np.ndarray | DeviceArray  # float32 [N, S]: on the model's device for a v3 step where kept
     attention: np.ndarray | None  # float32 [N, M], the step model's attention over memory slots
 
 
@@ -112,6 +117,11 @@ class ModelRunner:
         self._fixed_t = {c.name: fixed_dim(manifest, c.step, "tokens", 1) for c in manifest.captioners}
         self._eos = {c.name: c.tokens.eos_id if c.tokens else vocab.eos_id for c in manifest.captioners}
         self._vocab = {c.name: self._vocab_size(c) for c in manifest.captioners}
+        self._outputs = {
+            c.name: [o.name for o in manifest.model(c.step).outputs] for c in manifest.captioners
+        }
+        # contract v3: the step gathers its rows' states itself (state pool, new states, row index)
+        self._v3 = {c.name: manifest.model(c.step).gathers_state for c in manifest.captioners}
         # steps whose graph returns each row's best words (export.topk): their whole-row outputs and
         # their top-k ones, asked of the backend as a step needs
         self._top_graph: dict[str, tuple[list[str], list[str]]] = {}
@@ -129,6 +139,10 @@ class ModelRunner:
             if spec.name == "logprobs" and len(spec.dims) == 2 and spec.dims[1] > 0:
                 return spec.dims[1]
         return cap.tokens.size if cap.tokens else self.manifest.vocabulary.size
+
+    def gathers_state(self, captioner: str) -> bool:
+        """Whether ``<cap>_step`` takes its rows' states by reference (contract v3)."""
+        return self._v3[captioner]
 
     def vocab_size(self, captioner: str) -> int:
         """``V``: the words a ``<cap>_step`` row scores."""
@@ -177,13 +191,14 @@ class ModelRunner:
         image_index: np.ndarray,
         tokens: np.ndarray,
         lengths: np.ndarray,
-        state: np.ndarray,
+        state: np.ndarray | StateRows,
         top_k: int | None = None,
-    ) -> dict[str, np.ndarray]:
+    ) -> dict[str, np.ndarray | DeviceArray]:
         """Inputs of ``<cap>_step`` for N rows: ``memory`` [I, M, Dm] once per image, ``image_index``
         int64 [N], ``tokens`` int64 [N, T] prefixes ``BOS w1..wt`` right-padded, ``lengths`` int64 [N]
-        real tokens per row, ``state`` float32 [N, S]; for a step that returns its top k, ``top_k``
-        int64 [1] (1 when whole rows are read)."""
+        real tokens per row, ``state`` float32 [N, S] or the rows' states by reference (``StateRows``:
+        a v3 step's ``state``, ``state_new`` and ``state_index``; gathered here for an older step); for
+        a step that returns its top k, ``top_k`` int64 [1] (1 when whole rows are read)."""
         lengths = np.asarray(lengths, dtype=np.int64)
         if self._last_token[captioner]:  # the LSTM reads only the last real token: T = 1
             tokens = tokens[np.arange(tokens.shape[0]), lengths - 1][:, None]
@@ -194,13 +209,23 @@ class ModelRunner:
                 padded = np.full((tokens.shape[0], fixed), self._pad[captioner], dtype=np.int64)
                 padded[:, : tokens.shape[1]] = tokens
                 tokens = padded
-        inputs: dict[str, np.ndarray] = {
+        inputs: dict[str, np.ndarray | DeviceArray] = {
             "memory": np.ascontiguousarray(memory, dtype=np.float32),
             "image_index": np.asarray(image_index, dtype=np.int64),
             "tokens": np.ascontiguousarray(tokens, dtype=np.int64),
             "length": lengths,
-            "state": np.ascontiguousarray(state, dtype=np.float32),
         }
+        if self._v3[captioner]:
+            rows = state if isinstance(state, StateRows) else state_rows(state)
+            pool = rows.pool
+            inputs["state"] = (
+                pool if isinstance(pool, DeviceArray) else np.ascontiguousarray(pool, np.float32)
+            )
+            inputs["state_new"] = np.ascontiguousarray(rows.new, dtype=np.float32)
+            inputs["state_index"] = np.asarray(rows.index, dtype=np.int64)
+        else:
+            host = state.host() if isinstance(state, StateRows) else state
+            inputs["state"] = np.ascontiguousarray(host, dtype=np.float32)
         if captioner in self._top_graph:
             inputs["top_k"] = np.array([top_k or 1], dtype=np.int64)
         return inputs
@@ -212,24 +237,29 @@ class ModelRunner:
         image_index: np.ndarray,
         tokens: np.ndarray,
         lengths: np.ndarray,
-        state: np.ndarray,
+        state: np.ndarray | StateRows,
         top_k: int | None = None,
     ) -> StepOutput:
         """One ``<cap>_step`` call (arguments as ``step_inputs``). ``top_k``: each row's ``top_k`` best
         words and end-token log-prob (``RowTopK``) instead of whole rows — from the step graph where it
-        returns them (only they leave the device), else taken here from the whole rows."""
+        returns them (only they leave the device), else taken here from the whole rows. A v3 step's
+        ``state_out`` stays where the backend keeps it (``DeviceArray``), for the next call's ``state``."""
         inputs = self.step_inputs(captioner, memory, image_index, tokens, lengths, state, top_k)
         model = self.captioner(captioner).step
         graph = self._top_graph.get(captioner)
+        keep = ("state_out",) if self._v3[captioner] else ()
         if graph is not None:
-            out = await infer_outputs(self.backend, model, inputs, graph[0] if top_k is None else graph[1])
+            names = graph[0] if top_k is None else graph[1]
+            out = await infer_outputs(self.backend, model, inputs, names, keep)
             if top_k is not None:
                 top = RowTopK(
                     out["top_logprobs"], out["top_tokens"], out["eos_logprob"], self._vocab[captioner]
                 )
                 return StepOutput(top, out["state_out"], None)
+        elif keep:
+            out = await infer_outputs(self.backend, model, inputs, self._outputs[captioner], keep)
         else:
-            out = await self.backend.infer(model, inputs)
+            out = await self.backend.infer(model, inputs)  # type: ignore[arg-type]  # host arrays only
         logprobs: np.ndarray | RowTopK = out["logprobs"]
         if top_k is not None:
             logprobs = row_top_k(out["logprobs"], top_k, self._eos[captioner])

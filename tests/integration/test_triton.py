@@ -25,6 +25,7 @@ from PIL import Image
 from service.backends.base import BackendError
 from service.backends.onnxruntime import OnnxRuntimeBackend
 from service.backends.triton import TritonBackend
+from service.engine.state_rows import state_feed
 from service.gateway.app import create_app
 from service.manifest import Manifest, load_manifest
 from service.metrics import Metrics
@@ -98,7 +99,10 @@ def model_inputs(manifest: Manifest, images: np.ndarray, ort: OnnxRuntimeBackend
                 "image_index": index.astype(np.int64),
                 "tokens": tokens.astype(np.int64),
                 "length": length.astype(np.int64),
-                "state": init["state"][index] + rng.normal(0, 0.1, (rows, cap.state_dim)).astype(np.float32),
+                **state_feed(
+                    init["state"][index] + rng.normal(0, 0.1, (rows, cap.state_dim)).astype(np.float32),
+                    manifest.model(cap.step).gathers_state,
+                ),
             }
         for ranker in manifest.rankers:
             inputs[ranker.image] = {"regions": regions}
@@ -222,7 +226,7 @@ def test_backend_reasons_metrics_and_chunking(
                 "image_index": np.array([0, 7], dtype=np.int64),  # no image 7: fails inside the model
                 "tokens": np.ones((2, 1), dtype=np.int64),
                 "length": np.ones(2, dtype=np.int64),
-                "state": init["state"],
+                **state_feed(init["state"], manifest.model(cap.step).gathers_state),
             }
             with pytest.raises(BackendError) as server_side:
                 await backend.infer(cap.step, step)
@@ -273,7 +277,7 @@ def test_shared_memory_concurrency_growth_and_cleanup(
                         "image_index": index,
                         "tokens": tokens,
                         "length": np.full(len(index), 2, dtype=np.int64),
-                        "state": init["state"][index],
+                        **state_feed(init["state"][index], manifest.model(cap.step).gathers_state),
                     }
                 )
             for _ in range(3):

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import service.engine.beam_batch as beam_batch_module
+from service.backends.base import DeviceArray
 from service.engine.beam import Hypothesis
 from service.engine.beam_batch import BeamBatch, Joining, StepUpdate
 from service.engine.cohorts import CohortBatch
@@ -67,7 +68,34 @@ def solo(image_ids: list[int], p: SearchParams) -> tuple[list[list[Hypothesis]],
 def joining(key: int, ids: list[int], p: SearchParams, observer: StepObserver | None = None) -> Joining:
     memory = np.zeros((len(ids), M, 1), np.float32)
     memory[:, 0, 0] = ids  # carries the toy image id
-    return Joining(key, memory, np.zeros((len(ids), S), np.float32), p, observer)
+    return Joining(key, memory, prefix_state(np.asarray(ids), np.zeros((len(ids), 0), np.int64)), p, observer)
+
+
+def prefix_state(images: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """[N, S]: a state that names its row's image and the tokens it has read (exact in float32)."""
+    weights = np.arange(1, tokens.shape[1] + 1)
+    return np.stack([images, ((tokens + 1) * weights).sum(axis=1)], axis=1).astype(np.float32)
+
+
+def unreadable() -> np.ndarray:
+    raise AssertionError("the batch read a state it should only refer to")
+
+
+def checked_state(images: np.ndarray, rows: Any) -> DeviceArray:
+    """The toy step's state_out for ``rows`` (``BatchRows``), after checking that every row got the
+    state of its own image and prefix (what it read before its last token): the batch's references
+    into the last state_out and the new images' initial states must follow every reorder, join and
+    departure. Returned as a device output the batch must not read."""
+    pool = rows.state.pool.value if isinstance(rows.state.pool, DeviceArray) else rows.state.pool
+    got = np.concatenate([pool, rows.state.new])[rows.state.index]
+    read = [rows.tokens[n, : rows.lengths[n] - 1] for n in range(rows.rows.shape[0])]
+    width = max((len(x) for x in read), default=0)
+    before = np.stack([np.pad(x, (0, width - len(x)), constant_values=-1) for x in read]) if read else None
+    want = prefix_state(images, before) if before is not None else np.zeros((0, S), np.float32)
+    np.testing.assert_array_equal(got, want)
+    after = np.where(np.arange(rows.tokens.shape[1])[None, :] < rows.lengths[:, None], rows.tokens, -1)
+    out = prefix_state(images, after)
+    return DeviceArray(out, out.shape, unreadable)
 
 
 @dataclass
@@ -113,7 +141,8 @@ def drive(
         images = batch.memory[:, 0, 0].astype(np.int64)
         r = batch.rows()
         out.widths.append(int(r.rows.shape[0]))
-        logprobs, state = toy_step(images[r.image_index], r.tokens, r.lengths, r.state)
+        logprobs, _ = toy_step(images[r.image_index], r.tokens, r.lengths, np.zeros((0, S)))
+        state = checked_state(images[r.image_index], r)
         column = r.rows % batch.capacity if cohorts is None else np.zeros_like(r.rows)
         attention = np.stack([images[r.image_index], r.lengths - 1, column], axis=1).astype(np.float32)
         update = batch.advance(r, logprobs, state, attention)
@@ -254,7 +283,7 @@ def test_rows_carry_each_request_prefix_and_discard_frees_images() -> None:
     batch.add_many([joining(1, [0, 1], params(beam_size=3, n_best=3, max_length=4))])
     r = batch.rows()
     assert r.rows.tolist() == [0, 3] and r.tokens.tolist() == [[BOS], [BOS]]
-    batch.advance(r, np.stack([toy_logprobs(0, ()), toy_logprobs(1, ())]), r.state)
+    batch.advance(r, np.stack([toy_logprobs(0, ()), toy_logprobs(1, ())]), r.state.host())
     batch.add_many([joining(2, [1], params(beam_size=2, n_best=2, max_length=4))])
     r = batch.rows()
     assert r.lengths.tolist() == [2] * 6 + [1]  # request 1 at step 1 (3 beams x 2 images), request 2 new

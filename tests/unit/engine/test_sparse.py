@@ -101,7 +101,7 @@ def run(requests: list[tuple[int, list[int], SearchParams]], k_of: Any, cohorts:
             ]
         )
         logprobs = whole if k_of is None else row_top_k(whole, k_of(batch), EOS)
-        update = batch.advance(r, logprobs, r.state + 1.0)
+        update = batch.advance(r, logprobs, r.state.host() + 1.0)
         for key in update.finished:
             results[key] = batch.results(key, requests[key][2].n_best)
         batch.discard(*update.finished)
@@ -206,4 +206,4 @@ def test_a_batch_with_hooks_refuses_top_k_rows() -> None:
     r = batch.rows()
     top = row_top_k(np.stack([toy_logprobs(0, ())] * r.rows.shape[0]), 4, EOS)
     with pytest.raises(ValueError, match="reads whole log-prob rows"):
-        batch.advance(r, top, r.state)
+        batch.advance(r, top, r.state.host())

@@ -28,7 +28,9 @@ def step_feed(repo: Path, rows: int = 6) -> dict[str, np.ndarray]:
         "image_index": np.array([0, 1] * (rows // 2), dtype=np.int64),
         "tokens": rng.integers(4, 20, (rows, 1)).astype(np.int64),
         "length": np.ones(rows, dtype=np.int64),
-        "state": rng.standard_normal((rows, dims["state"][1])).astype(np.float32),
+        "state": np.zeros((0, dims["state"][1]), np.float32),  # contract v3: every row's state new
+        "state_new": rng.standard_normal((rows, dims["state"][1])).astype(np.float32),
+        "state_index": np.arange(rows, dtype=np.int64),
     }
 
 
