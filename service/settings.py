@@ -49,7 +49,12 @@ class EngineSettings(Section):
     and bounds, and the scheduler's. The engine reads these names as they are."""
 
     repo: Path = Field(default=Path("model_repo"), description="model repository with manifest.json")
-    backend: Literal["onnxruntime", "triton"] = "onnxruntime"
+    backend: Literal["onnxruntime", "triton", "null"] = Field(
+        default="onnxruntime",
+        description="what runs the models: onnxruntime (embedded), triton (a Triton server at triton_url), "
+        "or null (no models: outputs of the right shapes at zero cost whose captions end but mean nothing; it "
+        "measures the gateway's own ceiling, `compcap bench --backend null`)",
+    )
     triton_url: str = Field(
         default="127.0.0.1:8001",
         description="Triton gRPC address(es) (backend=triton): host:port; host:port,host:port (a list); or "
