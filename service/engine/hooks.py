@@ -33,6 +33,7 @@ from typing import Any
 from service.engine.processors import (
     BanSequences,
     BanWords,
+    ForceWords,
     LogitsProcessor,
     NoRepeatNgram,
     SynonymSubstitution,
@@ -329,6 +330,20 @@ def _diverse_beam(p: HookParams, vocab: TokenVocabulary, out: ResolvedHooks) -> 
     out.groups = p.integer("groups", 1)
     out.diversity_penalty = p.number("diversity_penalty", DEFAULT_DIVERSITY_PENALTY, 0.0)
     out.diverse_index = p.index
+
+
+@hook(
+    "force_words",
+    "decode exactly these word ids, then the end of the caption (teacher forcing: explanations of a "
+    "caption the client gives; use with beam_size 1 and max_length = the number of ids)",
+    {"ids": "list of word ids (the captioner's own token ids), in order"},
+    repeatable=False,
+)
+def _force_words(p: HookParams, vocab: TokenVocabulary, out: ResolvedHooks) -> None:
+    ids = [p.word_id("ids", i, vocab) for i in p.items("ids")]
+    if not ids:
+        raise p.error("ids", "required: at least one word id")
+    out.processors.append(p.processor("ids", lambda: ForceWords(ids, vocab.eos_id)))
 
 
 # ------------------------------------------------------------------------------------- the registry

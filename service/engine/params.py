@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from service.engine.hooks import HookError, resolve_hooks
+from service.engine.hooks import HookError, resolve_hooks, spec_parts
 from service.engine.processors import LogitsProcessor
 from service.manifest import Manifest
 from service.settings import EngineSettings
@@ -69,7 +69,10 @@ class SearchParams:
     ``processors`` run on the request's rows in order; ``hook_names`` are the JSON hooks that asked
     for them (and for ``min_length`` / ``groups``), for the response and the hook counter;
     ``compare_without`` is the index of a hook in the request's ``hooks`` that asks for the same search
-    without it too (``synonym_substitution``'s ``return_original``), for the caller to decode."""
+    without it too (``synonym_substitution``'s ``return_original``), for the caller to decode.
+    ``hooks``: the request's hook specs as plain data (``{"name", "params"}``), from which
+    ``resolve_params`` built the processors; ``options()`` gives back what resolves to these params
+    (what crosses to an engine core in another process, which resolves it again)."""
 
     model: str
     beam_size: int = 5
@@ -86,6 +89,7 @@ class SearchParams:
     search: Literal["compcap", "transformers"] = "compcap"  # the captioner's beam search (README)
     early_stopping: bool = False  # transformers search: stop at n finished captions
     compare_without: int | None = None  # a hook that asks for the captions without it too (its index)
+    hooks: tuple[dict[str, Any], ...] = ()  # the hook specs the processors came from, as plain data
 
     def __post_init__(self) -> None:
         if self.beam_size < 1:
@@ -116,6 +120,23 @@ class SearchParams:
     def rows(self, n_images: int) -> int:
         """Rows this request may occupy in one step call."""
         return n_images * self.beam_size
+
+    def options(self) -> dict[str, Any]:
+        """The request options ``resolve_params`` turns into these params again (plain data).
+        ``ValueError`` for params whose processors came from no hook spec (built in code): they
+        cannot be re-created elsewhere."""
+        if self.processors and not self.hooks:
+            raise ValueError("these params' processors were built in code, not from hook specs")
+        return {
+            "model": self.model,
+            "beam_size": self.beam_size,
+            "max_length": self.max_length,
+            "n_best": self.n_best,
+            "rerank": self.ranker if self.ranker is not None else False,
+            "length_penalty": self.length_penalty,
+            "hooks": [dict(spec) for spec in self.hooks],
+            "rerank_weight": self.rerank_weight,
+        }
 
 
 def resolve_params(
@@ -168,6 +189,7 @@ def resolve_params(
         resolved.check(beam, length)
     except HookError as exc:
         raise InvalidParameterError(".".join(str(p) for p in exc.loc), str(exc)) from None
+    specs = tuple(plain_spec(spec, index) for index, spec in enumerate(hooks or []))
     return SearchParams(
         model=cap.name,
         beam_size=beam,
@@ -185,7 +207,22 @@ def resolve_params(
         compare_without=resolved.compare_without,
         search=cap.search,
         early_stopping=cap.early_stopping or beam == 1,  # one beam: generate's greedy search
+        hooks=specs,
     )
+
+
+def plain_spec(spec: Any, index: int) -> dict[str, Any]:
+    """A hook spec (a dict or a pydantic model, already validated) as plain data."""
+    name, params = spec_parts(spec, index)
+    return {"name": name, "params": _plain(params)}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _ranker(manifest: Manifest, captioner: str, own: str | None, rerank: str | bool | None) -> str | None:

@@ -275,4 +275,26 @@ def _only(values: np.ndarray, words: np.ndarray, row: int, word: int) -> None:
     values[row, 0] = 0.0
 
 
-__all__ = ["NEG_INF", "BanWords", "LogitsProcessor", "NoRepeatNgram", "SynonymSubstitution"]
+class ForceWords:
+    """Logits processor: row prefixes ``BOS w1..wt`` may only continue with ``words[t]`` (then ``eos``),
+    at the model's own log-prob."""
+
+    def __init__(self, words: Sequence[int], eos: int) -> None:
+        ids = [int(w) for w in words]
+        if not ids:
+            raise ValueError("words must not be empty")
+        if min(ids) < 0 or eos < 0:
+            raise ValueError(f"words and eos must be non-negative ids, got {ids!r}, {eos}")
+        self.sequence = np.array([*ids, eos], dtype=np.int64)
+
+    def __call__(self, tokens: np.ndarray, logprobs: np.ndarray) -> np.ndarray:
+        t = tokens.shape[1] - 1  # words so far
+        if t >= len(self.sequence):
+            raise ValueError(f"the forced caption ends after {len(self.sequence) - 1} words")
+        out = np.full(logprobs.shape, NEG_INF, dtype=logprobs.dtype)
+        word = self.sequence[t]
+        out[:, word] = logprobs[:, word]
+        return out
+
+
+__all__ = ["NEG_INF", "BanWords", "ForceWords", "LogitsProcessor", "NoRepeatNgram", "SynonymSubstitution"]

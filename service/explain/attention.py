@@ -5,9 +5,9 @@ read through the engine's step observer.
   keeps the attention row that scored each prefix and the log-prob of each word added, so the maps
   behind the caption the engine finally returns — whichever beam it came from, re-ranked or not — are
   read back per word with ``maps``. Costs one small dict entry per evaluated row.
-- ``ForceWords``: a logits processor that teacher-forces a caption the client supplies (every other
-  word ``-inf``, the forced word keeps the model's log-prob), decoded with one beam; the recorder then
-  sees exactly the steps that caption takes.
+- a caption the client supplies is decoded with one beam under the ``force_words`` hook
+  (``service.engine.processors.ForceWords``: every other word ``-inf``, the forced word keeps the
+  model's log-prob); the recorder then sees exactly the steps that caption takes.
 
 Per word w_{t+1}: the attention of the step that predicted it, float32 [T, M]."""
 
@@ -18,8 +18,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from service.engine.observer import StepEvent
-
-NEG_INF = -np.inf
 
 
 class AttentionRecorder:
@@ -57,25 +55,3 @@ class AttentionRecorder:
     def word_logprobs(self, words: Sequence[int]) -> list[float | None]:
         """The log-prob the model gave each of ``words`` where the search extended that prefix."""
         return [self.logprob.get(tuple(words[: t + 1])) for t in range(len(words))]
-
-
-class ForceWords:
-    """Logits processor: row prefixes ``BOS w1..wt`` may only continue with ``words[t]`` (then ``eos``),
-    at the model's own log-prob."""
-
-    def __init__(self, words: Sequence[int], eos: int) -> None:
-        ids = [int(w) for w in words]
-        if not ids:
-            raise ValueError("words must not be empty")
-        if min(ids) < 0 or eos < 0:
-            raise ValueError(f"words and eos must be non-negative ids, got {ids!r}, {eos}")
-        self.sequence = np.array([*ids, eos], dtype=np.int64)
-
-    def __call__(self, tokens: np.ndarray, logprobs: np.ndarray) -> np.ndarray:
-        t = tokens.shape[1] - 1  # words so far
-        if t >= len(self.sequence):
-            raise ValueError(f"the forced caption ends after {len(self.sequence) - 1} words")
-        out = np.full(logprobs.shape, NEG_INF, dtype=logprobs.dtype)
-        word = self.sequence[t]
-        out[:, word] = logprobs[:, word]
-        return out

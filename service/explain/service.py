@@ -11,7 +11,7 @@ import asyncio
 import importlib.util
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from service.api.gate import BoundedGate, RequestError
 from service.engine.engine import CaptionEngine
 from service.engine.params import SearchParams
 from service.engine.request import Priority
-from service.explain.attention import AttentionRecorder, ForceWords
+from service.explain.attention import AttentionRecorder
 from service.explain.geometry import cell_boxes, fold_slots, grid_area, grid_size, pool_to_grid
 from service.explain.render import overlay_png, place, stretch
 from service.explain.scene import ground_caption
@@ -204,11 +204,11 @@ class ExplainService:
         if words is not None:
             if recorder is None:
                 return words, {"source": "client"}
-            params = replace(
-                params, beam_size=1, n_best=1, groups=1, diversity_penalty=0.0, ranker=None,
-                rerank_weight=0.0, max_length=len(words), min_length=min(params.min_length, len(words)),
-                processors=(ForceWords(words, engine.vocabs[params.model].eos_id),),
-                hook_names=("force_words",),
+            # one beam under the force_words hook alone: the search takes exactly the caption's steps
+            force = {"name": "force_words", "params": {"ids": words}}
+            params = engine.resolve(
+                model=params.model, beam_size=1, n_best=1, rerank=False, max_length=len(words),
+                length_penalty=params.length_penalty, hooks=[force],
             )  # fmt: skip
         out = await engine.caption(spec.image, params, priority=Priority.BACKGROUND, observer=recorder)
         best = out.results[0][0]

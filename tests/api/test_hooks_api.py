@@ -29,7 +29,14 @@ def words(result: dict) -> set[str]:
 
 def test_catalogue_lists_every_hook(client: TestClient) -> None:
     names = [h["name"] for h in client.get("/v1/hooks").json()["hooks"]]
-    assert names == ["ban_words", "no_repeat_ngram", "min_length", "synonym_substitution", "diverse_beam"]
+    assert names == [
+        "ban_words",
+        "no_repeat_ngram",
+        "min_length",
+        "synonym_substitution",
+        "diverse_beam",
+        "force_words",
+    ]
 
 
 def test_ban_words_removes_a_word_the_plain_search_uses(client: TestClient) -> None:

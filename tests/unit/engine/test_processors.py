@@ -363,7 +363,11 @@ def test_repeatable_hooks_may_be_given_twice() -> None:
     assert (
         len(resolved.processors) == 6 and resolved.names == ["ban_words", "ban_words", "no_repeat_ngram"] * 2
     )
-    assert {h.name for h in HOOKS.values() if not h.repeatable} == {"synonym_substitution", "diverse_beam"}
+    assert {h.name for h in HOOKS.values() if not h.repeatable} == {
+        "synonym_substitution",
+        "diverse_beam",
+        "force_words",
+    }
 
 
 def test_a_hook_is_one_record_registered_once() -> None:
@@ -378,6 +382,7 @@ def test_a_hook_is_one_record_registered_once() -> None:
             "min_length",
             "synonym_substitution",
             "diverse_beam",
+            "force_words",
         ]
     )
     assert HOOKS["no_repeat_ngram"].params == {"n": "n-gram size, >= 1 (2 stops 'dog dog dog')"}
@@ -401,6 +406,7 @@ def test_registry_limits_and_catalog() -> None:
             "min_length",
             "synonym_substitution",
             "diverse_beam",
+            "force_words",
         }
     )
     assert set(catalog["diverse_beam"]["params"]) == {"groups", "diversity_penalty"}

@@ -15,7 +15,7 @@ import torch
 from service.api.gate import BusyError, RequestError
 from service.backends.onnxruntime import OnnxRuntimeBackend
 from service.engine.engine import CaptionEngine
-from service.explain.attention import ForceWords
+from service.engine.processors import ForceWords
 from service.explain.gradients import ProgramCache, attribute, relu_calls
 from service.explain.service import ExplainInput, ExplainService
 from service.manifest import Manifest
