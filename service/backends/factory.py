@@ -53,4 +53,8 @@ async def make_backend(settings: EngineSettings, manifest: Manifest, metrics: Me
         from service.backends.precision import ServedNames  # the int8 variants' Triton models
 
         return ServedNames(backend, manifest.served_models(settings.precision), settings.precision)
+    if settings.backend == "null":  # no models: the gateway's own ceiling (compcap bench --backend null)
+        from service.backends.null import NullBackend
+
+        return NullBackend(manifest, metrics)
     raise ValueError(f"backend {settings.backend!r} is not built yet")
