@@ -10,6 +10,12 @@ closed-loop HTTP load, measured in one run on one backend.
     HTTP clients for ``--seconds`` s each; mean rows per decoder call from the gateway's /metrics.
 
 Every figure comes from the same images, model and beam size (5), so the ratios are comparable.
+
+``--backend null`` (``service.backends.null``: no models, outputs at zero cost) measures the gateway's
+own ceiling, the captions/s CompCap could serve on an infinitely fast device: (a) and the models'
+compute limit are skipped (a zero-cost step has no limit), (b) and (c) run as above, and each load
+level reports the gateway's CPU ms per caption and captions/s per core it kept busy. ``--gateways``
+loads that many independent gateway processes at once (clients spread over them), per count.
 """
 
 from __future__ import annotations
@@ -56,6 +62,11 @@ from service.metrics import Metrics
 from service.settings import Settings
 
 BEAM_SIZE = 5
+LIMIT_KEYS = ("best_batch_rows", "rows_per_s", "ideal_captions_per_s")
+NULL_SKIPPED = (
+    "backend null: a step and every model call cost nothing, so the step limit and the models' compute "
+    "limit are infinite (not measured)"
+)
 BATCH_ROWS = (5, 10, 20, 40, 80, 160, 320, 640)
 console = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
 
@@ -103,7 +114,7 @@ class InProcess:
     single_decode_ms: float
     rows_per_caption: float
     steps_per_caption: float
-    limit: dict[str, float]
+    limit: dict[str, Any]  # its keys None, and "skipped" why, for the null backend
     batch_curve: list[dict[str, float]]
     naive_captions_per_s: float
     compute_limit: dict[str, Any]
@@ -122,6 +133,10 @@ async def in_process(
     params = engine.resolve(**params_kw)
     try:
         single, rows, steps = await _single_decodes(engine, metrics, params, images, args.single_runs)
+        if settings.backend == "null":  # zero-cost models: no step limit, no compute limit to measure
+            naive = await _naive(engine, params, images, args.naive_clients, args.duration)
+            skipped = {"skipped": NULL_SKIPPED, **dict.fromkeys(LIMIT_KEYS)}
+            return InProcess(single, rows, steps, skipped, [], naive, {"skipped": NULL_SKIPPED})
         curve = await _step_curve(engine.runner, manifest, params, images, args.max_rows, args.curve_seconds)
         if settings.backend == "onnxruntime":
             from service.backends.onnxruntime import intra_op_threads, usable_cores
@@ -371,16 +386,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         local = asyncio.run(in_process(settings, manifest, params_kw, images, args))
         step_model = manifest.captioner(model).step
         load = []
-        with Gateway(repo, env) as gateway:
-            for clients in args.clients:
-                console.print(f"[bold]gateway[/]: {clients} clients for {args.duration:.0f} s")
-                load.append(
-                    asyncio.run(
-                        closed_loop(
-                            gateway.url, pngs, query, clients, args.duration, step_model, gateway.process.pid
-                        )
+        for count in getattr(args, "gateways", None) or (1,):
+            with ExitStack() as gateways:
+                started = [gateways.enter_context(Gateway(repo, env)) for _ in range(count)]
+                urls, pids = [g.url for g in started], [g.process.pid for g in started]
+                if args.backend == "null":  # the gateway's own cost is the figure: not its first requests'
+                    warm = min(2.0, args.duration)
+                    asyncio.run(closed_loop(urls, pngs, query, max(args.clients), warm, step_model))
+                for clients in args.clients:
+                    console.print(
+                        f"[bold]gateway[/]: {clients} clients for {args.duration:.0f} s"
+                        + (f" over {count} gateways" if count > 1 else "")
                     )
-                )
+                    row = asyncio.run(
+                        closed_loop(urls, pngs, query, clients, args.duration, step_model, pids)
+                    )
+                    load.append({"gateways": count, **row})
         naive_http = None
         if args.naive_gateway_clients:
             clients = args.naive_gateway_clients
@@ -439,6 +460,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     own = own_mode(local.batch_curve, settings)  # the step curve at the gateway's own thread settings
     for row in out["load"]:
+        if row.get("server_cores_used"):  # captions/s per core the gateway(s) kept busy
+            row["captions_per_s_per_core"] = round(row["captions_per_s"] / row["server_cores_used"], 2)
+        if out["backend"] == "null":  # no limit, no step curve: nothing to compare with
+            continue
         row["ceiling_of_limit"] = round(ceiling_of_limit(out, row["mean_rows_per_call"]), 3)
         if row.get("step_ms_under_load") and row["mean_rows_per_call"]:
             # the ceiling assumes each step call as fast as alone; on shared cores it is not
@@ -506,7 +531,20 @@ def peer_load(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--backend", choices=["onnxruntime", "triton"], default="onnxruntime", help="the model backend"
+        "--backend",
+        choices=["onnxruntime", "triton", "null"],
+        default="onnxruntime",
+        help="the model backend; null: no models, outputs at zero cost (the gateway's own ceiling: the step "
+        "and compute limits are skipped)",
+    )
+    parser.add_argument(
+        "--gateways",
+        action=ListAction,
+        item=positive_int,
+        default=(1,),
+        metavar="N",
+        help="independent gateway processes loaded at once, clients spread over them; one load run per "
+        "count and client count",
     )
     parser.add_argument(
         "--clients",
@@ -611,6 +649,10 @@ def bench(args: argparse.Namespace) -> int:
     if isinstance(args.clients, str):
         args.clients = [int(c) for c in args.clients.split(",") if c.strip()]
     if getattr(args, "compare_precision", False):
+        if args.backend == "null":
+            raise SystemExit(
+                "--compare-precision compares models' precisions: the null backend has no models"
+            )
         result = compare_precision(args)
     else:
         result = run(args)

@@ -10,6 +10,8 @@ from loadtests.ceiling import ceiling_of_limit
 
 
 def summary(result: dict[str, Any]) -> Table:
+    if result["backend"] == "null":
+        return null_summary(result)
     limit = result["limit"]["ideal_captions_per_s"]
     naive = result["naive"]["captions_per_s"]
     table = Table(
@@ -87,6 +89,69 @@ def summary(result: dict[str, Any]) -> Table:
     return table
 
 
+def null_summary(result: dict[str, Any]) -> Table:
+    """The table of a ``--backend null`` run: the gateway's own ceiling per gateway processes and clients,
+    its CPU per caption and captions/s per core it kept busy (no limit to compare with: none measured)."""
+    table = Table(
+        title=f"compcap bench --backend null — the gateway's own ceiling, {result['model']}, beam "
+        f"{result['beam_size']}, {result['cpu_count']} cores",
+        width=150,
+    )
+    for col in (
+        "gateways",
+        "clients",
+        "captions/s",
+        "p50 ms",
+        "p99 ms",
+        "rows/call",
+        "CPU ms srv(loop)/cli",
+        "cores used",
+        "captions/s per core",
+        "sent",
+        "recv",
+        "5xx",
+    ):
+        table.add_column(col, justify="right")
+    for row in result["load"]:
+        per_core = row.get("captions_per_s_per_core")
+        table.add_row(
+            str(row.get("gateways", 1)),
+            str(row["clients"]),
+            f"{row['captions_per_s']:.1f}",
+            str(row["p50_ms"]),
+            str(row["p99_ms"]),
+            f"{row['mean_rows_per_call']:.1f}",
+            _cpu_cells(row)[1],
+            f"{row['server_cores_used']:.2f}" if "server_cores_used" in row else "-",
+            f"{per_core:.0f}" if per_core else "-",
+            str(row["sent"]),
+            str(row["received"]),
+            str(row["errors_5xx"]),
+        )
+    naive_http = result["naive"].get("gateway")
+    table.caption = (
+        f"{result['limit']['skipped']}; single decode {result['single_decode_ms']:.2f} ms in process "
+        f"({result['rows_per_caption']:.0f} step rows, {result['steps_per_caption']:.0f} step calls per "
+        f"caption); naive {result['naive']['captions_per_s']:.1f} captions/s in process"
+        + (
+            f", {naive_http['captions_per_s']:.1f} over HTTP at {naive_http['clients']} clients"
+            if naive_http
+            else ""
+        )
+        + (
+            f"; HTTP floor (loadtests.http_floor: HTTP and PNG decoding only) at {floor['clients']} clients: "
+            f"{floor['captions_per_s']:.1f} requests/s, {floor['cpu_ms_per_caption'].get('server', 0):.2f} "
+            "server CPU ms per request"
+            if (floor := result.get("floor"))
+            else ""
+        )
+        + "; CPU ms srv(loop) = the gateways' CPU per caption (of it, their event-loop threads'), cli = the "
+        "load generator's; cores used = the gateways' CPU seconds per second; captions/s per core = "
+        "captions/s / cores used"
+    )
+    return table
+
+
 def _cpu_cells(row: dict[str, Any]) -> list[str]:
     """'any server / HTTP floor' CPU bounds as % of the limit, and the server's / client's CPU ms per
     caption ('-' where not measured)."""
@@ -118,4 +183,4 @@ def _peer_cells(row: dict[str, Any], peer: dict[str, Any] | None) -> list[str]:
     ]
 
 
-__all__ = ["summary"]
+__all__ = ["null_summary", "summary"]

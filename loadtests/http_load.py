@@ -170,30 +170,35 @@ class RawConnection:
 
 
 async def closed_loop(
-    url: str,
+    url: str | Sequence[str],
     pngs: list[bytes],
     query: dict[str, str],
     clients: int,
     duration: float,
     step_model: str | None,
-    pid: int | None = None,
+    pid: int | Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """``clients`` closed-loop clients, each sending its next request when the last one is answered,
     for ``duration`` s; every request sent is waited for (sent must equal received). With the
-    server's ``pid``, also the CPU ms per caption of the server and of this load generator. With a
-    ``step_model``, also its rows per call and wall ms per call in the server (from its ``/metrics``);
-    None for a server without step calls (the HTTP floor, the torch baseline)."""
-    host, port = httpx.URL(url).host, int(httpx.URL(url).port or 80)
+    server's ``pid``, also the CPU ms per caption of the server and of this load generator, and the
+    cores the server kept busy (``server_cores_used``). With a ``step_model``, also its rows per call
+    and wall ms per call in the server (from its ``/metrics``); None for a server without step calls
+    (the HTTP floor, the torch baseline). Several servers (independent gateways): ``url`` and ``pid``
+    list them, client ``k`` sends to server ``k`` modulo their number, and the figures are their sums
+    (``server`` CPU ms per caption, its main threads', cores used) or over all of them (rows per call)."""
+    urls = [url] if isinstance(url, str) else list(url)
+    pids = [] if pid is None else [pid] if isinstance(pid, int) else list(pid)
+    addresses = [(httpx.URL(u).host, int(httpx.URL(u).port or 80)) for u in urls]
     target = "/v1/captions?" + urlencode(query)
     bodies = [multipart_body(p) for p in pngs]
-    before = await _step_totals(url, step_model)
+    before = await _step_totals(urls, step_model)
     latencies: list[float] = []
     sent = received = errors_5xx = other = 0
     stop = time.perf_counter() + duration
 
     async def worker(k: int) -> None:
         nonlocal sent, received, errors_5xx, other
-        connection = RawConnection(host, port)
+        connection = RawConnection(*addresses[k % len(addresses)])
         i = k
         try:
             while time.perf_counter() < stop:
@@ -217,11 +222,8 @@ async def closed_loop(
         finally:
             await connection.close()
 
-    meter = (
-        CpuMeter({"server": pid, "client": os.getpid()}, main_threads=("server",))
-        if pid is not None
-        else None
-    )
+    servers = {"server": pids[0]} if len(pids) == 1 else {f"server{n}": p for n, p in enumerate(pids)}
+    meter = CpuMeter({**servers, "client": os.getpid()}, main_threads=tuple(servers)) if pids else None
     if meter is not None:
         meter.start()
     start = time.perf_counter()
@@ -229,7 +231,7 @@ async def closed_loop(
     elapsed = time.perf_counter() - start
     if meter is not None:
         meter.stop()
-    after = await _step_totals(url, step_model)
+    after = await _step_totals(urls, step_model)
     return {
         "clients": clients,
         "captions_per_s": round(len(latencies) / elapsed, 2),
@@ -242,9 +244,12 @@ async def closed_loop(
         "errors_other": other,
         **(
             {
-                "cpu_ms_per_caption": meter.per_item_ms(len(latencies)),
+                "cpu_ms_per_caption": _summed(meter.per_item_ms(len(latencies)), servers),
                 "cpu_busy": meter.busy_share(),
-                "main_thread_busy": meter.main_thread_busy().get("server"),
+                "main_thread_busy": max(meter.main_thread_busy().values(), default=None),
+                "server_cores_used": round(sum(meter.cpu_s[n] for n in servers) / meter.wall_s, 3)
+                if meter.wall_s > 0
+                else 0.0,
             }
             if meter is not None
             else {}
@@ -252,13 +257,32 @@ async def closed_loop(
     }
 
 
-async def _step_totals(url: str, step_model: str | None) -> tuple[tuple[float, float], ...] | None:
-    """(rows sum, calls) and (seconds sum, calls) of ``step_model`` in the server's ``/metrics``."""
+def _summed(per_item: dict[str, float], servers: dict[str, int]) -> dict[str, float]:
+    """``per_item`` (``CpuMeter.per_item_ms``) with several servers' figures summed into ``server`` and
+    ``server_main_thread`` (one server's are already so named)."""
+    if len(servers) < 2 or not per_item:
+        return per_item
+    out = {
+        k: v
+        for k, v in per_item.items()
+        if k not in servers and k.removesuffix("_main_thread") not in servers
+    }
+    out["server"] = round(sum(per_item[n] for n in servers), 3)
+    out["server_main_thread"] = round(sum(per_item[f"{n}_main_thread"] for n in servers), 3)
+    return out
+
+
+async def _step_totals(urls: Sequence[str], step_model: str | None) -> tuple[tuple[float, float], ...] | None:
+    """(rows sum, calls) and (seconds sum, calls) of ``step_model`` in the servers' ``/metrics``, summed."""
     if step_model is None:
         return None
-    async with httpx.AsyncClient(base_url=url, timeout=60.0) as client:
-        text = (await client.get("/metrics")).text
-    return step_rows(text, step_model), step_call_seconds(text, step_model)
+    totals = np.zeros(4)
+    for url in urls:
+        async with httpx.AsyncClient(base_url=url, timeout=60.0) as client:
+            text = (await client.get("/metrics")).text
+        totals += [*step_rows(text, step_model), *step_call_seconds(text, step_model)]
+    rows, calls, seconds, timed = (float(x) for x in totals)
+    return (rows, calls), (seconds, timed)
 
 
 def _step_figures(
