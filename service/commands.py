@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from service.client import ProbeJob
     from service.settings import Settings
 
-SERVE_FLAGS = ("host", "port", "repo", "device", "precision")
+SERVE_FLAGS = ("host", "port", "repo", "device", "precision", "api_processes")
 
 
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,6 +57,13 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="fp32, or a precision whose variants passed their gate: int8, fp16, tf32 (default: "
         "COMPCAP_PRECISION, else fp32)",
+    )
+    parser.add_argument(
+        "--api-processes",
+        type=positive_int,
+        default=None,
+        help="HTTP processes on the port (default: COMPCAP_API_PROCESSES, else 1); above 1 the models run "
+        "in one engine core process that every HTTP process calls",
     )
     parser.epilog = (
         "Every other setting is a COMPCAP_* environment variable (service/settings.py); logs are "

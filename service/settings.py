@@ -52,8 +52,8 @@ class EngineSettings(Section):
     backend: Literal["onnxruntime", "triton", "null"] = Field(
         default="onnxruntime",
         description="what runs the models: onnxruntime (embedded), triton (a Triton server at triton_url), "
-        "or null (no models: outputs of the right shapes at zero cost whose captions end but mean nothing; it "
-        "measures the gateway's own ceiling, `compcap bench --backend null`)",
+        "or null (no models: outputs of the right shapes at zero cost whose captions end but mean "
+        "nothing; it measures the gateway's own ceiling, `compcap bench --backend null`)",
     )
     triton_url: str = Field(
         default="127.0.0.1:8001",
@@ -249,6 +249,20 @@ class GatewaySettings(Section):
         "human-readable lines; auto: text when stderr is a terminal, else json",
     )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    api_processes: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="HTTP processes on the one port (compcap serve --api-processes); above 1 the models and "
+        "schedulers run in one engine core process of their own, which every HTTP process calls, so that "
+        "the HTTP work (uploads, PNG decoding, validation, answers) spreads over the cores while every "
+        "request's rows still share one step call",
+    )
+    engine_socket: str | None = Field(
+        default=None,
+        description="set by compcap serve --api-processes for its processes: the engine core's Unix socket "
+        "(an HTTP process with it calls that core instead of loading the models itself)",
+    )
     state_url: str = Field(
         default=DEFAULT_STATE_URL,
         description="the shared state (probe jobs, history, baselines, shadow reservoir, leases): an "

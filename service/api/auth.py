@@ -13,7 +13,7 @@ from fastapi import Depends, Request
 
 from service.api.deps import Runtime, RuntimeDep, get_engine, get_runtime
 from service.api.errors import ApiError
-from service.engine.engine import CaptionEngine
+from service.engine.client import EngineClient
 
 CHALLENGE = {"WWW-Authenticate": "Bearer"}
 # the OpenAPI error entries of every route behind ``require_key``
@@ -54,7 +54,7 @@ class CaptionAccess:
     """What the caption route needs from the process: the runtime and its engine."""
 
     runtime: Runtime
-    engine: CaptionEngine
+    engine: EngineClient
 
 
 async def caption_access(request: Request) -> CaptionAccess:

@@ -1,4 +1,5 @@
-"""The ``Runtime`` (settings, manifest, metrics and — once loaded — the engine) and the route
+"""The ``Runtime`` (settings, manifest, metrics and — once loaded — the engine: in this process, or an
+engine core in another one when ``COMPCAP_ENGINE_SOCKET`` names it) and the route
 dependencies over it as ``Annotated`` aliases (the FastAPI full-stack template's ``api/deps.py``):
 a route asks for ``RuntimeDep`` or ``EngineDep`` and never reaches into ``app.state`` itself. The
 dependencies are ``async``, so resolving them costs no thread-pool hop per request."""
@@ -16,8 +17,10 @@ import numpy as np
 from fastapi import Depends, Request
 
 from service.api.errors import ApiError
-from service.backends.base import Backend
+from service.backends.base import Backend, backend_devices
 from service.backends.factory import make_backend
+from service.engine.client import EngineClient
+from service.engine.core_client import RemoteEngine
 from service.engine.engine import CaptionEngine, CaptionOutput
 from service.manifest import Manifest, load_manifest
 from service.metrics import Metrics
@@ -48,10 +51,11 @@ class Runtime:
         # the shared state the features keep (opened, and migrated, on first use)
         self.state = StateStore(settings.state_url)
         self.backend: Backend | None = None
-        self.engine: CaptionEngine | None = None
+        self.engine: EngineClient | None = None
+        self.remote: RemoteEngine | None = None  # the engine core this API process calls, if any
         self.load_error: str | None = None
         # called with (engine, images, output) after a caption response is sent (the shadow comparison)
-        self.after_caption: list[Callable[[CaptionEngine, np.ndarray, CaptionOutput], Awaitable[object]]] = []
+        self.after_caption: list[Callable[[EngineClient, np.ndarray, CaptionOutput], Awaitable[object]]] = []
         # entered in order once the app has started loading the models, left in reverse before the
         # runtime closes (a feature's jobs and schedules)
         self.lifespans: list[Callable[[], AbstractAsyncContextManager[object]]] = []
@@ -65,10 +69,25 @@ class Runtime:
 
     @property
     def ready(self) -> bool:
+        if self.remote is not None:
+            return self.remote.connected
         return self.engine is not None
 
+    @property
+    def devices(self) -> dict[str, str]:
+        """Model -> the device its calls run on, as the backend (or the engine core) found it."""
+        if self.remote is not None:
+            return dict(self.remote.devices)
+        return dict(backend_devices(self.backend))
+
     async def load(self) -> None:
-        if self.ready:
+        if self.engine is not None:
+            return
+        if self.settings.engine_socket:  # the models are the engine core's: call it
+            self.remote = RemoteEngine(self.settings.engine_socket, self.manifest, self.vocab, self.settings)
+            self.engine = self.remote
+            self.metrics.ready.set(1)
+            self.remote.start()
             return
         start = time.perf_counter()
         try:
@@ -99,7 +118,7 @@ async def get_runtime(request: Request) -> Runtime:
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 
-async def get_engine(runtime: RuntimeDep) -> CaptionEngine:
+async def get_engine(runtime: RuntimeDep) -> EngineClient:
     """The engine, or a 503 ``not_ready`` while the models load (or after they failed to)."""
     if runtime.engine is None:
         reason = (
@@ -111,7 +130,7 @@ async def get_engine(runtime: RuntimeDep) -> CaptionEngine:
     return runtime.engine
 
 
-EngineDep = Annotated[CaptionEngine, Depends(get_engine)]
+EngineDep = Annotated[EngineClient, Depends(get_engine)]
 
 
 def from_state(name: str) -> Callable[[Request], Awaitable[Any]]:

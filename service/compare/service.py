@@ -20,12 +20,12 @@ import numpy as np
 from service.api.gate import BoundedGate
 from service.compare.configs import Configuration, check_unique
 from service.compare.ngsm import discrepancy_order, ngsm_profile
-from service.engine.engine import CaptionEngine
+from service.engine.client import EngineClient
 from service.engine.params import EngineError, SearchParams
 from service.engine.request import Priority
 
 
-def resolve_all(engine: CaptionEngine, configs: Sequence[Configuration]) -> list[SearchParams]:
+def resolve_all(engine: EngineClient, configs: Sequence[Configuration]) -> list[SearchParams]:
     """Each configuration's ``SearchParams``; the ``EngineError`` of the first bad one, its field
     prefixed with ``configurations.i.`` and its message with the configuration's name."""
     check_unique(configs)
@@ -75,7 +75,7 @@ class CompareService:
         )
 
     async def compare(
-        self, engine: CaptionEngine, images: np.ndarray, configs: Sequence[Configuration]
+        self, engine: EngineClient, images: np.ndarray, configs: Sequence[Configuration]
     ) -> dict[str, Any]:
         """Compare ``configs`` on uint8 [B, H, W, 3] ``images`` (module docstring)."""
         params = resolve_all(engine, configs)

@@ -30,7 +30,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from service.compare.configs import Configuration
 from service.compare.ngsm import ngsm_profile
 from service.compare.reservoir import DiscrepancyReservoir, ReservoirItem
-from service.engine.engine import CaptionEngine, CaptionOutput
+from service.engine.client import EngineClient
+from service.engine.engine import CaptionOutput
 from service.engine.params import SearchParams
 from service.engine.request import Priority
 
@@ -112,7 +113,7 @@ class ShadowComparer:
 
     def offer(
         self,
-        engine: CaptionEngine,
+        engine: EngineClient,
         images: np.ndarray,
         primary_model: str,
         primary_captions: Sequence[str],
@@ -133,14 +134,14 @@ class ShadowComparer:
             task.add_done_callback(lambda _: on_done())
         return True
 
-    async def offer_output(self, engine: CaptionEngine, images: np.ndarray, out: CaptionOutput) -> bool:
+    async def offer_output(self, engine: EngineClient, images: np.ndarray, out: CaptionOutput) -> bool:
         """``offer`` for a finished caption request: its model and each image's best caption (a
         coroutine, so that a response's background task runs it on the event loop)."""
         best = [per[0].text if per else "" for per in out.results]
         return self.offer(engine, images, out.params.model, best)
 
     async def _compare(
-        self, engine: CaptionEngine, images: np.ndarray, primary_model: str, primary: list[str]
+        self, engine: EngineClient, images: np.ndarray, primary_model: str, primary: list[str]
     ) -> None:
         labels = {"primary": primary_model, "shadow": self.config.name}
         try:

@@ -11,7 +11,6 @@ step calls.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from service.backends.base import Backend
+from service.engine.client import caption_in_parts
 from service.engine.domain import DomainModel
-from service.engine.limits import QueueFullError, rows_for
+from service.engine.limits import QueueFullError
 from service.engine.observer import StepObserver
 from service.engine.params import InvalidParameterError, OverloadedError, SearchParams, resolve_params
 from service.engine.request import Priority
@@ -197,25 +197,10 @@ class CaptionEngine:
         progress: Callable[[int], object] | None = None,
     ) -> list[list[Caption]]:
         """Caption any number of images (offline studies, probes, benchmarks): requests of as many
-        images as the row budget of ``priority`` allows (a background request must fit the rows users
-        leave it), a few in flight at once so that their step calls share the batch.
-        ``progress(n)`` is called as each request's ``n`` images finish."""
-        per_request = max(1, min(16, rows_for(self.settings, priority) // params.beam_size))
-        parts = [images[i : i + per_request] for i in range(0, len(images), per_request)]
-        # requests decoding at once
-        fit = max(1, self.settings.max_rows_per_step // (per_request * params.beam_size))
-        in_flight = asyncio.Semaphore(min(self.settings.max_queue, 2 * fit))  # as many more being encoded
-        timeout = max(self.settings.request_deadline_s, 3600.0)
-
-        async def one(part: np.ndarray) -> list[list[Caption]]:
-            async with in_flight:
-                out = await self.caption(part, params, timeout_s=timeout, priority=priority)
-            if progress is not None:
-                progress(len(part))
-            return out.results
-
-        done = await asyncio.gather(*(one(p) for p in parts))
-        return [per for results in done for per in results]
+        images as the row budget of ``priority`` allows, a few in flight at once so that their step
+        calls share the batch (``service.engine.client.caption_in_parts``). ``progress(n)`` is called
+        as each request's ``n`` images finish."""
+        return await caption_in_parts(self.caption, self.settings, images, params, priority, progress)
 
 
 __all__ = ["Caption", "CaptionEngine", "CaptionOutput"]

@@ -1,6 +1,6 @@
 """``ExplainService``: one explanation — caption (or take the client's caption), one map per word over
 the regions, the object under each word's argmax and GroundingScore(δ) when the image has a scene
-graph. A client of the engine: it decodes through ``CaptionEngine.caption`` at background priority with
+graph. A client of the engine: it decodes through ``EngineClient.caption`` at background priority with
 a step observer (``attention``), or hands the words to the torch programs (gradient methods, the
 ``explain`` extra, imported only then). At most ``max_concurrent`` explanations at once (the kit's
 ``BoundedGate``: 429 beyond); a request it refuses is the kit's ``RequestError``."""
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from service.api.gate import BoundedGate, RequestError
-from service.engine.engine import CaptionEngine
+from service.engine.client import EngineClient
 from service.engine.params import SearchParams
 from service.engine.request import Priority
 from service.explain.attention import AttentionRecorder
@@ -183,7 +183,7 @@ class ExplainService:
 
     # -- admission --------------------------------------------------------------------------------------
 
-    async def explain(self, engine: CaptionEngine, spec: ExplainInput) -> dict[str, Any]:
+    async def explain(self, engine: EngineClient, spec: ExplainInput) -> dict[str, Any]:
         """Explain one image (see module docstring); a ``RequestError`` for a request it refuses, a
         ``BusyError`` (429) when ``max_concurrent`` run."""
         words = self.check(spec, engine.vocabs[spec.params.model])
@@ -194,7 +194,7 @@ class ExplainService:
 
     async def _decode(
         self,
-        engine: CaptionEngine,
+        engine: EngineClient,
         spec: ExplainInput,
         words: list[int] | None,
         recorder: AttentionRecorder | None,
@@ -224,7 +224,7 @@ class ExplainService:
         }
 
     async def _explain(
-        self, engine: CaptionEngine, spec: ExplainInput, forced: list[int] | None
+        self, engine: EngineClient, spec: ExplainInput, forced: list[int] | None
     ) -> dict[str, Any]:
         t0 = time.perf_counter()
         recorder = AttentionRecorder() if spec.method == "attention" else None

@@ -10,12 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from service.engine.engine import Caption, CaptionEngine, CaptionOutput
+from service.engine.client import EngineClient
+from service.engine.engine import Caption, CaptionOutput
 from service.engine.params import SearchParams
 
 
 def resolve_with_original(
-    engine: CaptionEngine, options: Mapping[str, Any]
+    engine: EngineClient, options: Mapping[str, Any]
 ) -> tuple[SearchParams, SearchParams | None]:
     """Request options → the params of the request as asked and, when one of its hooks asks for the
     captions without it, of the same request without that hook."""
@@ -28,7 +29,7 @@ def resolve_with_original(
 
 
 async def caption_with_original(
-    engine: CaptionEngine,
+    engine: EngineClient,
     images: np.ndarray,
     params: SearchParams,
     original: SearchParams | None,

@@ -27,7 +27,6 @@ from service.api.schemas import (
     ReadyResponse,
 )
 from service.api.uploads import decode_uploads
-from service.backends.base import backend_devices
 from service.backends.device import summary as device_summary
 from service.engine.engine import Caption, CaptionOutput
 from service.engine.hooks import hook_catalog
@@ -110,7 +109,7 @@ async def captions(request: Request, access: CaptionAccessDep, background: Backg
 async def models(runtime: RuntimeDep) -> ModelsListing:
     """The captioners and rankers this deployment serves, with what each was trained on, the images
     each reads and whether its captions flag images unlike those it was made for."""
-    return models_response(runtime.manifest, runtime.settings.precision, backend_devices(runtime.backend))
+    return models_response(runtime.manifest, runtime.settings.precision, runtime.devices)
 
 
 @router.get("/v1/hooks", tags=["models"], response_model=HooksResponse)
@@ -122,7 +121,7 @@ async def hooks() -> HooksResponse:
 @router.get("/healthz", tags=["health"], response_model=HealthResponse)
 async def healthz(runtime: RuntimeDep) -> HealthResponse:
     """Alive: the process answers; with the device its models run on once they are loaded."""
-    return HealthResponse(device=device_summary(backend_devices(runtime.backend)))
+    return HealthResponse(device=device_summary(runtime.devices))
 
 
 @router.get(

@@ -66,6 +66,12 @@ def serve(settings: Settings) -> None:
     """Serve ``settings.repo`` on ``settings.host:settings.port`` until interrupted."""
     check_address(settings.host, settings.port)
     check_device(settings)
+    if settings.api_processes > 1:  # HTTP processes and one engine core (service.gateway.split)
+        from service.gateway.split import serve_split
+
+        configure_logging(settings.log_format, settings.log_level)
+        serve_split(settings)
+        return
     configure_logging(settings.log_format, settings.log_level, queued=True)
     signal.signal(signal.SIGTERM, write_log_then_die)  # the queue is written, whenever SIGTERM comes
     try:

@@ -23,7 +23,7 @@ from service.engine.request import Priority
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from service.engine.engine import CaptionEngine
+    from service.engine.client import EngineClient
     from service.probes.parser import PairParser
     from service.probes.sets import ProbeSet
 
@@ -50,7 +50,7 @@ class KindGauges(Protocol):
 
 
 Runner = Callable[
-    ["CaptionEngine", "ProbeSpec", "ProbeSet", "PairParser", Progress], Awaitable[dict[str, Any]]
+    ["EngineClient", "ProbeSpec", "ProbeSet", "PairParser", Progress], Awaitable[dict[str, Any]]
 ]
 Check = Callable[["ProbeSet", "tuple[str, ...] | None"], None]
 
@@ -138,7 +138,7 @@ def cap(ids: Sequence[int], n: int | None) -> list[int]:
 
 
 async def decode(
-    engine: CaptionEngine, probe_set: ProbeSet, ids: Sequence[int], params: SearchParams, progress: Progress
+    engine: EngineClient, probe_set: ProbeSet, ids: Sequence[int], params: SearchParams, progress: Progress
 ) -> dict[int, list[str]]:
     """Image id -> captions in final order, decoded at background priority."""
     if not ids:

@@ -1,6 +1,6 @@
 """``ProbeService``: what the probe routes and the probe schedule share — the repository's probe sets,
 the job manager, the parser process, the gauges and the shared state (jobs, history, baselines). A
-client of the engine only: probes reach it through ``CaptionEngine`` (``resolve``, ``caption_many`` at
+client of the engine only: probes reach it through ``EngineClient`` (``resolve``, ``caption_many`` at
 background priority).
 
 Every replica keeps its gauges from the store (the last succeeded result and the accepted baseline of
@@ -21,7 +21,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from service.api.gate import RequestError
-from service.engine.engine import CaptionEngine
+from service.engine.client import EngineClient
 from service.manifest import Manifest
 from service.probes.gauges import ProbeGauges
 from service.probes.jobs import JobManager, JobStatus, ProbeJob
@@ -76,7 +76,7 @@ class ProbeService:
 
     def spec(
         self,
-        engine: CaptionEngine,
+        engine: EngineClient,
         kind: str,
         search: Mapping[str, Any],
         probe_set: str | None = None,
@@ -87,7 +87,7 @@ class ProbeService:
         return build_spec(engine, self.sets(), kind, search, probe_set, pairs, images, scheduled)
 
     async def start(
-        self, engine: CaptionEngine, spec: ProbeSpec, force: bool = False, scheduled: bool = False
+        self, engine: EngineClient, spec: ProbeSpec, force: bool = False, scheduled: bool = False
     ) -> ProbeJob:
         """Start a probe job (``BusyError`` when the job limit is reached and not ``force``)."""
         probe_set = self.sets()[spec.probe_set]
@@ -154,7 +154,7 @@ class ProbeService:
             except Exception:
                 log.exception("refreshing the probe gauges from the state store failed")
 
-    def run(self, engine_ready: Callable[[], CaptionEngine | None]) -> None:
+    def run(self, engine_ready: Callable[[], EngineClient | None]) -> None:
         """While the app runs: the heartbeats, the gauge refresh and (with a schedule) the schedule."""
         self.jobs.start()
         self._tasks.append(asyncio.create_task(self._refreshing(), name="probe-refresh"))
@@ -163,7 +163,7 @@ class ProbeService:
 
     # -- the schedule -------------------------------------------------------------------------------
 
-    async def _scheduled(self, engine_ready: Callable[[], CaptionEngine | None]) -> None:
+    async def _scheduled(self, engine_ready: Callable[[], EngineClient | None]) -> None:
         assert self.schedule is not None
         while (engine := engine_ready()) is None:
             await asyncio.sleep(0.5)
@@ -191,7 +191,7 @@ class ProbeService:
             if await call(self.lease.set_data, plan):
                 await self._round_holding_lease(engine)
 
-    async def _round_holding_lease(self, engine: CaptionEngine) -> None:
+    async def _round_holding_lease(self, engine: EngineClient) -> None:
         """One round of the schedule, renewing the lease while it runs (cancelled if the lease is lost)."""
         assert self.schedule is not None
         round_ = asyncio.create_task(self._round(engine), name="probe-schedule-round")
@@ -210,14 +210,14 @@ class ProbeService:
                 round_.cancel()
         await asyncio.gather(round_, return_exceptions=True)
 
-    async def _round(self, engine: CaptionEngine) -> None:
+    async def _round(self, engine: EngineClient) -> None:
         assert self.schedule is not None
         for model, ranker in self.schedule.runs:
             for kind in self.schedule.kinds:
                 await self._one_scheduled(engine, kind, model, ranker)
 
     async def _one_scheduled(
-        self, engine: CaptionEngine, kind: str, model: str | None, ranker: str | None
+        self, engine: EngineClient, kind: str, model: str | None, ranker: str | None
     ) -> None:
         assert self.schedule is not None
         try:

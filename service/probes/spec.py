@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from service.api.gate import RequestError
-from service.engine.engine import CaptionEngine
+from service.engine.client import EngineClient
 from service.probes.kind import ProbeKind, ProbeSpec, invalid
 from service.probes.kinds import KINDS
 from service.probes.sets import ProbeSet
@@ -54,7 +54,7 @@ def check_pairs(pairs: Sequence[str] | None, kind: ProbeKind) -> tuple[str, ...]
 
 
 def build_spec(
-    engine: CaptionEngine,
+    engine: EngineClient,
     sets: Mapping[str, ProbeSet],
     kind: str,
     search: Mapping[str, Any],

@@ -14,13 +14,13 @@ from service.probes.productivity import productivity_result
 from service.probes.tables import cell, fixed, get, table
 
 if TYPE_CHECKING:
-    from service.engine.engine import CaptionEngine
+    from service.engine.client import EngineClient
     from service.probes.parser import PairParser
     from service.probes.sets import ProbeSet
 
 
 async def run(
-    engine: CaptionEngine, spec: ProbeSpec, probe_set: ProbeSet, parser: PairParser, progress: Progress
+    engine: EngineClient, spec: ProbeSpec, probe_set: ProbeSet, parser: PairParser, progress: Progress
 ) -> dict[str, Any]:
     """Decode every bucket's images once, score each bucket's top-1 captions."""
     buckets = {

@@ -16,13 +16,13 @@ from service.probes.tables import cell, fixed, get, table
 from service.text.synonyms import distinct_first_tokens, vocabulary_words
 
 if TYPE_CHECKING:
-    from service.engine.engine import CaptionEngine
+    from service.engine.client import EngineClient
     from service.probes.parser import PairParser
     from service.probes.sets import ProbeSet
 
 
 async def run(
-    engine: CaptionEngine, spec: ProbeSpec, probe_set: ProbeSet, parser: PairParser, progress: Progress
+    engine: EngineClient, spec: ProbeSpec, probe_set: ProbeSet, parser: PairParser, progress: Progress
 ) -> dict[str, Any]:
     """O for every image; S (``synonym_substitution`` on the S1 words O generated, restricted to the
     words the captioner's tokens can write, ``vocabulary_words``, and for a subword captioner to S1

@@ -15,13 +15,13 @@ from service.probes.tables import cell, fixed, get, table
 from service.text.concepts import ConceptPair
 
 if TYPE_CHECKING:
-    from service.engine.engine import CaptionEngine
+    from service.engine.client import EngineClient
     from service.probes.parser import PairParser
     from service.probes.sets import ProbeSet
 
 
 async def run(
-    engine: CaptionEngine, spec: ProbeSpec, probe_set: ProbeSet, parser: PairParser, progress: Progress
+    engine: EngineClient, spec: ProbeSpec, probe_set: ProbeSet, parser: PairParser, progress: Progress
 ) -> dict[str, Any]:
     """Group by group: decode its Test-Comb images (every pair of the group, as ``compcap evaluate``
     does) and the Test-no-Comb images of the reported pairs, parse, score; partial result after each."""

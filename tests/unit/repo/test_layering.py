@@ -234,9 +234,11 @@ def test_service_imports_without_torch() -> None:
 
 def test_feature_packages_use_only_the_engines_public_api() -> None:
     """Probes (and later explanations, comparison) are clients of the engine: they reach it through
-    ``CaptionEngine``, ``SearchParams``, the request priority, the step observer and the hook registry,
-    never through the scheduler, the runner or the beam batch."""
+    ``EngineClient`` (``CaptionEngine`` in process, an engine core in another), ``SearchParams``, the
+    request priority, the step observer and the hook registry, never through the scheduler, the runner
+    or the beam batch."""
     public = {
+        "service.engine.client",
         "service.engine.engine",
         "service.engine.params",
         "service.engine.request",

@@ -1,0 +1,152 @@
+"""``compcap serve --api-processes N``: N HTTP processes on one port and one engine core.
+
+    parent ── supervises ──► engine core (python -m service.engine.core): models, schedulers
+       │                        ▲ Unix socket, service.engine.wire messages
+       └── uvicorn workers ─────┘ N API processes (HTTP, uploads, PNG decoding, validation, answers)
+
+The parent binds the port and hands the socket to N uvicorn workers (uvicorn's multiprocess
+supervisor, which replaces a worker that dies); each worker builds the usual app (``create_app``)
+whose runtime calls the core (``COMPCAP_ENGINE_SOCKET``) instead of loading the models. The parent
+restarts an engine core that exits; while it is away, captions answer 503 ``backend_unavailable``
+with ``Retry-After`` and ``/readyz`` 503. SIGTERM (or Ctrl-C) drains: the workers answer what they
+have in flight (bounded by the request deadline), then the parent stops the core and exits.
+
+Every process reads the same ``COMPCAP_*`` settings: the parent writes the flags it was given into
+its environment before starting them. State the features keep (probe jobs, the schedule's lease, the
+shadow reservoir) is in ``COMPCAP_STATE_URL``'s store, so whichever process answers sees it; an
+in-memory store (``COMPCAP_STATE_URL=''``) would be one per process and is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from fastapi import FastAPI
+
+from service.cli_errors import UsageError
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+RESTART_PAUSE_S = 0.5  # between an engine core's exit and its replacement
+STOP_S = 10.0  # what a core gets to exit after SIGTERM (nothing is in flight by then) before SIGKILL
+
+
+def app_factory() -> FastAPI:
+    """One API process's app (uvicorn calls it in each worker): settings from the environment."""
+    from service.gateway.app import create_app
+    from service.logs import configure_logging
+    from service.settings import load_settings
+
+    settings = load_settings()
+    configure_logging(settings.log_format, settings.log_level, queued=True)
+    logging.getLogger("uvicorn.access").disabled = True  # compcap.access writes one line per request
+    return create_app(settings, serving=True)
+
+
+class CoreSupervisor:
+    """Runs ``python -m service.engine.core`` and starts it again whenever it exits, until ``stop``."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.process: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._watch, name="engine-core-supervisor", daemon=True)
+
+    def start(self) -> None:
+        self._spawn()
+        self._thread.start()
+
+    def _spawn(self) -> None:
+        with self._lock:
+            if self._stopping.is_set():
+                return
+            self.process = subprocess.Popen(  # its own session: a signal to our group is not for it
+                [sys.executable, "-m", "service.engine.core"], env=self.env, start_new_session=True
+            )
+            self.starts += 1
+            log.info("engine core started (pid %d)", self.process.pid)
+
+    def _watch(self) -> None:
+        while not self._stopping.is_set():
+            process = self.process
+            assert process is not None
+            code = process.wait()
+            if self._stopping.is_set():
+                return
+            log.error("engine core (pid %d) exited with %s; starting another", process.pid, code)
+            time.sleep(RESTART_PAUSE_S)
+            self._spawn()
+
+    def stop(self) -> None:
+        """SIGTERM the core (SIGKILL after ``STOP_S``) and do not start another."""
+        with self._lock:
+            self._stopping.set()
+            process = self.process
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(STOP_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def split_environment(settings: Settings, socket_path: Path) -> dict[str, str]:
+    """The environment every process of the split reads its settings from: this one, with the
+    values the command line gave and the core's socket."""
+    env = dict(os.environ)
+    for name in ("host", "port", "repo", "device", "precision", "api_processes"):
+        env[f"COMPCAP_{name.upper()}"] = str(getattr(settings, name))
+    env["COMPCAP_ENGINE_SOCKET"] = str(socket_path)
+    return env
+
+
+def serve_split(settings: Settings) -> None:
+    """Serve with ``settings.api_processes`` HTTP processes and one engine core (module docstring)."""
+    import uvicorn
+
+    if not settings.state_url:
+        raise UsageError(
+            "COMPCAP_STATE_URL='' keeps the features' state in each process: with --api-processes > 1 "
+            "give it a store every process shares (the default SQLite file, or PostgreSQL)"
+        )
+    folder = Path(tempfile.mkdtemp(prefix="compcap-core-"))
+    os.chmod(folder, 0o700)
+    env = split_environment(settings, folder / "engine.sock")
+    os.environ.update(env)  # uvicorn's workers are spawned with this environment
+    core = CoreSupervisor(env)
+    core.start()
+    try:
+        uvicorn.run(
+            "service.gateway.split:app_factory",
+            factory=True,
+            workers=settings.api_processes,
+            host=settings.host,
+            port=settings.port,
+            log_config=None,
+            access_log=False,
+            log_level=settings.log_level,
+            timeout_graceful_shutdown=math.ceil(settings.request_deadline_s),
+        )
+    finally:
+        core.stop()
+        with contextlib.suppress(OSError):
+            shutil.rmtree(folder)
+
+
+__all__ = ["CoreSupervisor", "app_factory", "serve_split", "split_environment"]
