@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from service import __version__, manifest
+
+# where every process of compcap serve --api-processes writes its metrics (service.gateway.split sets
+# it in their environment, so that prometheus_client reads it as it is imported)
+MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 # The metric names, which the load tests read the gateway's /metrics by. prometheus_client names a
 # counter's family without ``_total`` and its samples with it (``ABANDONED + "_total"``); a histogram's
@@ -86,9 +91,15 @@ class Metrics:
             registry=r,
         )
         self.active_requests = Gauge(
-            ACTIVE_REQUESTS, "Requests being encoded or decoded", ["model"], registry=r
+            ACTIVE_REQUESTS,
+            "Requests being encoded or decoded",
+            ["model"],
+            multiprocess_mode="livesum",
+            registry=r,
         )
-        self.queue_length = Gauge(QUEUE_LENGTH, "Requests waiting for admission", ["model"], registry=r)
+        self.queue_length = Gauge(
+            QUEUE_LENGTH, "Requests waiting for admission", ["model"], multiprocess_mode="livesum", registry=r
+        )
         self.decoded_tokens = Counter(
             DECODED_TOKENS,
             "Beam rows evaluated by step calls (one candidate token each); rate() = tokens per second",
@@ -119,22 +130,25 @@ class Metrics:
             "(abandon_pace_*)",
             registry=r,
         )
-        self.ready = Gauge(READY, "1 once the models are loaded", registry=r)
+        self.ready = Gauge(READY, "1 once the models are loaded", multiprocess_mode="max", registry=r)
         # settings, exported so that alerts compare with the limits this process runs under
         self.queue_capacity = Gauge(
             QUEUE_CAPACITY,
             "Requests a captioner's queue holds before it answers 503 (max_queue)",
+            multiprocess_mode="max",
             registry=r,
         )
         self.request_deadline = Gauge(
             REQUEST_DEADLINE,
             "Deadline of a caption request (request_deadline_s)",
+            multiprocess_mode="max",
             registry=r,
         )
         self.build_info = Gauge(
             BUILD_INFO,
             "1, labelled with the package version and the served repository's manifest digest",
             ["version", "model_repo_digest"],
+            multiprocess_mode="max",
             registry=r,
         )
 
@@ -143,6 +157,7 @@ class Metrics:
             "1 per served model, labelled with the device its calls run on (cuda, cpu) and the provider "
             "or instance kind that says so (the session's own, not the one asked for)",
             ["model", "device", "provider"],
+            multiprocess_mode="max",
             registry=r,
         )
 
@@ -154,4 +169,14 @@ class Metrics:
         self.build_info.labels(version=__version__, model_repo_digest=digest).set(1)
 
     def exposition(self) -> bytes:
+        """The Prometheus text: this registry's, or — where ``PROMETHEUS_MULTIPROC_DIR`` is set
+        (``compcap serve --api-processes``: the HTTP processes and the engine core each write their
+        metrics there) — every process's, summed as each metric says (counters and histograms added,
+        gauges by their ``multiprocess_mode``), under the same names."""
+        if os.environ.get(MULTIPROCESS_DIR):
+            from prometheus_client.multiprocess import MultiProcessCollector
+
+            merged = CollectorRegistry()
+            MultiProcessCollector(merged)
+            return generate_latest(merged)
         return generate_latest(self.registry)

@@ -35,6 +35,7 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from service.cli_errors import UsageError
+from service.metrics import MULTIPROCESS_DIR
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,8 @@ class CoreSupervisor:
             log.info("engine core started (pid %d)", self.process.pid)
 
     def _watch(self) -> None:
+        from prometheus_client.multiprocess import mark_process_dead
+
         while not self._stopping.is_set():
             process = self.process
             assert process is not None
@@ -88,6 +91,7 @@ class CoreSupervisor:
             if self._stopping.is_set():
                 return
             log.error("engine core (pid %d) exited with %s; starting another", process.pid, code)
+            mark_process_dead(process.pid)  # its live gauges (requests in flight) are gone with it
             time.sleep(RESTART_PAUSE_S)
             self._spawn()
 
@@ -106,13 +110,16 @@ class CoreSupervisor:
             process.wait()
 
 
-def split_environment(settings: Settings, socket_path: Path) -> dict[str, str]:
+def split_environment(settings: Settings, folder: Path) -> dict[str, str]:
     """The environment every process of the split reads its settings from: this one, with the
-    values the command line gave and the core's socket."""
+    values the command line gave, the core's socket and the folder where every process writes its
+    Prometheus metrics (any API process's ``/metrics`` serves them all, summed)."""
     env = dict(os.environ)
     for name in ("host", "port", "repo", "device", "precision", "api_processes"):
         env[f"COMPCAP_{name.upper()}"] = str(getattr(settings, name))
-    env["COMPCAP_ENGINE_SOCKET"] = str(socket_path)
+    env["COMPCAP_ENGINE_SOCKET"] = str(folder / "engine.sock")
+    (folder / "metrics").mkdir(exist_ok=True)
+    env[MULTIPROCESS_DIR] = str(folder / "metrics")
     return env
 
 
@@ -127,7 +134,7 @@ def serve_split(settings: Settings) -> None:
         )
     folder = Path(tempfile.mkdtemp(prefix="compcap-core-"))
     os.chmod(folder, 0o700)
-    env = split_environment(settings, folder / "engine.sock")
+    env = split_environment(settings, folder)
     os.environ.update(env)  # uvicorn's workers are spawned with this environment
     core = CoreSupervisor(env)
     core.start()

@@ -26,17 +26,20 @@ class ProbeGauges:
             "compcap_probe_last_success_timestamp_seconds",
             "Unix time the last probe of this kind and model succeeded",
             ["model", "kind"],
+            multiprocess_mode="mostrecent",
             registry=registry,
         )
         self.leader = Gauge(
             "compcap_probe_schedule_leader",
             "1 on the replica that holds the probe schedule's lease (runs the scheduled probes), else 0",
+            multiprocess_mode="mostrecent",
             registry=registry,
         )
         self.duration = Gauge(
             "compcap_probe_duration_seconds",
             "Wall time of the last succeeded probe of this kind and model",
             ["model", "kind"],
+            multiprocess_mode="mostrecent",
             registry=registry,
         )
 

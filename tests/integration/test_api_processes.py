@@ -123,6 +123,24 @@ def test_the_pins_hold_through_http_and_the_features_work(split: tuple[str, Any]
     assert forced.status_code == 200 and forced.json()["source"] == "client", forced.text
     assert [w["values"] for w in forced.json()["words"]] == [w["values"] for w in body["words"]]
 
+    # one scrape has every process's metrics under the usual names: the API processes' requests, the
+    # core's captions and step calls
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    served = sum(float(v) for k, v in metric_lines(text) if k.startswith("compcap_captions_served_total"))
+    assert served >= len(cases) * len(images)
+    posts = sum(
+        float(v)
+        for k, v in metric_lines(text)
+        if k.startswith("compcap_request_latency_seconds_count") and 'route="/v1/captions"' in k
+    )
+    assert posts == len(cases)
+    steps = {k for k, v in metric_lines(text) if k.startswith("compcap_beam_rows_per_decoder_call_count")}
+    assert {'compcap_beam_rows_per_decoder_call_count{model="butr_step"}'} <= steps
+
+
+def metric_lines(text: str) -> list[tuple[str, str]]:
+    return [tuple(line.rsplit(" ", 1)) for line in text.splitlines() if line and not line.startswith("#")]  # type: ignore[misc]
+
 
 def test_a_killed_engine_core_gives_503_then_captions_again(split: tuple[str, Any]) -> None:
     url, proc = split

@@ -54,6 +54,7 @@ class Gauges:
             "compcap_probe_productivity_cider_d",
             "Live productivity probe: CIDEr-D of the top-1 caption per density / length bucket",
             ["model", "ranker", "by", "bucket"],
+            multiprocess_mode="mostrecent",
             registry=registry,
         )
 

@@ -68,6 +68,7 @@ class Gauges:
             "compcap_probe_substitution_bleu4",
             "Live substitutivity probe: BLEU-4 of S against O (seed 001 Table 6, O vs S)",
             ["model", "ranker"],
+            multiprocess_mode="mostrecent",
             registry=registry,
         )
 

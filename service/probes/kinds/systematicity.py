@@ -107,6 +107,7 @@ class Gauges:
             "compcap_probe_recall_at_k",
             "Live systematicity probe: Recall@K of a concept pair (seed 000 Eq. 1)",
             ["model", "ranker", "pair", "category", "k", "held_out"],
+            multiprocess_mode="mostrecent",
             registry=r,
         )
         self.recall_mean = Gauge(
@@ -114,18 +115,21 @@ class Gauges:
             "Live systematicity probe: mean Recall@K over the held-out (held_out=true) or seen pairs, or "
             "over every pair when the captioner's held-out pairs are not known (held_out=unknown)",
             ["model", "ranker", "k", "held_out"],
+            multiprocess_mode="mostrecent",
             registry=r,
         )
         self.accepted_recall_mean = Gauge(
             "compcap_probe_accepted_recall_at_k_mean",
             "The accepted baseline of compcap_probe_recall_at_k_mean (POST /v1/probes/{id}/accept)",
             ["model", "ranker", "k", "held_out"],
+            multiprocess_mode="mostrecent",
             registry=r,
         )
         self.false_composition = Gauge(
             "compcap_probe_false_composition",
             "Share of Test-no-Comb images whose top-1 caption attaches the pair though the image does not",
             ["model", "ranker", "pair"],
+            multiprocess_mode="mostrecent",
             registry=r,
         )
 
