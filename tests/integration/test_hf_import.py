@@ -169,9 +169,9 @@ def test_captions_are_those_of_generate(
             reduced.append(k)
             return row_top_k(logprobs, k, eos)
 
-        async def asking(backend: Any, model: str, inputs: Any, outputs: Any) -> Any:
+        async def asking(backend: Any, model: str, inputs: Any, outputs: Any, keep: Any = ()) -> Any:
             asked.append(tuple(outputs))
-            return await infer_outputs(backend, model, inputs, outputs)
+            return await infer_outputs(backend, model, inputs, outputs, keep)
 
         monkeypatch.setattr(scheduler_module, "SPARSE_MIN_VOCAB", 1)
         monkeypatch.setattr(runner_module, "row_top_k", counted)
@@ -416,10 +416,10 @@ def test_hooks_on_the_graphs_top_k_give_the_whole_rows_captions(
 
     asked: list[int] = []
 
-    async def asking(backend: Any, model: str, inputs: Any, outputs: Any) -> Any:
+    async def asking(backend: Any, model: str, inputs: Any, outputs: Any, keep: Any = ()) -> Any:
         if "top_tokens" in outputs:
             asked.append(int(inputs["top_k"][0]))
-        return await infer_outputs(backend, model, inputs, outputs)
+        return await infer_outputs(backend, model, inputs, outputs, keep)
 
     whole = asyncio.run(captions(repo))
     monkeypatch.setattr(scheduler_module, "SPARSE_MIN_VOCAB", 1)
