@@ -40,7 +40,7 @@ from rich.table import Table
 
 from loadtests.bench_table import summary
 from loadtests.ceiling import ceiling_of_limit, step_ms_alone
-from loadtests.cpu import bounds_of_limit
+from loadtests.cpu import bounds_of_limit, process_tree
 from loadtests.http_load import Gateway, closed_loop
 from service.backends.factory import make_backend
 from service.cli_args import (
@@ -386,10 +386,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         local = asyncio.run(in_process(settings, manifest, params_kw, images, args))
         step_model = manifest.captioner(model).step
         load = []
-        for count in getattr(args, "gateways", None) or (1,):
+        splits = getattr(args, "api_processes", None) or (1,)
+        for count, processes in [(c, n) for c in getattr(args, "gateways", None) or (1,) for n in splits]:
             with ExitStack() as gateways:
-                started = [gateways.enter_context(Gateway(repo, env)) for _ in range(count)]
-                urls, pids = [g.url for g in started], [g.process.pid for g in started]
+                split_env = {**env, "COMPCAP_API_PROCESSES": str(processes)}
+                started = [gateways.enter_context(Gateway(repo, split_env)) for _ in range(count)]
+                urls = [g.url for g in started]
+                # every process of each gateway: with --api-processes its HTTP processes and engine core
+                pids = [pid for g in started for pid in process_tree(g.process.pid)]
                 if args.backend == "null":  # the gateway's own cost is the figure: not its first requests'
                     warm = min(2.0, args.duration)
                     asyncio.run(closed_loop(urls, pngs, query, max(args.clients), warm, step_model))
@@ -397,11 +401,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     console.print(
                         f"[bold]gateway[/]: {clients} clients for {args.duration:.0f} s"
                         + (f" over {count} gateways" if count > 1 else "")
+                        + (f", {processes} API processes and an engine core" if processes > 1 else "")
                     )
                     row = asyncio.run(
                         closed_loop(urls, pngs, query, clients, args.duration, step_model, pids)
                     )
-                    load.append({"gateways": count, **row})
+                    load.append({"gateways": count, "api_processes": processes, **row})
         naive_http = None
         if args.naive_gateway_clients:
             clients = args.naive_gateway_clients
@@ -545,6 +550,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="independent gateway processes loaded at once, clients spread over them; one load run per "
         "count and client count",
+    )
+    parser.add_argument(
+        "--api-processes",
+        action=ListAction,
+        item=positive_int,
+        default=(1,),
+        metavar="N",
+        help="HTTP processes of each gateway (compcap serve --api-processes; above 1 with one engine "
+        "core); one load run per count, CPU counted over all of a gateway's processes",
     )
     parser.add_argument(
         "--clients",

@@ -99,6 +99,7 @@ def null_summary(result: dict[str, Any]) -> Table:
     )
     for col in (
         "gateways",
+        "API procs",
         "clients",
         "captions/s",
         "p50 ms",
@@ -116,6 +117,7 @@ def null_summary(result: dict[str, Any]) -> Table:
         per_core = row.get("captions_per_s_per_core")
         table.add_row(
             str(row.get("gateways", 1)),
+            str(row.get("api_processes", 1)),
             str(row["clients"]),
             f"{row['captions_per_s']:.1f}",
             str(row["p50_ms"]),

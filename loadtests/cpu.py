@@ -32,6 +32,27 @@ def process_cpu_s(pid: int) -> float:
     return _stat_cpu_s(f"/proc/{pid}/stat")
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its live descendants (``/proc``; a gateway with ``--api-processes``: its HTTP
+    processes and its engine core)."""
+    from pathlib import Path
+
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[0] != "Z":
+                parents[int(entry.name)] = int(fields[1])
+    tree, frontier = [pid], [pid]
+    while frontier:
+        frontier = [child for child, parent in parents.items() if parent in frontier]
+        tree.extend(frontier)
+    return tree
+
+
 def main_thread_cpu_s(pid: int) -> float:
     """User + system CPU seconds of process ``pid``'s main thread alone (the gateway's event loop:
     its other threads run model calls and image decoding)."""

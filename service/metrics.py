@@ -10,10 +10,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from service import __version__, manifest
 
-# where every process of compcap serve --api-processes writes its metrics (service.gateway.split sets
-# it in their environment, so that prometheus_client reads it as it is imported)
-MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
-
 # The metric names, which the load tests read the gateway's /metrics by. prometheus_client names a
 # counter's family without ``_total`` and its samples with it (``ABANDONED + "_total"``); a histogram's
 # samples are ``_bucket``, ``_sum`` and ``_count``.
@@ -173,7 +169,7 @@ class Metrics:
         (``compcap serve --api-processes``: the HTTP processes and the engine core each write their
         metrics there) — every process's, summed as each metric says (counters and histograms added,
         gauges by their ``multiprocess_mode``), under the same names."""
-        if os.environ.get(MULTIPROCESS_DIR):
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # set by service.gateway.split for its processes
             from prometheus_client.multiprocess import MultiProcessCollector
 
             merged = CollectorRegistry()

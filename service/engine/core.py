@@ -90,6 +90,7 @@ class EngineCore:
         self.hello = Hello(os.getpid(), backend, dict(devices))
         self.connections = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
         self._server: asyncio.AbstractServer | None = None
 
     async def start(self, path: Path) -> None:
@@ -100,7 +101,8 @@ class EngineCore:
         os.chmod(path, 0o600)
 
     async def drain(self, timeout_s: float) -> None:
-        """Stop accepting; wait up to ``timeout_s`` for the requests in flight, then cancel the rest."""
+        """Stop accepting; wait up to ``timeout_s`` for the requests in flight, then cancel the rest
+        and close the connections."""
         if self._server is not None:
             self._server.close()
         if self._tasks:
@@ -108,9 +110,12 @@ class EngineCore:
             for task in late:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
+        for writer in list(self._writers):
+            writer.close()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        self._writers.add(writer)
         running: dict[int, asyncio.Task[None]] = {}
         writer.write(frame(self.hello))
         try:
@@ -131,6 +136,7 @@ class EngineCore:
             pass  # the core is shutting down
         finally:
             self.connections -= 1
+            self._writers.discard(writer)
             for task in list(running.values()):  # its client is gone: nobody reads the answers
                 task.cancel()
             writer.close()

@@ -180,7 +180,8 @@ class RemoteEngine:
                 frame(Submit(key, pack(images), options, timeout, int(priority), observer is not None))
             )
             try:
-                answer = await asyncio.wait_for(asyncio.shield(future), timeout + GRACE_S)
+                async with asyncio.timeout(timeout + GRACE_S):  # no task of its own, unlike wait_for
+                    answer = await future
             except TimeoutError:
                 self._cancel(key)
                 raise TimeoutError(f"no answer from the engine core within {timeout:.0f} s") from None

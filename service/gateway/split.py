@@ -35,7 +35,6 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from service.cli_errors import UsageError
-from service.metrics import MULTIPROCESS_DIR
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -119,7 +118,8 @@ def split_environment(settings: Settings, folder: Path) -> dict[str, str]:
         env[f"COMPCAP_{name.upper()}"] = str(getattr(settings, name))
     env["COMPCAP_ENGINE_SOCKET"] = str(folder / "engine.sock")
     (folder / "metrics").mkdir(exist_ok=True)
-    env[MULTIPROCESS_DIR] = str(folder / "metrics")
+    # prometheus_client's multiprocess mode: read as it is imported, so set before any process starts
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(folder / "metrics")
     return env
 
 
