@@ -3,7 +3,9 @@ ephemeral port, always torn down (``service.gateway.split``).
 
 - The 183 behaviour pins hold through HTTP, every case posted at once (their rows meet in the core's
   step calls whichever API process took them); an explanation (its step observer streamed back from
-  the core) and a probe job work through it too.
+  the core) works through it, and one scrape of /metrics has every process's metrics.
+- A probe job and a comparison run through it; the core can hold the Triton pool (COMPCAP_BACKEND=triton)
+  with the captions of the embedded backend.
 - SIGKILL of the engine core under load: every request is answered (200, or 503 with Retry-After
   while the core is away), none waits past its deadline, and captions come back by themselves.
 - SIGTERM drains: the captions in flight are answered 200, then every process exits."""
@@ -28,7 +30,7 @@ import pytest
 from PIL import Image
 
 from service.manifest import load_manifest
-from tests.integration.conftest import free_port, serving_process
+from tests.integration.conftest import free_port, local_triton, serving_process
 from tests.pins import PINNED, REPO, checked, pin_images
 
 pytestmark = pytest.mark.integration
@@ -70,6 +72,11 @@ def core_pid(parent: int) -> int:
 
 @pytest.fixture
 def split(tmp_path: Path) -> Iterator[tuple[str, Any]]:
+    yield from serve_split(REPO, tmp_path)
+
+
+def serve_split(repo: Path, tmp_path: Path, **extra_env: str) -> Iterator[tuple[str, Any]]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     port = free_port()
     env = {
         **os.environ,
@@ -78,8 +85,9 @@ def split(tmp_path: Path) -> Iterator[tuple[str, Any]]:
         "COMPCAP_REQUEST_DEADLINE_S": str(DEADLINE_S),
         "COMPCAP_STATE_URL": f"sqlite:///{tmp_path / 'state.db'}",
         "COMPCAP_LOG_FORMAT": "text",
+        **extra_env,
     }
-    cmd = [sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--repo", str(REPO)]
+    cmd = [sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--repo", str(repo)]
     cmd += ["--api-processes", "2"]
     with serving_process(cmd, env, port, tmp_path / "serve.log") as (url, proc):
         workers = [pid for pid, c in children(proc.pid).items() if "service.engine.core" not in c]
@@ -140,6 +148,60 @@ def test_the_pins_hold_through_http_and_the_features_work(split: tuple[str, Any]
 
 def metric_lines(text: str) -> list[tuple[str, str]]:
     return [tuple(line.rsplit(" ", 1)) for line in text.splitlines() if line and not line.startswith("#")]  # type: ignore[misc]
+
+
+def test_probe_jobs_and_comparisons_run_through_the_split(tiny_repo: Path, tmp_path: Path) -> None:
+    """A probe job (its images captioned through the core at background priority, its state in the
+    shared store: any API process answers for it) and a comparison of three configurations."""
+    for url, _ in serve_split(tiny_repo, tmp_path):
+        started = httpx.post(
+            f"{url}/v1/probes",
+            json={"kind": "productivity", "model": "butd", "beam_size": 2, "images": 3},
+            timeout=30,
+        )
+        assert started.status_code == 202, started.text
+        deadline = time.monotonic() + 240
+        while True:
+            job = httpx.get(f"{url}/v1/probes/{started.json()['id']}", timeout=30).json()
+            if job["status"] in ("succeeded", "failed", "cancelled") or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert job["status"] == "succeeded", job
+        image = png(np.random.default_rng(3).integers(0, 256, (96, 96, 3), dtype=np.uint8))
+        configurations = [
+            {"name": "BUTD", "model": "butd", "beam_size": 3},
+            {"name": "BUTR", "model": "butr", "beam_size": 3, "rerank": False},
+            {
+                "name": "WEAK",
+                "model": "butd",
+                "beam_size": 1,
+                "hooks": [{"name": "ban_words", "params": {"words": ["a"]}}],
+            },
+        ]
+        compared = httpx.post(
+            f"{url}/v1/compare", json={"images": [image, image], "configurations": configurations}, timeout=60
+        )
+        assert compared.status_code == 200, compared.text
+        rows = compared.json()["images"]
+        assert len(rows) == 2 and all(set(row["captions"]) == {"BUTD", "BUTR", "WEAK"} for row in rows)
+        assert all("a" not in row["captions"]["WEAK"].split() for row in rows)
+
+
+def test_the_core_can_hold_the_triton_pool(tiny_repo: Path, tmp_path: Path) -> None:
+    """COMPCAP_BACKEND=triton: the engine core is the one Triton client; its captions are those of the
+    embedded backend's split."""
+    image = png(np.random.default_rng(5).integers(0, 256, (96, 96, 3), dtype=np.uint8))
+    body = {"images": [image], "model": "butd", "beam_size": 3}
+    answers = []
+    with local_triton(tiny_repo) as triton:
+        for backend in ("triton", "onnxruntime"):
+            env = {"COMPCAP_BACKEND": backend, "COMPCAP_TRITON_URL": triton.grpc_url}
+            for url, _ in serve_split(tiny_repo, tmp_path / backend, **env):
+                assert httpx.get(f"{url}/readyz", timeout=10).json()["backend"] == backend
+                r = httpx.post(f"{url}/v1/captions", json=body, timeout=60)
+                assert r.status_code == 200, r.text
+                answers.append([c["tokens"] for c in r.json()["results"][0]["captions"]])
+    assert answers[0] == answers[1]
 
 
 def test_a_killed_engine_core_gives_503_then_captions_again(split: tuple[str, Any]) -> None:
