@@ -155,16 +155,17 @@ def pool_hypotheses(
     """The first ``n_best`` finished hypotheses of ``image`` from a pool kept best first
     (``fin_tokens`` int64 [I, K, L], ``fin_len`` int64 [I, K], ``fin_cum``/``fin_score`` float [I, K];
     empty slots have score ``-inf``)."""
+    scores = fin_score[image, :n_best].tolist()  # Python numbers once, not numpy scalars per field
     hyps: list[Hypothesis] = []
-    for j in range(n_best):
-        if not np.isfinite(fin_score[image, j]):
+    for j, score in enumerate(scores):
+        if not np.isfinite(score):
             break
         length = int(fin_len[image, j])
         hyps.append(
             Hypothesis(
-                tokens=[int(x) for x in fin_tokens[image, j, :length]],
+                tokens=fin_tokens[image, j, :length].tolist(),
                 logprob=float(fin_cum[image, j]),
-                score=float(fin_score[image, j]),
+                score=score,
             )
         )
     return hyps

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import numpy as np
 
@@ -56,6 +57,24 @@ _PER_IMAGE = (
     "hf", "early",
 )  # fmt: skip
 _PER_BEAM = ("tokens", "cum", "state_src", "fin_tokens", "fin_len", "fin_cum", "fin_score")
+
+Spans = dict[int, tuple[int, int]]  # request key → its rows ``a .. b - 1`` of a step
+
+
+def request_spans(row_key: np.ndarray) -> Spans:
+    """Each request's rows of a step, from the rows' keys (``row_key`` [N]). A request's images are
+    consecutive in the batch (``add_many`` appends them together, ``discard`` keeps the order) and
+    ``rows()`` lists grid rows in order, so its rows are one run: found with one comparison of
+    neighbours for all requests, not one scan of every row per request."""
+    if not row_key.size:
+        return {}
+    starts = np.flatnonzero(row_key[1:] != row_key[:-1]) + 1
+    bounds = np.concatenate([[0], starts, [row_key.size]]).tolist()
+    keys = row_key[bounds[:-1]].tolist()
+    spans = dict(zip(keys, pairwise(bounds), strict=True))
+    if len(spans) != len(keys):
+        raise RuntimeError("a request's rows are not consecutive")
+    return spans
 
 
 def read_only(array: np.ndarray) -> np.ndarray:
@@ -349,38 +368,47 @@ class BeamBatch:
             logprobs[at_max, eos] = eos_col
         return logprobs
 
-    def _process(self, step: BatchRows, live: np.ndarray, row_key: np.ndarray, update: StepUpdate) -> None:
-        """Each request's processors on its own rows (in place on ``live``), constrained again after."""
+    def _process(self, step: BatchRows, live: np.ndarray, spans: Spans, update: StepUpdate) -> None:
+        """Each request's processors on its own rows (in place on ``live``), constrained again after
+        (one ``_constrain`` for the rows of every request processed: constraints act row by row)."""
         t_row, v = step.lengths - 1, live.shape[1]
+        done: list[np.ndarray] = []
         for key, processors in self.processors.items():
-            mine = np.flatnonzero(row_key == key)
-            if not mine.size:
+            mine = spans.get(key)
+            if mine is None:
                 continue
-            tokens = step.tokens[mine, : int(t_row[mine[0]]) + 1]
-            out = live[mine].astype(np.float32)
+            a, b = mine
+            tokens = step.tokens[a:b, : int(t_row[a]) + 1]
+            out = live[a:b].astype(np.float32)
             try:
                 for proc in processors:
                     out = np.asarray(proc(tokens, out))
-                    if out.shape != (mine.size, v):
-                        raise ValueError(f"a processor must return shape {(mine.size, v)}, got {out.shape}")
+                    if out.shape != (b - a, v):
+                        raise ValueError(f"a processor must return shape {(b - a, v)}, got {out.shape}")
             except Exception as exc:
                 update.failed[key] = exc
                 continue
-            live[mine] = self._constrain(np.array(out, dtype=np.float64), t_row[mine], step.image_index[mine])
+            live[a:b] = out  # float64, as the float32 values were
+            done.append(np.arange(a, b))
+        if done:
+            rows = np.concatenate(done)
+            live[rows] = self._constrain(live[rows], t_row[rows], step.image_index[rows])
 
     def _process_candidates(
-        self, step: BatchRows, live: np.ndarray, words: np.ndarray, row_key: np.ndarray, update: StepUpdate
+        self, step: BatchRows, live: np.ndarray, words: np.ndarray, spans: Spans, update: StepUpdate
     ) -> None:
         """``_process`` on candidate columns (a ``RowTopK``'s: ``live`` [N, k + 1], ``words`` [N, k + 1],
-        the end token's the last column): each request's processors' ``sparse`` on its own rows (in
-        place), the end token kept in its own column, constrained again after."""
+        the end token's the last column): each request's processors' ``sparse`` on its own rows (on a
+        copy, kept only if none raises), the end token kept in its own column, constrained again after."""
         t_row, end = step.lengths - 1, live.shape[1] - 1
+        done: list[np.ndarray] = []
         for key, processors in self.processors.items():
-            mine = np.flatnonzero(row_key == key)
-            if not mine.size:
+            mine = spans.get(key)
+            if mine is None:
                 continue
-            tokens = step.tokens[mine, : int(t_row[mine[0]]) + 1]
-            values, own = live[mine], words[mine]
+            a, b = mine
+            tokens = step.tokens[a:b, : int(t_row[a]) + 1]
+            values, own = live[a:b].copy(), words[a:b].copy()
             try:
                 for proc in processors:
                     proc.sparse(tokens, values, own)  # type: ignore[attr-defined]
@@ -394,10 +422,13 @@ class BeamBatch:
                     values[rows, end], np.where(moved, values[:, :end], NEG_INF).max(axis=1)[rows]
                 )
                 values[:, :end][moved] = NEG_INF
-            live[mine] = self._constrain(
-                values, t_row[mine], step.image_index[mine], end, np.zeros(0, np.int64)
+            live[a:b], words[a:b] = values, own
+            done.append(np.arange(a, b))
+        if done:
+            rows = np.concatenate(done)
+            live[rows] = self._constrain(
+                live[rows], t_row[rows], step.image_index[rows], end, np.zeros(0, np.int64)
             )
-            words[mine] = own
 
     def _select(self, cum: np.ndarray, logprobs: np.ndarray, eos: int) -> tuple[np.ndarray, ...]:
         """(parent, token, cum, eos_cum), each [I, C]: plain selection for every image, then grouped
@@ -478,10 +509,11 @@ class BeamBatch:
         i, c, v = self.n_images, self.capacity, dense.shape[1]
         live = self._constrain(dense, step.lengths - 1, step.image_index, eos, banned)
         row_key = self.key[step.image_index]
+        spans = request_spans(row_key)
         if self.processors and words is not None:
-            self._process_candidates(step, live, words, row_key, update)
+            self._process_candidates(step, live, words, spans, update)
         elif self.processors:
-            self._process(step, live, row_key, update)
+            self._process(step, live, spans, update)
         if n == i * c:  # every grid row is live (rows() lists them in order): no scatter needed
             full = live
         else:
@@ -501,6 +533,26 @@ class BeamBatch:
         if self._any_hf:  # transformers' search: only the K best of the 2K continuations may finish
             eos_cum, last, kth = self._hf_candidates(sel_cum, eos_cum)
         self._add_finished(eos_cum, beyond)
+        self._reorder(parent, token, sel_cum, position)
+        if last.any():  # at max_length every continuation of the K best finishes, not only an end token
+            self._add_live_finished(last, kth, beyond)
+        self.t = self.t + 1
+        for key in spans:  # the requests with rows in this step
+            self.steps[key] += 1
+        self._update_done()
+        if self.observers:
+            self._observe(
+                step, spans, full, live, attention, t_before, parent, token, column, sel_cum, eos_cum, update
+            )
+        update.finished = self._finished(update)
+        return update
+
+    def _reorder(
+        self, parent: np.ndarray, token: np.ndarray, sel_cum: np.ndarray, position: np.ndarray
+    ) -> None:
+        """Each new beam takes its parent's prefix (plus its word) and its parent's state reference."""
+        i, c = self.n_images, self.capacity
+        grid = np.arange(i)[:, None]
         self.tokens = self.tokens[grid, parent]
         writable = self.t < self.max_length
         if writable.any():
@@ -510,41 +562,55 @@ class BeamBatch:
             )
         self.state_src = position.reshape(i, c)[grid, parent]
         self.cum = sel_cum
-        if last.any():  # at max_length every continuation of the K best finishes, not only an end token
-            self._add_live_finished(last, kth, beyond)
-        self.t = self.t + 1
-        for key in set(row_key.tolist()):  # a set: np.unique sorts
-            self.steps[key] += 1
-        self._update_done()
-        if self.observers:
-            lp = full.reshape(i, c, v)
-            for key, observer in self.observers.items():
-                mine = np.flatnonzero(row_key == key)
-                if not mine.size:
-                    continue
-                imgs = np.flatnonzero(self.key == key)
-                k = int(self.beam[imgs[0]])
-                p, w, s = parent[imgs, :k], token[imgs, :k], sel_cum[imgs, :k]
-                event = StepEvent(
-                    t=t_before[imgs],
-                    image=step.image_index[mine] - imgs[0],
-                    beam=step.rows[mine] % c,
-                    logprobs=live[mine],
-                    attention=None if attention is None else attention[mine],
-                    parent=p,
-                    token=w,
-                    token_logprob=np.where(np.isfinite(s), lp[imgs[:, None], p, column[imgs, :k]], NEG_INF),
-                    cum=s,
-                    eos_cum=eos_cum[imgs, :k],
-                    done=self.done[imgs].copy(),
-                )
-                try:
-                    observer(event)
-                except Exception as exc:
-                    update.failed.setdefault(key, exc)
+
+    def _observe(
+        self,
+        step: BatchRows,
+        spans: Spans,
+        full: np.ndarray,
+        live: np.ndarray,
+        attention: np.ndarray | None,
+        t_before: np.ndarray,
+        parent: np.ndarray,
+        token: np.ndarray,
+        column: np.ndarray,
+        sel_cum: np.ndarray,
+        eos_cum: np.ndarray,
+        update: StepUpdate,
+    ) -> None:
+        """Each observer's ``StepEvent``: its request's rows of this step."""
+        i, c, v = self.n_images, self.capacity, full.shape[1]
+        lp = full.reshape(i, c, v)
+        for key, observer in self.observers.items():
+            span = spans.get(key)
+            if span is None:
+                continue
+            mine = np.arange(*span)
+            imgs = np.flatnonzero(self.key == key)
+            k = int(self.beam[imgs[0]])
+            p, w, s = parent[imgs, :k], token[imgs, :k], sel_cum[imgs, :k]
+            event = StepEvent(
+                t=t_before[imgs],
+                image=step.image_index[mine] - imgs[0],
+                beam=step.rows[mine] % c,
+                logprobs=live[mine],
+                attention=None if attention is None else attention[mine],
+                parent=p,
+                token=w,
+                token_logprob=np.where(np.isfinite(s), lp[imgs[:, None], p, column[imgs, :k]], NEG_INF),
+                cum=s,
+                eos_cum=eos_cum[imgs, :k],
+                done=self.done[imgs].copy(),
+            )
+            try:
+                observer(event)
+            except Exception as exc:
+                update.failed.setdefault(key, exc)
+
+    def _finished(self, update: StepUpdate) -> list[int]:
+        """The requests (in joining order) whose every image is done, but those that failed."""
         unfinished = set(self.key[~self.done].tolist())  # keys with an image still decoding
-        update.finished = [k for k in self.steps if k not in update.failed and k not in unfinished]
-        return update
+        return [k for k in self.steps if k not in update.failed and k not in unfinished]
 
     def _words(self, step: BatchRows, words: np.ndarray) -> np.ndarray:
         """[I, C, k + 1]: the word of each candidate column of each grid row (0 on dead rows)."""
