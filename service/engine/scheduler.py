@@ -23,7 +23,7 @@ import heapq
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -74,6 +74,10 @@ class Scheduler:
         self._banned = len(set(banned_ids))
         self._vocab = runner.vocab_size(captioner.name)
         self._waiting: list[tuple[int, int, Request]] = []  # heap of (priority, key, request)
+        self._n_waiting = 0  # requests of ``_waiting`` still WAITING (``queue_length``)
+        self._live: dict[int, Request] = {}  # every request waiting, encoding or decoding, by key
+        self._deadlines: list[tuple[float, int]] = []  # heap of (deadline, key) of ``_live``'s requests
+        self._gone: list[Request] = []  # requests whose caller stopped waiting (``submit``)
         self._encoding_requests: list[Request] = []
         self._encoded: list[Request] = []
         self._decoding: dict[int, Request] = {}
@@ -117,7 +121,7 @@ class Scheduler:
 
     @property
     def queue_length(self) -> int:
-        return sum(1 for *_, r in self._waiting if r.status is S.WAITING)
+        return self._n_waiting
 
     async def submit(
         self,
@@ -151,6 +155,9 @@ class Scheduler:
             observer=observer,
         )
         heapq.heappush(self._waiting, (int(priority), request.key, request))
+        self._n_waiting += 1
+        self._live[request.key] = request
+        heapq.heappush(self._deadlines, (request.deadline, request.key))
         self._gauge()
         self._wake.set()
         try:
@@ -161,6 +168,7 @@ class Scheduler:
         finally:
             if request.future.cancelled() or not request.future.done():
                 request.future.cancel()
+                self._gone.append(request)
                 self._wake.set()
 
     async def close(self) -> None:
@@ -259,28 +267,41 @@ class Scheduler:
     # -- stages ---------------------------------------------------------------------------------------
 
     def _expire(self) -> None:
-        """Release requests past their deadline or abandoned by their caller, from every stage."""
+        """Release requests past their deadline or abandoned by their caller, from every stage: the
+        deadlines from a heap (nothing to look at until the earliest passes), the abandoned among the
+        requests that hold rows by a look at each, the waiting ones as their callers stop waiting
+        (``submit``; ``_admit`` skips one whose caller stopped in between)."""
         now = time.monotonic()
-        stages: list[Iterable[Request]] = [
-            (r for *_, r in self._waiting),
-            self._encoding_requests,
-            self._encoded,
-            self._decoding.values(),
-        ]
         overdue, gone = [], []
-        for stage in stages:
+        seen: set[int] = set()
+        for request in self._gone:
+            if request.abandoned and request.key in self._live and request.key not in seen:
+                gone.append(request)
+                seen.add(request.key)
+        self._gone.clear()
+        for stage in (self._encoding_requests, self._encoded, self._decoding.values()):
             for request in stage:
-                if request.status.terminal:
-                    continue
-                if request.abandoned:
+                if request.abandoned and request.key not in seen:
                     gone.append(request)
-                elif now > request.deadline:
-                    overdue.append(request)
+                    seen.add(request.key)
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] < now:
+            _, key = heapq.heappop(deadlines)
+            request = self._live.get(key)
+            if request is None or request.status.terminal or key in seen:
+                continue
+            if request.abandoned:
+                gone.append(request)
+            elif now > request.deadline:
+                overdue.append(request)
+        if len(deadlines) > 2 * len(self._live) + 64:  # mostly requests that left: drop them
+            self._deadlines = [e for e in deadlines if e[1] in self._live]
+            heapq.heapify(self._deadlines)
         self._count_abandoned(overdue, "deadline")
         self._count_abandoned(gone, "disconnect")
         self._release(overdue, S.CANCELLED, TimeoutError("deadline exceeded"))
         self._release(gone, S.CANCELLED)
-        if any(r.status.terminal for *_, r in self._waiting):
+        if overdue or gone:
             self._waiting = [e for e in self._waiting if not e[2].status.terminal]
             heapq.heapify(self._waiting)
 
@@ -316,6 +337,11 @@ class Scheduler:
             if request.status.terminal:
                 heapq.heappop(self._waiting)
                 continue
+            if request.abandoned:  # its caller stopped waiting since ``_expire``
+                heapq.heappop(self._waiting)
+                self._count_abandoned([request], "disconnect")
+                self._release([request], S.CANCELLED)
+                continue
             fits = self._reserved_rows + request.rows <= self.settings.max_rows_per_step
             background = request.priority is Priority.BACKGROUND
             if background and users is None:
@@ -332,6 +358,7 @@ class Scheduler:
                 break  # the heap puts users first: whatever waits behind a background request is background
             heapq.heappop(self._waiting)
             request.status, request.holds_rows = S.ENCODING, True
+            self._n_waiting -= 1
             self._reserved_rows += request.rows
             self._background_rows += request.rows if background else 0
             admitted.append(request)
@@ -408,6 +435,9 @@ class Scheduler:
                     self._pace(request)
                 request.holds_rows = False
             self._decoding.pop(request.key, None)
+            self._live.pop(request.key, None)
+            if request.status is S.WAITING:
+                self._n_waiting -= 1
             request.status = status
         self._batch.discard(*(r.key for r in requests))
 
