@@ -287,13 +287,13 @@ class Scheduler:
         deadlines = self._deadlines
         while deadlines and deadlines[0][0] < now:
             _, key = heapq.heappop(deadlines)
-            request = self._live.get(key)
-            if request is None or request.status.terminal or key in seen:
+            late = self._live.get(key)
+            if late is None or late.status.terminal or key in seen:
                 continue
-            if request.abandoned:
-                gone.append(request)
-            elif now > request.deadline:
-                overdue.append(request)
+            if late.abandoned:
+                gone.append(late)
+            elif now > late.deadline:
+                overdue.append(late)
         if len(deadlines) > 2 * len(self._live) + 64:  # mostly requests that left: drop them
             self._deadlines = [e for e in deadlines if e[1] in self._live]
             heapq.heapify(self._deadlines)
