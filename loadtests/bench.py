@@ -26,6 +26,7 @@ import io
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager, ExitStack
@@ -390,6 +391,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for count, processes in [(c, n) for c in getattr(args, "gateways", None) or (1,) for n in splits]:
             with ExitStack() as gateways:
                 split_env = {**env, "COMPCAP_API_PROCESSES": str(processes)}
+                if processes > 1 and not os.environ.get("COMPCAP_STATE_URL", "default"):
+                    # the split's processes share their state: a store in this run's temporary folder
+                    folder = gateways.enter_context(tempfile.TemporaryDirectory(prefix="compcap-bench-"))
+                    split_env["COMPCAP_STATE_URL"] = f"sqlite:///{folder}/state.db"
                 started = [gateways.enter_context(Gateway(repo, split_env)) for _ in range(count)]
                 urls = [g.url for g in started]
                 # every process of each gateway: with --api-processes its HTTP processes and engine core
