@@ -51,7 +51,7 @@ WRONG: list[tuple[list[str], str]] = [
     (["import", "hf", MISSING, "--name", "x", "--repo", "TMP"], "snapshot"),
     (["import", "hf", "TMP", "--name", "x", "--repo", "TMP", "--held-out-pairs", MISSING],
      "--held-out-pairs"),
-    (["import", "hf", "TMP", "--name", "x", "--repo", "TMP", "--step", "kv"], "--step"),
+    (["import", "hf", "TMP", "--name", "x", "--repo", "TMP", "--step", "fastest"], "--step"),
     (["calibrate", "--repo", "TMP", "--quantile", "2"], "--quantile"),
     (["evaluate", "--repo", "TMP", "--data", "TMP", "--split", "systematicity"], "--group is required"),
     (["evaluate", "--url", "127.0.0.1:8080", "--data", "TMP", "--split", "full"], "--url"),
