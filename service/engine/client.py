@@ -17,7 +17,7 @@ import numpy as np
 
 from service.engine.limits import rows_for
 from service.engine.observer import StepObserver
-from service.engine.params import SearchParams
+from service.engine.params import InvalidParameterError, SearchParams
 from service.engine.request import Priority
 from service.engine.rerank import Caption
 from service.manifest import Manifest
@@ -62,6 +62,23 @@ class EngineClient(Protocol):
     async def close(self) -> None: ...
 
 
+def check_request(
+    manifest: Manifest, settings: EngineSettings, images: np.ndarray, params: SearchParams
+) -> None:
+    """Refuse a caption request the engine cannot take, on either side of a process boundary: images
+    that are not uint8 [B>=1, H, W, 3] at the repository's size (``ValueError``), or more rows than a
+    step call holds (``InvalidParameterError`` on ``beam_size``)."""
+    h, w = manifest.image.height, manifest.image.width
+    if images.dtype != np.uint8 or images.ndim != 4 or images.shape[1:] != (h, w, 3) or not len(images):
+        raise ValueError(f"images must be uint8 [B>=1, {h}, {w}, 3], got {images.dtype} {images.shape}")
+    rows = params.rows(len(images))
+    if rows > settings.max_rows_per_step:
+        raise InvalidParameterError(
+            "beam_size",
+            f"images × beam_size = {rows} exceeds the scheduler's max_rows = {settings.max_rows_per_step}",
+        )
+
+
 async def caption_in_parts(
     caption: Callable[..., Awaitable[Any]],
     settings: EngineSettings,
@@ -91,4 +108,4 @@ async def caption_in_parts(
     return [per for results in done for per in results]
 
 
-__all__ = ["EngineClient", "caption_in_parts"]
+__all__ = ["EngineClient", "caption_in_parts", "check_request"]

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from service.backends.base import BackendError
-from service.engine.client import caption_in_parts
+from service.engine.client import caption_in_parts, check_request
 from service.engine.engine import CaptionOutput
 from service.engine.observer import StepEvent, StepObserver
 from service.engine.params import (
@@ -157,16 +157,7 @@ class RemoteEngine:
         priority: Priority = Priority.USER,
         observer: StepObserver | None = None,
     ) -> CaptionOutput:
-        h, w = self.manifest.image.height, self.manifest.image.width
-        if images.dtype != np.uint8 or images.ndim != 4 or images.shape[1:] != (h, w, 3) or not len(images):
-            raise ValueError(f"images must be uint8 [B>=1, {h}, {w}, 3], got {images.dtype} {images.shape}")
-        rows = params.rows(len(images))
-        if rows > self.settings.max_rows_per_step:
-            raise InvalidParameterError(
-                "beam_size",
-                f"images × beam_size = {rows} exceeds the scheduler's max_rows = "
-                f"{self.settings.max_rows_per_step}",
-            )
+        check_request(self.manifest, self.settings, images, params)
         options = params.options()
         writer = self._writer
         if writer is None or not self.connected or writer.is_closing():

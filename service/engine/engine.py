@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 
 from service.backends.base import Backend
-from service.engine.client import caption_in_parts
+from service.engine.client import caption_in_parts, check_request
 from service.engine.domain import DomainModel
 from service.engine.limits import QueueFullError
 from service.engine.observer import StepObserver
-from service.engine.params import InvalidParameterError, OverloadedError, SearchParams, resolve_params
+from service.engine.params import OverloadedError, SearchParams, resolve_params
 from service.engine.request import Priority
 from service.engine.rerank import Caption, order_captions
 from service.engine.runner import ModelRunner, prepare_images
@@ -156,16 +156,7 @@ class CaptionEngine:
     ) -> CaptionOutput:
         """Caption uint8 [B, H, W, 3] images within ``timeout_s`` (default: the request deadline;
         ``TimeoutError`` after it). ``observer`` gets this request's ``StepEvent`` at every step."""
-        h, w = self.manifest.image.height, self.manifest.image.width
-        if images.dtype != np.uint8 or images.ndim != 4 or images.shape[1:] != (h, w, 3) or not len(images):
-            raise ValueError(f"images must be uint8 [B>=1, {h}, {w}, 3], got {images.dtype} {images.shape}")
-        rows = params.rows(len(images))
-        if rows > self.settings.max_rows_per_step:
-            raise InvalidParameterError(
-                "beam_size",
-                f"images × beam_size = {rows} exceeds the scheduler's max_rows = "
-                f"{self.settings.max_rows_per_step}",
-            )
+        check_request(self.manifest, self.settings, images, params)
         timeout = self.settings.request_deadline_s if timeout_s is None else timeout_s
         alone = not self.settings.cross_request_batching
         scheduler = self._new_scheduler(params.model) if alone else self.scheduler(params.model)
