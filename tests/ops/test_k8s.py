@@ -389,6 +389,7 @@ def gateway_app() -> Iterator[SimpleNamespace]:
         metrics=Metrics(),
         engine=None,
         backend=None,
+        devices={},
         manifest=None,
         vocab=None,
         state=StateStore(""),  # a real store, in memory (never opened: the lifespan does not run)
