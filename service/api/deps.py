@@ -84,9 +84,14 @@ class Runtime:
         if self.engine is not None:
             return
         if self.settings.engine_socket:  # the models are the engine core's: call it
-            self.remote = RemoteEngine(self.settings.engine_socket, self.manifest, self.vocab, self.settings)
+            self.remote = RemoteEngine(
+                self.settings.engine_socket,
+                self.manifest,
+                self.vocab,
+                self.settings,
+                on_connected=lambda up: self.metrics.ready.set(1 if up else 0),  # ready while it answers
+            )
             self.engine = self.remote
-            self.metrics.ready.set(1)
             self.remote.start()
             return
         start = time.perf_counter()

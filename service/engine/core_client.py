@@ -97,10 +97,16 @@ class _Pending:
 
 class RemoteEngine:
     """``EngineClient`` of an engine core at ``path`` (see module docstring). ``connected`` says
-    whether the core answers now; ``devices`` and ``backend`` are what it said when it did."""
+    whether the core answers now; ``devices`` and ``backend`` are what it said when it did;
+    ``on_connected(bool)`` is called as that changes (the gateway's ``compcap_ready`` gauge)."""
 
     def __init__(
-        self, path: str | Path, manifest: Manifest, vocab: Vocabulary, settings: EngineSettings
+        self,
+        path: str | Path,
+        manifest: Manifest,
+        vocab: Vocabulary,
+        settings: EngineSettings,
+        on_connected: Callable[[bool], object] | None = None,
     ) -> None:
         self.path = Path(path)
         self.manifest = manifest
@@ -115,6 +121,7 @@ class RemoteEngine:
         self._connected = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
+        self._on_connected = on_connected
 
     @property
     def connected(self) -> bool:
@@ -209,6 +216,8 @@ class RemoteEngine:
 
     def _drop(self, error: Exception) -> None:
         """Fail every request waiting for an answer (the connection is gone)."""
+        if self._connected.is_set() and self._on_connected is not None:
+            self._on_connected(False)
         self._connected.clear()
         pending, self._pending = self._pending, {}
         for entry in pending.values():
@@ -243,6 +252,8 @@ class RemoteEngine:
         self.devices, self.backend, self.core_pid = dict(first.devices), first.backend, first.pid
         self._writer = writer
         self._connected.set()
+        if self._on_connected is not None:
+            self._on_connected(True)
         log.info("connected to engine core %d at %s", first.pid, self.path)
         while (message := await read_message(reader)) is not None:
             self._dispatch(message)

@@ -91,7 +91,8 @@ def test_the_remote_engine_captions_as_the_engine_does(tiny_repo: Path) -> None:
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / "core.sock"
             core = EngineCore(engine, "onnxruntime", backend.devices)
-            remote = RemoteEngine(path, manifest, vocab, settings)
+            states: list[bool] = []
+            remote = RemoteEngine(path, manifest, vocab, settings, on_connected=states.append)
             assert not await remote.wait_connected(0.2)
             with pytest.raises(BackendError) as away:
                 await remote.caption(images, remote.resolve())
@@ -139,6 +140,7 @@ def test_the_remote_engine_captions_as_the_engine_does(tiny_repo: Path) -> None:
             core = EngineCore(engine, "onnxruntime", backend.devices)
             await core.start(path)  # and comes back: the client reconnects by itself
             assert await remote.wait_connected(10)
+            assert states == [True, False, True], "the gateway's ready gauge follows the core"
             again = await remote.caption(images, remote.resolve())
             assert tokens(again) == tokens(await engine.caption(images, remote.resolve()))
             await remote.close()
