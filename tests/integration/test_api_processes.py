@@ -8,6 +8,7 @@ ephemeral port, always torn down (``service.gateway.split``).
   with the captions of the embedded backend.
 - SIGKILL of the engine core under load: every request is answered (200, or 503 with Retry-After
   while the core is away), none waits past its deadline, and captions come back by themselves.
+- An API process that dies is replaced.
 - SIGTERM drains: the captions in flight are answered 200, then every process exits."""
 
 from __future__ import annotations
@@ -238,6 +239,25 @@ def test_a_killed_engine_core_gives_503_then_captions_again(split: tuple[str, An
     back = [start for code, start, _, _ in seen if code == 200 and start > killed_at[0]]
     assert back and min(back) - killed_at[0] < 10, "captions did not come back within 10 s"
     assert core_pid(proc.pid) != first
+
+
+def test_an_api_process_that_dies_is_replaced(split: tuple[str, Any]) -> None:
+    url, proc = split
+    image = png(np.random.default_rng(6).integers(0, 256, (96, 96, 3), dtype=np.uint8))
+
+    def workers() -> set[int]:
+        return {pid for pid, cmd in children(proc.pid).items() if "spawn_main" in cmd}
+
+    before = workers()
+    assert len(before) == 2, children(proc.pid)
+    os.kill(min(before), signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while len(workers() - before) < 1 or len(workers()) < 2:
+        assert time.monotonic() < deadline, f"not replaced: {children(proc.pid)}"
+        time.sleep(0.1)
+    for _ in range(4):  # both processes answer (the new one once its app has started)
+        r = httpx.post(f"{url}/v1/captions", json={"images": [image], "beam_size": 2}, timeout=60)
+        assert r.status_code == 200, r.text
 
 
 def test_sigterm_answers_the_captions_in_flight_then_every_process_exits(split: tuple[str, Any]) -> None:
