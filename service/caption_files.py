@@ -1,11 +1,15 @@
 """``compcap caption IMAGE…``: one-off captions of local image files, one line per image
-(``path: caption``). Without ``--url`` the engine runs in this process on a repository (``--repo``,
-default ``model_repo``); with ``--url`` each image is posted to a running gateway's ``/v1/captions``."""
+(``path: caption``), and a warning on stderr for an image unlike those the captioner was made for (the
+API's ``in_domain`` false); ``--json`` prints the API's answer instead, one JSON object per image. Without
+``--url`` the engine runs in this process on a repository (``--repo``, default ``model_repo``); with
+``--url`` each image is posted to a running gateway's ``/v1/captions``."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,16 +25,36 @@ def caption_files(args: argparse.Namespace) -> int:
     paths = list(args.images)
     options = {"model": args.model, "beam_size": args.beam_size, "rerank": args.rerank}
     options = {name: value for name, value in options.items() if value is not None}
+    as_json = bool(getattr(args, "json", False))
     if args.url:
-        return caption_remote(args.url, paths, options, args.api_key)
-    captions = caption_local(Path(args.repo or "model_repo"), paths, options)
-    for path, caption in zip(paths, captions, strict=True):
-        print(f"{path}: {caption}")
+        return caption_remote(args.url, paths, options, args.api_key, as_json)
+    for path, answer in zip(
+        paths, caption_local(Path(args.repo or "model_repo"), paths, options), strict=True
+    ):
+        show(path, answer, as_json)
     return 0
 
 
-def caption_local(repo: Path, paths: Sequence[str], options: dict[str, Any]) -> list[str]:
-    """The best caption of each file, decoded in this process on ``repo``."""
+def show(path: str, answer: dict[str, Any], as_json: bool) -> None:
+    """One image's answer (the API's ``CaptionResponse`` as JSON data): the JSON itself, or ``path:
+    caption`` with a warning on stderr when the image is out of domain."""
+    if as_json:
+        print(json.dumps(answer), flush=True)
+        return
+    results = answer["results"]
+    print(f"{path}: {results[0]['caption'] if results else ''}", flush=True)
+    if results and results[0].get("in_domain") is False:
+        score = results[0].get("domain_score")
+        print(
+            f"compcap caption: warning: {path} is unlike the images {answer['model']} was made for "
+            f"(domain score {score}, in domain <= 1): its caption may mean little",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def caption_local(repo: Path, paths: Sequence[str], options: dict[str, Any]) -> list[dict[str, Any]]:
+    """The API's answer for each file (one image each), decoded in this process on ``repo``."""
     import asyncio
 
     import numpy as np
@@ -55,20 +79,33 @@ def caption_local(repo: Path, paths: Sequence[str], options: dict[str, Any]) -> 
     except ImageError as exc:
         raise UsageError(exc.message) from None
 
-    async def run() -> list[str]:
+    from service.gateway.shape import caption_response
+
+    async def run() -> list[dict[str, Any]]:
         async with await CaptionEngine.from_repo(repo) as engine:
             try:
                 params = engine.resolve(**options)
             except EngineError as exc:
                 raise UsageError(f"{FLAGS.get(exc.field, exc.field)}: {exc.message}") from None
-            results = await engine.caption_many(images, params, priority=Priority.USER)
-        return [per[0].text if per else "" for per in results]
+
+            async def one(i: int) -> dict[str, Any]:
+                start = time.perf_counter()
+                out = await engine.caption(
+                    images[i : i + 1], params, timeout_s=3600.0, priority=Priority.USER
+                )
+                ms = (time.perf_counter() - start) * 1e3
+                answer: dict[str, Any] = caption_response(out, None, 0.0, ms).model_dump(mode="json")
+                return answer
+
+            return list(await asyncio.gather(*(one(i) for i in range(len(images)))))
 
     return asyncio.run(run())
 
 
-def caption_remote(url: str, paths: Sequence[str], options: dict[str, Any], api_key: str | None) -> int:
-    """Post each file to the gateway at ``url`` and print ``path: caption`` as each answer comes."""
+def caption_remote(
+    url: str, paths: Sequence[str], options: dict[str, Any], api_key: str | None, as_json: bool = False
+) -> int:
+    """Post each file to the gateway at ``url`` and print each answer as it comes (``show``)."""
     import httpx
 
     query = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in options.items()}
@@ -86,8 +123,7 @@ def caption_remote(url: str, paths: Sequence[str], options: dict[str, Any], api_
                 return FAILURE
             if response.status_code >= 400:
                 raise UsageError(_answer(url, path, response))
-            results = response.json()["results"]
-            print(f"{path}: {results[0]['caption'] if results else ''}", flush=True)
+            show(path, response.json(), as_json)
     return 0
 
 

@@ -301,6 +301,12 @@ def _caption_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("COMPCAP_API_KEY"),
         help="with --url: sent as 'Authorization: Bearer KEY' (default: COMPCAP_API_KEY)",
     )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the API's answer for each image (one JSON object per line): every caption, its "
+        "scores and whether the image is in domain",
+    )
 
 
 def _caption(args: argparse.Namespace) -> int:

@@ -249,6 +249,11 @@ class GatewaySettings(Section):
         "human-readable lines; auto: text when stderr is a terminal, else json",
     )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    cors_origins: str = Field(
+        default="",
+        description="comma-separated origins whose pages may call the API from a browser "
+        "(https://app.example.org; '*' for any, without credentials); '' = none (no CORS headers)",
+    )
     api_processes: int = Field(
         default=1,
         ge=1,

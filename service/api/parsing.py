@@ -84,7 +84,8 @@ async def request_parts(request: Request, settings: Settings, max_files: int) ->
         raise ApiError(
             415,
             "unsupported_media_type",
-            f"content type {content_type!r}: use multipart/form-data or application/json",
+            f"content type {content_type!r}: use multipart/form-data or application/json (captions also "
+            "take a raw image body: image/* or application/octet-stream)",
         )
     form = content_type == "multipart/form-data"
     items: list[tuple[str, UploadFile | str]] = []
@@ -112,8 +113,33 @@ async def request_parts(request: Request, settings: Settings, max_files: int) ->
                 await value.close()
 
 
+def is_raw_image(content_type: str) -> bool:
+    """A body that is one image's bytes (``curl --data-binary @img.png -H 'content-type: image/png'``)."""
+    return content_type.startswith("image/") or content_type == "application/octet-stream"
+
+
+async def read_raw_image(request: Request, settings: Settings) -> bytes:
+    """The body as one image's bytes, within ``max_upload_bytes`` (413) and the request deadline between
+    its parts (408); an empty body is a 422 ``no_image``."""
+    limit = settings.max_upload_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, "request_too_large", f"the image is {declared} bytes; the limit is {limit}")
+    async with aclosing(bounded_stream(request.stream(), limit, settings.request_deadline_s)) as stream:
+        body = b"".join([chunk async for chunk in stream])
+    if not body:
+        raise ApiError(422, "no_image", "the request body is empty: send the image's bytes", field="image")
+    return body
+
+
 async def read_caption_request(request: Request, settings: Settings) -> tuple[list[bytes], CaptionOptions]:
+    """The images and options of a caption request: multipart uploads, JSON with base64 images, or a
+    raw image body (``image/*`` or ``application/octet-stream``) with the options in the query."""
     query: dict[str, Any] = dict(request.query_params)  # bounded by QueryLimitMiddleware
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if is_raw_image(content_type):
+        blob = await read_raw_image(request, settings)
+        return [blob], validate(CaptionOptions, query)
     async with request_parts(request, settings, 4 * settings.max_images_per_request + 8) as parts:
         if parts.form:
             check_count(len(parts.uploads), settings.max_images_per_request)

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 
 from service.api.deps import Runtime
 from service.api.handlers import install_error_handlers
@@ -86,3 +87,13 @@ def _add_middleware(app: FastAPI, runtime: Runtime) -> None:
         )
     # outermost: 4xx from the limits above get ids, log lines and latency observations too
     app.add_middleware(RequestLogMiddleware, metrics=runtime.metrics)
+    origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
+    if origins:  # a page on another origin may call the API (preflights answered before anything else)
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["authorization", "content-type", "x-request-id"],
+            expose_headers=["x-request-id", "retry-after", "location"],
+            max_age=600,
+        )

@@ -76,8 +76,11 @@ def caption_operation() -> dict[str, Any]:
         "parameters": parameters,
         "requestBody": {
             "required": True,
-            "description": "images and options: multipart uploads, or JSON with base64 images",
+            "description": "images and options: multipart uploads, JSON with base64 images, or one image's "
+            "raw bytes (image/*, application/octet-stream) with the options in the query",
             "content": {
+                "image/*": {"schema": {"type": "string", "format": "binary"}},
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
                 "multipart/form-data": {
                     "schema": {"$ref": REF.format(model=MULTIPART)},
                     "encoding": {

@@ -46,7 +46,7 @@ _CAPTION_ERRORS: dict[int | str, dict[str, Any]] = {
         404: "unknown model or ranker",
         413: "image, body, form field or JSON over its limit",
         414: "query string over its limit",
-        415: "neither multipart/form-data nor application/json",
+        415: "not multipart/form-data, application/json, image/* or application/octet-stream",
         422: "invalid option, hook or parameter; no image or too many",
         499: "the client closed the connection",
         502: "the model backend failed",
@@ -62,7 +62,7 @@ _CAPTION_ERRORS: dict[int | str, dict[str, Any]] = {
     response_model=CaptionResponse,
     responses=_CAPTION_ERRORS,
     openapi_extra=caption_operation(),
-    summary="Caption images (multipart field `image`, repeatable, or JSON `images` in base64)",
+    summary="Caption images (multipart `image`, repeatable; JSON `images` in base64; a raw image body)",
     description=CaptionOptions.__doc__,
 )
 async def captions(request: Request, access: CaptionAccessDep, background: BackgroundTasks) -> Response:

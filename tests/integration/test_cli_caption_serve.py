@@ -4,13 +4,16 @@ exit 2, before anything is loaded."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from service.cli import main
 from tests.integration.conftest import ROOT
@@ -39,6 +42,29 @@ def test_caption_in_process_and_on_a_gateway_agree(
     for image in images:  # one image each way: the same batch, the same beams
         assert main(["caption", image, "--repo", str(tiny_repo), "--beam-size", "3"]) == 0
         assert _lines(capsys.readouterr().out)[image] == remote[image]
+
+
+def test_caption_json_is_the_apis_answer_and_noise_is_flagged(
+    tiny_repo: Path, server: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--json``: one API answer per image, the same in process and from a gateway; the plain form warns
+    on stderr when an image is out of domain (uniform noise, on the calibrated shipped repository)."""
+    image = _images(tiny_repo, 1)[0]
+    assert main(["caption", image, "--repo", str(tiny_repo), "--beam-size", "3", "--json"]) == 0
+    local = json.loads(capsys.readouterr().out)
+    assert main(["caption", image, "--url", server, "--beam-size", "3", "--json"]) == 0
+    remote = json.loads(capsys.readouterr().out)
+    assert local["results"][0]["captions"] == remote["results"][0]["captions"]
+    assert local["beam_size"] == remote["beam_size"] == 3 and local["model"] == remote["model"]
+    noise = tmp_path / "noise.png"
+    rng = np.random.default_rng(0)
+    Image.fromarray(rng.integers(0, 256, (96, 96, 3), dtype=np.uint8)).save(noise)
+    assert main(["caption", str(noise), "--repo", str(ROOT / "model_repo")]) == 0
+    out = capsys.readouterr()
+    assert out.out.startswith(f"{noise}: ") and "warning" in out.err and "unlike the images" in out.err
+    assert main(["caption", str(noise), "--repo", str(ROOT / "model_repo"), "--json"]) == 0
+    flagged = json.loads(capsys.readouterr().out)["results"][0]
+    assert flagged["in_domain"] is False and flagged["domain_score"] > 1
 
 
 def test_caption_refusals_are_one_line(
