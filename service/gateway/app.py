@@ -20,6 +20,7 @@ from service.api.requestlog import RequestLogMiddleware
 from service.backends.base import Backend
 from service.gateway.docs import install_docs
 from service.gateway.features import installs
+from service.gateway.hf_task import router as hf_router
 from service.gateway.openapi import TAGS, install_openapi
 from service.gateway.routes import router
 from service.settings import Settings
@@ -59,6 +60,7 @@ def create_app(
     app.state.runtime = runtime
     install_error_handlers(app, runtime.metrics)
     app.include_router(router)
+    app.include_router(hf_router)  # POST /: the Hugging Face image-to-text task (huggingface_hub's client)
     for install in installs(settings):
         install(app, runtime)
     install_docs(app)

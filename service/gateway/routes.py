@@ -12,7 +12,7 @@ import numpy as np
 from fastapi import APIRouter, BackgroundTasks, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from service.api.auth import CaptionAccessDep
+from service.api.auth import CaptionAccess, CaptionAccessDep
 from service.api.deps import RuntimeDep
 from service.api.disconnect import ClientDisconnected, unless_disconnected
 from service.api.errors import ApiError
@@ -69,12 +69,33 @@ async def captions(request: Request, access: CaptionAccessDep, background: Backg
     """The answer is a ``CaptionResponse``, validated once as it is built and written by pydantic's JSON
     encoder: not validated again and walked by ``jsonable_encoder`` as a returned model would be (about
     95 against 13 µs per answer); ``response_model`` documents it."""
-    runtime, engine = access.runtime, access.engine
-    settings = runtime.settings
     start = time.perf_counter()
+    settings = access.runtime.settings
     try:
         async with asyncio.timeout(settings.request_deadline_s):
             blobs, options = await read_caption_request(request, settings)
+    except TimeoutError:
+        raise ApiError(
+            504, "deadline_exceeded", f"the request took longer than {settings.request_deadline_s} s"
+        ) from None
+    images, decoded, out, original = await caption_blobs(request, access, blobs, options, start)
+    for listener in access.runtime.after_caption:  # e.g. the shadow comparison, once the response is out
+        background.add_task(listener, access.engine, images, out)
+    answer = caption_response(out, original, (decoded - start) * 1e3, (time.perf_counter() - start) * 1e3)
+    return Response(answer.model_dump_json(), media_type="application/json")
+
+
+async def caption_blobs(
+    request: Request, access: CaptionAccess, blobs: list[bytes], options: CaptionOptions, start: float
+) -> tuple[np.ndarray, float, CaptionOutput, list[list[Caption]] | None]:
+    """Caption the encoded images ``blobs`` with ``options`` (what every caption route does once it has
+    read its body): resolved, checked, decoded off the loop, captioned (with the original captions of a
+    hook that asks for them) within what is left of the request deadline since ``start``; a caller who
+    leaves stops the work (499). (images, when they were decoded, the output, the original captions)."""
+    runtime, engine = access.runtime, access.engine
+    settings = runtime.settings
+    try:
+        async with asyncio.timeout(max(settings.request_deadline_s - (time.perf_counter() - start), 0.001)):
             params, original_params = resolve_with_original(engine, options.engine_kwargs())
             annotate(model=params.model, ranker=params.ranker, beam_size=params.beam_size, images=len(blobs))
             check_uploads(blobs, max_bytes=settings.max_upload_bytes)  # junk costs no thread hop
@@ -92,17 +113,13 @@ async def captions(request: Request, access: CaptionAccessDep, background: Backg
 
             # a caller that leaves stops the work at once: before its images are decoded, while it
             # waits for admission, or at the next decoding step
-            images, decoded, out, original = await unless_disconnected(request, decode_and_caption())
+            return await unless_disconnected(request, decode_and_caption())
     except ClientDisconnected:
         raise ApiError(499, "client_disconnected", "the client closed the connection") from None
     except TimeoutError:
         raise ApiError(
             504, "deadline_exceeded", f"the request took longer than {settings.request_deadline_s} s"
         ) from None
-    for listener in runtime.after_caption:  # e.g. the shadow comparison, once the response is out
-        background.add_task(listener, engine, images, out)
-    answer = caption_response(out, original, (decoded - start) * 1e3, (time.perf_counter() - start) * 1e3)
-    return Response(answer.model_dump_json(), media_type="application/json")
 
 
 @router.get("/v1/models", tags=["models"], response_model=ModelsListing)
