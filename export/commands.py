@@ -170,7 +170,7 @@ def _probeset_arguments(parser: argparse.ArgumentParser) -> None:
         "--repo",
         type=existing_dir,
         default=None,
-        help="a model repository: write the set into it and list it in its manifest (the gateway's probes "
+        help="a model repository: write the set into it and list it in its probe index (the gateway's probes "
         "serve it as probe_set <name>; a set of the same name is replaced)",
     )
     parser.add_argument(
@@ -507,7 +507,7 @@ COMMANDS: CommandTable = {
         _upgrade,
     ),
     "probesets": Command(
-        "(re)write the SceneWorld probe sets of a built repository and list them in its manifest",
+        "(re)write the SceneWorld probe sets of a built repository and list them in its probe index",
         _probesets_arguments,
         _probesets,
     ),

@@ -19,6 +19,7 @@ a repository's steps).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal, get_args
@@ -26,6 +27,10 @@ from typing import Literal, get_args
 from pydantic import BaseModel, Field, model_validator
 
 MANIFEST_NAME = "manifest.json"
+# the probe sets written into an already built repository (``compcap probesets``/``probeset --repo``) are
+# listed here, beside them, not in manifest.json: registering them leaves the repository's own files (and
+# a checkout of the shipped one) unchanged
+PROBE_INDEX = "probes/index.json"
 FORMAT_VERSION = 1  # what a build writes: every captioner on the shared encoder and the word vocabulary
 FORMAT_VERSIONS = (1, 2)  # 2: with captioners of their own encoder or tokenizer (compcap import)
 
@@ -453,6 +458,52 @@ class Manifest(BaseModel):
         raise KeyError(name)
 
 
+def repo_version(repo: str | Path) -> str:
+    """What a running gateway serves of ``repo``, as 16 hex characters: the sha256 of its manifest.json
+    and its probe index (``PROBE_INDEX``; absent = empty). Importing or quantizing a model, or building
+    probe sets, changes it."""
+    digest = hashlib.sha256((Path(repo) / MANIFEST_NAME).read_bytes())
+    index = Path(repo) / PROBE_INDEX
+    digest.update(b"\0" + (index.read_bytes() if index.is_file() else b""))
+    return digest.hexdigest()[:16]
+
+
+def same_models(a: Manifest, b: Manifest) -> bool:
+    """Whether ``a`` and ``b`` describe the same models (they may list other probe sets)."""
+    return a.model_dump(exclude={"probe_sets"}) == b.model_dump(exclude={"probe_sets"})
+
+
 def load_manifest(repo: str | Path) -> Manifest:
     path = Path(repo) / MANIFEST_NAME
     return Manifest.model_validate_json(path.read_text(encoding="utf-8"))
+
+
+class ProbeIndex(BaseModel):
+    """``<repo>/probes/index.json``: the probe sets registered after the repository was built."""
+
+    format: Literal[1] = 1
+    probe_sets: list[ProbeSetEntry] = Field(default_factory=list)
+
+
+def load_probe_index(repo: str | Path) -> list[ProbeSetEntry]:
+    """The probe sets ``<repo>/probes/index.json`` lists (none when it does not exist)."""
+    path = Path(repo) / PROBE_INDEX
+    if not path.is_file():
+        return []
+    return ProbeIndex.model_validate_json(path.read_text(encoding="utf-8")).probe_sets
+
+
+def repo_probe_set_entries(repo: str | Path, manifest: Manifest) -> list[ProbeSetEntry]:
+    """Every probe set of the repository: the manifest's (written by its build), then those of its probe
+    index; an index entry replaces the manifest's of the same name (the set was rewritten)."""
+    registered = load_probe_index(repo)
+    names = {e.name for e in registered}
+    return [e for e in manifest.probe_sets if e.name not in names] + registered
+
+
+def repo_probe_set_entry(repo: str | Path, manifest: Manifest, name: str) -> ProbeSetEntry:
+    """The repository's probe set ``name`` (``KeyError`` when it has none of that name)."""
+    for entry in repo_probe_set_entries(repo, manifest):
+        if entry.name == name:
+            return entry
+    raise KeyError(name)

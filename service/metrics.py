@@ -32,6 +32,7 @@ READY = "compcap_ready"
 QUEUE_CAPACITY = "compcap_queue_capacity"
 REQUEST_DEADLINE = "compcap_request_deadline_seconds"
 BUILD_INFO = "compcap_build_info"
+REPO_RELOADS = "compcap_repo_reloads"
 MODEL_DEVICE = "compcap_model_device_info"
 DIGEST_CHARS = 12  # model_repo_digest: the first hex characters of the manifest's sha256
 
@@ -140,6 +141,13 @@ class Metrics:
             multiprocess_mode="max",
             registry=r,
         )
+        self.repo_reloads = Counter(
+            REPO_RELOADS,
+            "Repository reloads while serving (COMPCAP_REPO_WATCH_S, POST /v1/admin/reload), by outcome: "
+            "models (loaded again), manifest (probe sets only), failed (the old one goes on serving)",
+            ["outcome"],
+            registry=r,
+        )
         self.build_info = Gauge(
             BUILD_INFO,
             "1, labelled with the package version and the served repository's manifest digest",
@@ -162,6 +170,7 @@ class Metrics:
         ``DIGEST_CHARS`` hex characters of the sha256 of ``repo``'s manifest.json bytes, so that a
         rollout (two versions or two repositories serving at once) shows on the dashboard."""
         digest = hashlib.sha256((Path(repo) / manifest.MANIFEST_NAME).read_bytes()).hexdigest()[:DIGEST_CHARS]
+        self.build_info.clear()  # a reload: the repository served now only
         self.build_info.labels(version=__version__, model_repo_digest=digest).set(1)
 
     def exposition(self) -> bytes:

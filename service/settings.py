@@ -295,6 +295,15 @@ class GatewaySettings(Section):
         description="time to live of the probe schedule's lease: how "
         "soon another replica takes the schedule over from one that died",
     )
+    repo_watch_s: float = Field(
+        default=2.0,
+        ge=0.0,
+        le=3600.0,
+        description="how often (seconds) the gateway looks for a changed repository (manifest.json, "
+        "probes/index.json: a model imported or quantized, probe sets built) and, through the state store, "
+        "for reloads asked of another replica; what changed is served without a restart. 0 = never "
+        "(POST /v1/admin/reload still reloads at once)",
+    )
 
     @field_validator("features")
     @classmethod

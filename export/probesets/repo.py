@@ -3,8 +3,8 @@ into the staging repository, or by ``compcap probesets --repo DIR`` into an alre
 retraining). The training references (CIDEr-D document frequencies, synonym counts) are the ``train``
 set of the split the repository's default captioner was trained on (``systematicity/<g>`` or ``full``
 of the training world ``<repo>.work/data/train``); for the zoo that is the group-1 split of ``butr_g1``.
-``register_probe_sets`` lists sets written under a repository (these, or ``compcap probeset --repo``'s
-from a COCO-format folder) in its manifest."""
+``register_probe_sets`` lists sets written under a built repository (these, or ``compcap probeset
+--repo``'s from a COCO-format folder) in its probe index, ``<repo>/probes/index.json``."""
 
 from __future__ import annotations
 
@@ -21,7 +21,15 @@ from export.presets import Preset, get_preset
 from export.probesets import KINDS
 from export.probesets.sceneworld import sceneworld_probe_sets
 from export.progress import stages
-from service.manifest import MANIFEST_NAME, Manifest, ProbeSetEntry, load_manifest
+from service.manifest import (
+    MANIFEST_NAME,
+    PROBE_INDEX,
+    Manifest,
+    ProbeIndex,
+    ProbeSetEntry,
+    load_manifest,
+    load_probe_index,
+)
 
 
 def preset_probe_sets(
@@ -73,7 +81,7 @@ def add_probe_sets(
     repo: Path, work: Path | None = None, kinds: Sequence[str] = KINDS, preset: str | None = None
 ) -> dict[str, Any]:
     """``compcap probesets --repo DIR``: (re)write the SceneWorld probe sets of a built repository and
-    list them in its manifest (entries of the same names are replaced)."""
+    list them in its probe index (entries of the same names are replaced)."""
     repo = Path(repo)
     manifest = load_manifest(repo)
     work = Path(work) if work is not None else repo.with_name(repo.name + ".work")
@@ -96,7 +104,7 @@ def add_probe_sets(
             kinds,
             on_kind=lambda kind: stage(f"{kind} probe set"),
         )
-        stage("manifest")
+        stage("probe index")
         register_probe_sets(repo, entries, manifest)
     summary = {
         "repo": str(repo),
@@ -128,24 +136,32 @@ def render_training_world(repo: Path, work: Path, preset: str) -> None:
 
 def register_probe_sets(
     repo: Path, entries: Sequence[ProbeSetEntry], manifest: Manifest | None = None
-) -> Manifest:
-    """List ``entries`` (probe sets already written under ``repo``) in its manifest, replacing entries of
-    the same names: the gateway's probes (``GET /v1/probe-sets``, ``probe_set`` of ``POST /v1/probes``)
-    serve them from its next start. Returns the manifest written."""
+) -> list[ProbeSetEntry]:
+    """List ``entries`` (probe sets already written under ``repo``) in its probe index
+    (``<repo>/probes/index.json``; manifest.json is left as it is), replacing entries of the same names:
+    a running gateway serves them (``GET /v1/probe-sets``, ``probe_set`` of ``POST /v1/probes``) once it
+    sees the repository change (``COMPCAP_REPO_WATCH_S``) or is told to (``POST /v1/admin/reload``).
+    Returns the index written."""
     repo = Path(repo)
-    manifest = manifest if manifest is not None else load_manifest(repo)
+    if manifest is None:
+        load_manifest(repo)  # it is a model repository
     for entry in entries:
         if Path(entry.path).is_absolute() or ".." in Path(entry.path).parts:
             raise ValueError(f"probe set {entry.name!r}: path {entry.path!r} is not inside the repository")
     names = {e.name for e in entries}
-    manifest.probe_sets = [e for e in manifest.probe_sets if e.name not in names] + list(entries)
-    write_manifest(repo, manifest)
-    return manifest
+    index = [e for e in load_probe_index(repo) if e.name not in names] + list(entries)
+    _replace(repo / PROBE_INDEX, ProbeIndex(probe_sets=index).model_dump_json(indent=2))
+    return index
 
 
 def write_manifest(repo: Path, manifest: Manifest) -> None:
     """Replace ``<repo>/manifest.json`` atomically."""
-    path = Path(repo) / MANIFEST_NAME
-    tmp = path.with_name(f".{MANIFEST_NAME}.tmp")
-    tmp.write_text(manifest.model_dump_json(indent=2), encoding="utf-8")
+    _replace(Path(repo) / MANIFEST_NAME, manifest.model_dump_json(indent=2))
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write ``path`` atomically: a reader (a running gateway) sees the old file or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)

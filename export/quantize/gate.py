@@ -23,7 +23,7 @@ from export.quantize.common import (
 )
 from export.quantize.variants import affects, engine_captions, with_variants
 from service.engine.engine import CaptionEngine
-from service.manifest import Manifest, PrecisionGate, PrecisionVariant
+from service.manifest import Manifest, PrecisionGate, PrecisionVariant, repo_probe_set_entry
 from service.text.vocabulary import Vocabulary
 
 
@@ -152,7 +152,7 @@ async def _systematicity(
     from service.probes.parser import PairParser
     from service.probes.sets import load_probe_set
 
-    entry = manifest.probe_set(probe_set)
+    entry = repo_probe_set_entry(repo, manifest, probe_set)
     loaded = load_probe_set(repo / entry.path)
     vocab = Vocabulary.load(repo / manifest.vocabulary.file)
     backend = await asyncio.to_thread(open_backend, repo, manifest, precision)

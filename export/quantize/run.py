@@ -21,7 +21,7 @@ from export.quantize.common import (
 from export.quantize.gate import PROVISIONAL, admit, systematicity_gate
 from export.quantize.precisions import spec_for
 from export.quantize.variants import make_variants, with_variants
-from service.manifest import PrecisionGate, load_manifest
+from service.manifest import PrecisionGate, load_manifest, repo_probe_set_entries
 
 # -- the command -----------------------------------------------------------------------------------------
 
@@ -124,7 +124,7 @@ def quantize_repo(
         if not admitted:
             verdict.passed = False
             verdict.failures.append(f"no {label} variant passed the gate")
-        sets = [p.name for p in fp32.probe_sets if p.kind == "systematicity"]
+        sets = [p.name for p in repo_probe_set_entries(repo, fp32) if p.kind == "systematicity"]
         if not systematicity:
             verdict.notes.append("systematicity not measured: skipped (--no-systematicity)")
         elif not sets:

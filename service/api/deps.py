@@ -17,12 +17,13 @@ import numpy as np
 from fastapi import Depends, Request
 
 from service.api.errors import ApiError
+from service.api.reload import Reloader
 from service.backends.base import Backend, backend_devices
 from service.backends.factory import make_backend
 from service.engine.client import EngineClient
 from service.engine.core_client import RemoteEngine
 from service.engine.engine import CaptionEngine, CaptionOutput
-from service.manifest import Manifest, load_manifest
+from service.manifest import Manifest, load_manifest, repo_version
 from service.metrics import Metrics
 from service.settings import Settings
 from service.state.store import StateStore
@@ -42,6 +43,7 @@ class Runtime:
         no longer walks the libraries and sessions (72 ms pauses at 32 clients, measured)."""
         self.settings = settings
         self.freeze_gc = freeze_gc
+        version = repo_version(settings.repo)  # before the load: a change meanwhile is seen by the watch
         self.manifest: Manifest = load_manifest(settings.repo)
         self.vocab = Vocabulary.load(settings.repo / self.manifest.vocabulary.file)
         self.metrics = Metrics()
@@ -59,6 +61,8 @@ class Runtime:
         # entered in order once the app has started loading the models, left in reverse before the
         # runtime closes (a feature's jobs and schedules)
         self.lifespans: list[Callable[[], AbstractAsyncContextManager[object]]] = []
+        # what changes on disk reaches the routes through it (POST /v1/admin/reload, the watch)
+        self.reloader = Reloader(self, version)
         if backend is not None:
             self._attach(backend)
 

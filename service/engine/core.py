@@ -36,6 +36,8 @@ from service.engine.wire import (
     Done,
     Failed,
     Hello,
+    Reload,
+    Reloaded,
     Step,
     Submit,
     WireCaption,
@@ -44,6 +46,9 @@ from service.engine.wire import (
     read_message,
     unpack,
 )
+from service.manifest import load_manifest, repo_version, same_models
+from service.metrics import Metrics
+from service.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -85,13 +90,26 @@ def done(request_id: int, out: CaptionOutput) -> Done:
 class EngineCore:
     """Serves ``engine`` to API processes over a Unix-domain socket (see module docstring)."""
 
-    def __init__(self, engine: CaptionEngine, backend: str, devices: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        engine: CaptionEngine,
+        backend: str,
+        devices: Mapping[str, str],
+        settings: Settings | None = None,
+        version: str = "",
+    ) -> None:
+        """``settings``: what a ``Reload`` loads the repository with again (None: the core never
+        reloads); ``version``: the repository version ``engine`` was loaded from."""
         self.engine = engine
         self.hello = Hello(os.getpid(), backend, dict(devices))
+        self.settings = settings
+        self.version = version
+        self.generation = 0  # the last reload asked of every replica that this core acted on
         self.connections = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
         self._server: asyncio.AbstractServer | None = None
+        self._reload_lock = asyncio.Lock()
 
     async def start(self, path: Path) -> None:
         """Listen on ``path`` (a socket file only this user may open)."""
@@ -128,6 +146,10 @@ class EngineCore:
                 elif isinstance(message, Cancel):
                     if (found := running.get(message.id)) is not None:
                         found.cancel()
+                elif isinstance(message, Reload):
+                    task = asyncio.create_task(self._reload(message, writer))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
                 else:
                     raise ValueError(f"an API process sent a {type(message).__name__}")
         except (ValueError, ConnectionError) as exc:
@@ -152,9 +174,10 @@ class EngineCore:
             if not writer.is_closing():
                 writer.write(frame(Step(message.id, event_fields(event))))  # type: ignore[arg-type]
 
+        engine = self.engine  # a reload while it runs leaves it on the models it started with
         try:
-            params = self.engine.resolve(**message.options)
-            out = await self.engine.caption(
+            params = engine.resolve(**message.options)
+            out = await engine.caption(
                 unpack(message.images),
                 params,
                 timeout_s=message.timeout_s,
@@ -173,16 +196,53 @@ class EngineCore:
             with contextlib.suppress(ConnectionError):
                 await writer.drain()
 
+    async def _reload(self, message: Reload, writer: asyncio.StreamWriter) -> None:
+        try:
+            reply: Reloaded | Failed = await self.reload(message.id, message.force, message.generation)
+        except Exception as exc:
+            log.exception("reloading the repository failed; serving the models loaded before")
+            reply = failure(message.id, exc)
+        if not writer.is_closing():
+            writer.write(frame(reply))
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
+
+    async def reload(self, request_id: int, force: bool = False, generation: int = 0) -> Reloaded:
+        """Load the repository again when its version changed since the core loaded it, or when
+        ``force`` comes with a ``generation`` newer than the last acted on (every API process asks; one
+        load serves them all). New requests go to the new engine; those in flight finish on the old."""
+        async with self._reload_lock:
+            if self.settings is None:
+                raise ValueError("this engine core was started without settings: it cannot reload")
+            repo = self.settings.repo
+            version = await asyncio.to_thread(repo_version, repo)
+            forced = force and generation > self.generation
+            self.generation = max(self.generation, generation) if force else self.generation
+            if version == self.version and not forced:
+                return Reloaded(request_id, version, False)
+            manifest = await asyncio.to_thread(load_manifest, repo)
+            if not forced and same_models(manifest, self.engine.manifest):
+                self.version = version  # other probe sets: nothing the core serves
+                return Reloaded(request_id, version, False)
+            from service.backends.base import backend_devices
+
+            engine = await CaptionEngine.from_settings(self.settings, self.engine.metrics or Metrics())
+            old, self.engine, self.version = self.engine, engine, version
+            self.hello = Hello(os.getpid(), self.hello.backend, dict(backend_devices(engine.backend)))
+            old.retire()
+            log.info("engine core %d: repository %s loaded again (version %s)", os.getpid(), repo, version)
+            return Reloaded(request_id, version, True)
+
 
 async def run_core(path: Path) -> None:
     """Load the models as the ``COMPCAP_*`` settings say, serve them on ``path`` until SIGTERM."""
     from service.backends.base import backend_devices
-    from service.metrics import Metrics
     from service.settings import load_settings
 
     settings = load_settings()
+    version = repo_version(settings.repo)  # before the load: a change during it is seen at the next reload
     engine = await CaptionEngine.from_settings(settings, Metrics())
-    core = EngineCore(engine, settings.backend, backend_devices(engine.backend))
+    core = EngineCore(engine, settings.backend, backend_devices(engine.backend), settings, version)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)

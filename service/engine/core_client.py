@@ -45,6 +45,8 @@ from service.engine.wire import (
     Failed,
     Hello,
     Message,
+    Reload,
+    Reloaded,
     Step,
     Submit,
     frame,
@@ -91,7 +93,7 @@ def step_event(message: Step) -> StepEvent:
 
 @dataclass
 class _Pending:
-    future: asyncio.Future[Done]
+    future: asyncio.Future[Any]  # a Done, or a Reloaded for a Reload
     observer: StepObserver | None
 
 
@@ -198,6 +200,28 @@ class RemoteEngine:
         domain = None if answer.domain is None else (list(answer.domain[0]), list(answer.domain[1]))
         return CaptionOutput(params, results, dict(answer.timings_ms), answer.iterations, domain)
 
+    async def reload(self, force: bool = False, generation: int = 0, timeout_s: float = 600.0) -> Reloaded:
+        """Ask the core to load the repository again (``wire.Reload``); its answer, once it serves the
+        new version. ``BackendError`` while the core is away; the core's error when it could not load
+        it (it goes on serving the old one)."""
+        writer = self._writer
+        if writer is None or not self.connected or writer.is_closing():
+            raise BackendError(CORE, "unavailable", "the engine core is not running; retry shortly")
+        key = next(self._ids)
+        future: asyncio.Future[Reloaded] = asyncio.get_running_loop().create_future()
+        self._pending[key] = _Pending(future, None)
+        try:
+            writer.write(frame(Reload(key, force, generation)))
+            async with asyncio.timeout(timeout_s):
+                return await future
+        finally:
+            self._pending.pop(key, None)
+
+    def use(self, manifest: Manifest, vocab: Vocabulary) -> None:
+        """Resolve and check requests against ``manifest`` from now on (the core serves it)."""
+        self.vocabs = captioner_vocabularies(self.settings.repo, manifest, vocab)
+        self.manifest = manifest
+
     async def caption_many(
         self,
         images: np.ndarray,
@@ -259,7 +283,7 @@ class RemoteEngine:
             self._dispatch(message)
 
     def _dispatch(self, message: Message) -> None:
-        if not isinstance(message, Done | Failed | Step):
+        if not isinstance(message, Done | Failed | Step | Reloaded):
             raise ValueError(f"the engine core sent a {type(message).__name__}")
         entry = self._pending.get(message.id)
         if entry is None or entry.future.done():
@@ -272,7 +296,7 @@ class RemoteEngine:
                     entry.future.set_exception(exc)
                     self._cancel(message.id)
             return
-        if isinstance(message, Done):
+        if isinstance(message, Done | Reloaded):
             entry.future.set_result(message)
         else:
             entry.future.set_exception(raised(message))

@@ -11,6 +11,7 @@ step calls.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +78,9 @@ class CaptionEngine:
         }
         self._schedulers: dict[str, Scheduler] = {}
         self._owns_backend = False
+        self.in_flight = 0  # ``caption`` calls not yet answered
+        self._retired = False
+        self._stopping: set[asyncio.Task[None]] = set()
 
     @classmethod
     async def from_repo(
@@ -110,6 +114,22 @@ class CaptionEngine:
         self._schedulers.clear()
         if self._owns_backend:
             await self.backend.close()
+
+    def retire(self) -> None:
+        """This engine's repository was reloaded and another engine serves new requests: what is in
+        flight here finishes here (a probe job started on it goes on calling it), and its schedulers
+        stop whenever nothing is (they start again if a call comes). The backend is freed with the
+        engine, once nobody holds it."""
+        self._retired = True
+        self._stop_if_idle()
+
+    def _stop_if_idle(self) -> None:
+        if self._retired and self.in_flight == 0 and self._schedulers:
+            schedulers, self._schedulers = list(self._schedulers.values()), {}
+            for sched in schedulers:
+                task = asyncio.get_running_loop().create_task(sched.close())
+                self._stopping.add(task)
+                task.add_done_callback(self._stopping.discard)
 
     def scheduler(self, captioner: str) -> Scheduler:
         """The cross-request scheduler of ``captioner`` (created on first use)."""
@@ -160,13 +180,16 @@ class CaptionEngine:
         timeout = self.settings.request_deadline_s if timeout_s is None else timeout_s
         alone = not self.settings.cross_request_batching
         scheduler = self._new_scheduler(params.model) if alone else self.scheduler(params.model)
+        self.in_flight += 1
         try:
             done = await scheduler.submit(images, params, timeout, priority, observer)
         except QueueFullError as exc:
             raise OverloadedError(exc.retry_after_s) from None
         finally:
+            self.in_flight -= 1
             if alone:
                 await scheduler.close()
+            self._stop_if_idle()
         if self.metrics is not None:
             self.metrics.captions_served.labels(model=params.model).inc(len(images))
         results = [

@@ -17,6 +17,8 @@ shape (msgspec messages; in-process or one core per device).
 | ``Done`` | core | its captions, timings, step count and in-domain judgement |
 | ``Failed`` | core | why not: the engine's error kind (``invalid_parameter``, ``unknown_model``, |
 | | | ``overloaded`` with ``retry_after_s``, ``timeout``, ``backend``, ``bad_request``, ``internal``) |
+| ``Reload`` | API | the repository may have changed (``POST /v1/admin/reload``, the watch): reload it |
+| ``Reloaded`` | core | the version of the repository it now serves (or a ``Failed``: it keeps the old) |
 """
 
 from __future__ import annotations
@@ -101,7 +103,25 @@ class Failed(msgspec.Struct, tag="failed"):
     retry_after_s: float | None = None
 
 
-Message = Hello | Submit | Cancel | Step | Done | Failed
+class Reload(msgspec.Struct, tag="reload"):
+    """Reload the repository (``service.api.reload``): when its files changed since the core loaded it,
+    or, with ``force``, when ``generation`` (the reload asked of every replica) is newer than the last one
+    the core acted on."""
+
+    id: int
+    force: bool = False
+    generation: int = 0
+
+
+class Reloaded(msgspec.Struct, tag="reloaded"):
+    """The core serves the repository at ``version`` (``models``: it loaded them again for this)."""
+
+    id: int
+    version: str
+    models: bool
+
+
+Message = Hello | Submit | Cancel | Step | Done | Failed | Reload | Reloaded
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Message)

@@ -31,6 +31,7 @@ def install(app: FastAPI, runtime: Runtime) -> None:
         settings.explain_max_ig_steps,
         settings.explain_torch_threads,
     )
+    runtime.reloader.on_reload(app.state.explain.use)
     app.include_router(router)
     app.include_router(capabilities.router)
     add_tag(app, TAG)

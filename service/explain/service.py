@@ -93,6 +93,13 @@ class ExplainService:
         self._programs: Any = None  # service.explain.gradients.ProgramCache once a gradient method ran
         self.regions = manifest.model("visual_encoder").outputs[0].dims[0]
 
+    def use(self, manifest: Manifest, vocab: Vocabulary) -> None:
+        """Explain with the repository as reloaded (``service.api.reload``): its manifest and vocabulary;
+        the gradient methods' programs are built again on their next use."""
+        self.manifest, self.vocab = manifest, vocab
+        self.regions = manifest.model("visual_encoder").outputs[0].dims[0]
+        self._programs = None
+
     # -- validation -------------------------------------------------------------------------------------
 
     def _subword_caption(self, spec: ExplainInput, vocab: TokenVocabulary) -> list[int]:

@@ -18,6 +18,7 @@ from service.api.limits import QueryLimitMiddleware
 from service.api.pacing import AbandonPacingMiddleware, ErrorPacingMiddleware
 from service.api.requestlog import RequestLogMiddleware
 from service.backends.base import Backend
+from service.gateway.admin import router as admin_router
 from service.gateway.docs import install_docs
 from service.gateway.features import installs
 from service.gateway.hf_task import router as hf_router
@@ -38,14 +39,18 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         task = asyncio.create_task(runtime.load())
+        watch_s = settings.repo_watch_s
+        watch = asyncio.create_task(runtime.reloader.watch(watch_s)) if watch_s > 0 else None
         try:
             async with AsyncExitStack() as features:
                 for running in runtime.lifespans:  # the features' jobs, left in reverse order
                     await features.enter_async_context(running())
                 yield
         finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            tasks = [t for t in (task, watch) if t is not None]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             await runtime.close()
 
     app = FastAPI(
@@ -60,6 +65,7 @@ def create_app(
     app.state.runtime = runtime
     install_error_handlers(app, runtime.metrics)
     app.include_router(router)
+    app.include_router(admin_router)  # POST /v1/admin/reload
     app.include_router(hf_router)  # POST /: the Hugging Face image-to-text task (huggingface_hub's client)
     for install in installs(settings):
         install(app, runtime)

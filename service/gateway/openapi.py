@@ -20,6 +20,7 @@ TAGS = [  # the caption routes' tags; each feature adds its own after them (serv
     {"name": "captions", "description": "Caption images: beam search, re-ranking, decoding hooks."},
     {"name": "models", "description": "What this deployment serves: captioners, rankers, hooks."},
     {"name": "health", "description": "Liveness and readiness probes."},
+    {"name": "admin", "description": "Operating the gateway while it serves: reload the repository."},
 ]
 
 

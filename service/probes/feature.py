@@ -63,6 +63,7 @@ def install(app: FastAPI, runtime: Runtime) -> None:
             await probes.close()
 
     app.state.probes = probes
+    runtime.reloader.on_reload(probes.use)
     app.include_router(router)
     kinds = ", ".join(kind_names())
     add_tag(app, {"name": "probes", "description": f"Live compositional probes ({kinds}) as jobs."})

@@ -68,6 +68,11 @@ class ProbeService:
         self._sets: dict[str, ProbeSet] | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
+    def use(self, manifest: Manifest, _vocab: object = None) -> None:
+        """Probe with the repository as reloaded (``service.api.reload``): its probe sets are read again
+        on first use; jobs running go on with the sets they started with."""
+        self.manifest, self._sets = manifest, None
+
     def sets(self) -> dict[str, ProbeSet]:
         """The repository's probe sets (loaded on first use)."""
         if self._sets is None:

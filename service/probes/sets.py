@@ -1,6 +1,7 @@
 """Probe sets on disk: the images, references and (SceneWorld) scene graphs the live probes decode,
 written by ``compcap build`` / ``compcap models`` / ``compcap probesets`` into
-``<repo>/probes/<name>/`` and listed in the manifest (``Manifest.probe_sets``), or by ``compcap
+``<repo>/probes/<name>/`` and listed in the manifest (``Manifest.probe_sets``, by a build) or the
+repository's probe index (``<repo>/probes/index.json``, by ``compcap probesets``), or by ``compcap
 probeset`` from any COCO-format folder. This module only reads them (numpy, PIL and ``service.*``).
 
 Layout of ``<repo>/probes/<name>/``::
@@ -38,7 +39,7 @@ import numpy as np
 
 from service.evaluation.cider import CiderD
 from service.images import ImageError, decode_image
-from service.manifest import PROBE_SET_FORMATS, Manifest
+from service.manifest import PROBE_SET_FORMATS, Manifest, repo_probe_set_entries
 from service.text.concepts import ConceptPair
 
 FORMAT = 1
@@ -281,9 +282,9 @@ def load_probe_set(root: Path) -> ProbeSet:
 
 
 def repo_probe_sets(repo: Path, manifest: Manifest) -> dict[str, ProbeSet]:
-    """Every probe set the manifest lists, loaded (name -> set)."""
+    """Every probe set of the repository (its manifest's and its probe index's), loaded (name -> set)."""
     out: dict[str, ProbeSet] = {}
-    for entry in manifest.probe_sets:
+    for entry in repo_probe_set_entries(repo, manifest):
         probe = load_probe_set(Path(repo) / entry.path)
         if (probe.name, probe.kind) != (entry.name, entry.kind):
             raise ProbeSetError(

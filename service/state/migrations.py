@@ -30,8 +30,13 @@ def _initial(conn: sa.Connection) -> None:
     schema.metadata.create_all(conn, tables=tables, checkfirst=True)
 
 
+def _repo_reloads(conn: sa.Connection) -> None:
+    schema.metadata.create_all(conn, tables=[schema.repo_reloads], checkfirst=True)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "probe jobs, baselines, leases, shadow reservoir", _initial),
+    Migration(2, "repository reloads asked of every replica", _repo_reloads),
 )
 
 

@@ -90,11 +90,24 @@ shadow_counters = sa.Table(
     sa.Column("refused", sa.BigInteger, nullable=False),
 )
 
+# ``POST /v1/admin/reload`` on any replica: each replica reloads its repository when the generation it
+# last saw is behind this one (``service.api.reload``)
+repo_reloads = sa.Table(
+    "repo_reloads",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("generation", sa.BigInteger, nullable=False),
+    sa.Column("force", sa.Boolean, nullable=False),  # reload the models even if the files look the same
+    sa.Column("requested_at", sa.Double, nullable=False),
+    sa.Column("replica", sa.String(200), nullable=False),
+)
+
 __all__ = [
     "leases",
     "metadata",
     "probe_baselines",
     "probe_jobs",
+    "repo_reloads",
     "schema_version",
     "shadow_counters",
     "shadow_items",

@@ -33,6 +33,7 @@ from PIL import Image
 from service.manifest import load_manifest
 from tests.integration.conftest import free_port, local_triton, serving_process
 from tests.pins import PINNED, REPO, checked, pin_images
+from tests.reload_repo import add_twin_captioner, repo_without_probe_sets
 
 pytestmark = pytest.mark.integration
 
@@ -186,6 +187,36 @@ def test_probe_jobs_and_comparisons_run_through_the_split(tiny_repo: Path, tmp_p
         rows = compared.json()["images"]
         assert len(rows) == 2 and all(set(row["captions"]) == {"BUTD", "BUTR", "WEAK"} for row in rows)
         assert all("a" not in row["captions"]["WEAK"].split() for row in rows)
+
+
+def test_a_captioner_added_on_disk_is_served_by_every_api_process_and_the_core(
+    tiny_repo: Path, tmp_path: Path
+) -> None:
+    """Issue 40, point 1 across processes: a captioner added to the repository while the split serves is
+    listed by every API process and captioned by the core within the watch's period (nobody restarted);
+    an admin reload is recorded in the shared store for every replica (its generation)."""
+    repo = repo_without_probe_sets(tiny_repo, tmp_path / "repo")
+    image = png(np.random.default_rng(7).integers(0, 256, (96, 96, 3), dtype=np.uint8))
+    for url, _ in serve_split(repo, tmp_path / "split", COMPCAP_REPO_WATCH_S="0.2"):
+        body = {"images": [image], "model": "butd", "beam_size": 3}
+        before = httpx.post(f"{url}/v1/captions", json=body, timeout=60)
+        assert before.status_code == 200, before.text
+        add_twin_captioner(repo, "butd", "twin")
+        deadline = time.monotonic() + 60  # a hang guard; the watch looks every 0.2 s
+        seen = 0
+        while seen < 20:  # 20 answers in a row (fresh connections: either API process) list the twin
+            assert time.monotonic() < deadline, "an API process did not pick the captioner up"
+            listed = {c["name"] for c in httpx.get(f"{url}/v1/models", timeout=10).json()["captioners"]}
+            seen = seen + 1 if "twin" in listed else 0
+            time.sleep(0.02)
+        twin = httpx.post(f"{url}/v1/captions", json={**body, "model": "twin"}, timeout=60)
+        assert twin.status_code == 200, twin.text  # the core loaded it too
+        assert twin.json()["results"] == before.json()["results"]
+        forced = httpx.post(f"{url}/v1/admin/reload", json={"force": True}, timeout=120)
+        assert forced.status_code == 200, forced.text
+        assert forced.json()["generation"] == 1 and forced.json()["models_reloaded"]
+        after = httpx.post(f"{url}/v1/captions", json=body, timeout=60)
+        assert after.status_code == 200 and after.json()["results"] == before.json()["results"]
 
 
 def test_the_core_can_hold_the_triton_pool(tiny_repo: Path, tmp_path: Path) -> None:

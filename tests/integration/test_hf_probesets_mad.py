@@ -32,7 +32,7 @@ from export.studies.mad_score import Referee
 from service.cli import main
 from service.compare.repetition import duplicated_rate
 from service.gateway.app import create_app
-from service.manifest import load_manifest
+from service.manifest import load_manifest, repo_probe_set_entries
 from service.probes.kinds import productivity as productivity_kind
 from service.probes.kinds import systematicity as systematicity_kind
 from service.probes.productivity import productivity_result
@@ -88,7 +88,7 @@ def test_probeset_adds_a_coco_set_to_the_repository(
     repo: Path, coco: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     manifest = load_manifest(repo)
-    entries = {e.name: e for e in manifest.probe_sets}
+    entries = {e.name: e for e in repo_probe_set_entries(repo, manifest)}
     assert {"systematicity", "productivity", "substitutivity"} <= set(entries)  # the SceneWorld sets stay
     sets = repo_probe_sets(repo, manifest)
     for kind, name in SETS.items():

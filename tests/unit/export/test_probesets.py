@@ -19,7 +19,7 @@ from export.probesets.coco import coco_probe_set
 from export.world.dataset import generate_one
 from export.zoo import EVAL_SEED
 from service import cli
-from service.manifest import Manifest, load_manifest
+from service.manifest import Manifest, load_manifest, load_probe_index, repo_probe_set_entries
 from service.probes.sets import ProbeSet, ProbeSetError, load_probe_set, repo_probe_sets
 from service.text.concepts import ConceptPair, load_concepts
 from service.text.vocabulary import tokenize
@@ -176,9 +176,13 @@ def test_probesets_command_rewrites_an_existing_repository(
     data = json.loads((tiny_repo / "manifest.json").read_text())
     data.pop("probe_sets")
     (repo / "manifest.json").write_text(json.dumps(data))
+    before = (repo / "manifest.json").read_bytes()
     assert cli.main(["probesets", "--repo", str(repo), "--work", str(work), "--kind", "productivity"]) == 0
     manifest = load_manifest(repo)
-    assert [e.name for e in manifest.probe_sets] == ["productivity"]
+    # listed in the probe index beside the sets; the repository's own manifest is not touched
+    assert (repo / "manifest.json").read_bytes() == before and manifest.probe_sets == []
+    assert [e.name for e in repo_probe_set_entries(repo, manifest)] == ["productivity"]
+    assert [e.name for e in load_probe_index(repo)] == ["productivity"]
     again = repo_probe_sets(repo, manifest)["productivity"]
     assert again.image_ids == sets["productivity"].image_ids
     assert again.info["density"] == sets["productivity"].info["density"]
