@@ -57,6 +57,7 @@ class EngineSettings(Section):
     )
     triton_url: str = Field(
         default="127.0.0.1:8001",
+        json_schema_extra={"doc_type": "host:port, list of host:port, or dns:///name:port"},
         description="Triton gRPC address(es) (backend=triton): host:port; host:port,host:port (a list); or "
         "dns:///name:port, every address the name resolves to, resolved again every triton_resolve_s (a "
         "headless Service's name lists its ready pods). Calls go to the healthy address with the fewest "
@@ -108,7 +109,9 @@ class EngineSettings(Section):
         "admitted FP32 models in TF32, off otherwise). Another precision than fp32 on a repository "
         "without passed variants of it is a settings error",
     )
-    default_beam_size: int = Field(default=5, ge=1, le=MAX_BEAM_SIZE)
+    default_beam_size: int = Field(
+        default=5, ge=1, le=MAX_BEAM_SIZE, description="beam_size of a request that names none"
+    )
     max_beam_size: int = Field(
         default=MAX_BEAM_SIZE,
         ge=1,
@@ -202,11 +205,16 @@ class GatewaySettings(Section):
     """The gateway's section: its address, the upload bounds, pacing, the features it serves, the
     keys and the logs."""
 
-    host: str = "127.0.0.1"
-    port: int = Field(default=8080, ge=0, le=65535)
+    host: str = Field(
+        default="127.0.0.1",
+        description="address the gateway listens on (0.0.0.0: every interface, as in a container)",
+    )
+    port: int = Field(default=8080, ge=0, le=65535, description="port the gateway listens on")
     max_upload_bytes: int = Field(default=8 * 1024 * 1024, ge=1, description="largest accepted encoded image")
     max_image_pixels: int = Field(default=25_000_000, ge=1, description="largest accepted width * height")
-    max_images_per_request: int = Field(default=16, ge=1, le=1024)
+    max_images_per_request: int = Field(
+        default=16, ge=1, le=1024, description="most images one caption request may carry"
+    )
     error_pace_burst: int = Field(
         default=20, ge=1, le=100_000, description="4xx answers a connection gets at once before pacing"
     )
@@ -233,11 +241,13 @@ class GatewaySettings(Section):
     )
     features: str = Field(
         default=",".join(FEATURES),
+        json_schema_extra={"doc_type": "list of: " + ", ".join(FEATURES)},
         description="comma-separated features the gateway serves besides captions (probes, explain, "
         "compare); a feature left out answers 404 on its routes ('' = captions only)",
     )
     api_keys: SecretStr | None = Field(
         default=None,
+        json_schema_extra={"doc_type": "list of secret (each at least 8 characters)"},
         description="comma-separated keys; when set, probe endpoints need 'Authorization: Bearer <key>'",
     )
     captions_require_key: bool = Field(
@@ -248,9 +258,12 @@ class GatewaySettings(Section):
         description="json: one JSON object per log line (one per request from compcap.access); text: "
         "human-readable lines; auto: text when stderr is a terminal, else json",
     )
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="the least severe log lines written"
+    )
     cors_origins: str = Field(
         default="",
+        json_schema_extra={"doc_type": "list of origin"},
         description="comma-separated origins whose pages may call the API from a browser "
         "(https://app.example.org; '*' for any, without credentials); '' = none (no CORS headers)",
     )

@@ -92,6 +92,7 @@ def hf_options(parameters: Any) -> dict[str, Any]:
     tags=["captions"],
     summary="Hugging Face image-to-text task: raw image bytes, or {inputs, parameters}",
     response_model=list[GeneratedText],
+    description=(__doc__ or "").split("\n\n", 1)[-1],  # the module's second paragraph: what a user sends
 )
 async def image_to_text(request: Request, access: CaptionAccessDep, background: BackgroundTasks) -> Response:
     """``[{"generated_text": caption}, ...]`` (see module docstring)."""

@@ -5,6 +5,7 @@ call the engine, shape the response (with the original captions of a hook that a
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from typing import Any
 
@@ -63,7 +64,7 @@ _CAPTION_ERRORS: dict[int | str, dict[str, Any]] = {
     responses=_CAPTION_ERRORS,
     openapi_extra=caption_operation(),
     summary="Caption images (multipart `image`, repeatable; JSON `images` in base64; a raw image body)",
-    description=CaptionOptions.__doc__,
+    description=inspect.cleandoc(CaptionOptions.__doc__ or ""),  # Markdown: no indented line
 )
 async def captions(request: Request, access: CaptionAccessDep, background: BackgroundTasks) -> Response:
     """The answer is a ``CaptionResponse``, validated once as it is built and written by pydantic's JSON
