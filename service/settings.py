@@ -19,6 +19,7 @@ from service.cli_errors import UsageError
 from service.manifest import MANIFEST_NAME, Precision, load_manifest
 from service.state.url import DEFAULT_STATE_URL, check_state_url
 from service.triton_url import parse_target
+from service.url_policy import parse_hosts
 
 # where the embedded backend runs the models (COMPCAP_DEVICE; service.backends.device says what it got)
 Device = Literal["auto", "cpu", "cuda"]
@@ -267,6 +268,41 @@ class GatewaySettings(Section):
         description="comma-separated origins whose pages may call the API from a browser "
         "(https://app.example.org; '*' for any, without credentials); '' = none (no CORS headers)",
     )
+    # image URLs in caption requests (service.api.image_url; the checks: service.url_policy)
+    image_url_hosts: str = Field(
+        default="",
+        description="comma-separated hosts the gateway fetches image URLs from (a caption request's "
+        "images given as http(s):// URLs): names, *.domain (its subdomains), IP addresses, each with an "
+        "optional :port ([::1]:8000 for IPv6); '' = none, image URLs are refused",
+    )
+    image_url_max_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        ge=1,
+        description="most bytes of one fetched image (the fetch stops there, 413); max_upload_bytes "
+        "bounds it too",
+    )
+    image_url_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=300,
+        description="seconds one image URL fetch may take, resolution, redirects and body included",
+    )
+    image_url_allow_private: bool = Field(
+        default=False,
+        description="let image URLs reach loopback, private and link-local addresses (10/8, 172.16/12, "
+        "192.168/16, fc00::/7, 169.254/16 with the cloud metadata address); only for tests and a "
+        "trusted local network. Unspecified, multicast and reserved addresses stay refused",
+    )
+
+    @field_validator("image_url_hosts")
+    @classmethod
+    def _image_url_hosts(cls, value: str) -> str:
+        try:
+            parse_hosts(value)
+        except ValueError as exc:
+            raise ValueError(f"COMPCAP_IMAGE_URL_HOSTS: {exc}") from None
+        return value
+
     api_processes: int = Field(
         default=1,
         ge=1,

@@ -17,6 +17,7 @@ import numpy as np
 from fastapi import Depends, Request
 
 from service.api.errors import ApiError
+from service.api.image_url import ImageURLFetcher, ImageURLPolicy
 from service.api.reload import Reloader
 from service.backends.base import Backend, backend_devices
 from service.backends.factory import make_backend
@@ -52,6 +53,7 @@ class Runtime:
         self.metrics.request_deadline.set(settings.request_deadline_s)
         # the shared state the features keep (opened, and migrated, on first use)
         self.state = StateStore(settings.state_url)
+        self.image_urls = ImageURLFetcher(ImageURLPolicy.from_settings(settings))  # COMPCAP_IMAGE_URL_*
         self.backend: Backend | None = None
         self.engine: EngineClient | None = None
         self.remote: RemoteEngine | None = None  # the engine core this API process calls, if any

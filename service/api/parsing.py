@@ -24,6 +24,7 @@ from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
 from service.api.errors import ApiError, validate
+from service.api.image_url import ImageURLFetcher, ImageURLPolicy
 from service.api.limits import (
     MAX_FORM_FIELD_BYTES,
     MAX_FORM_FIELDS,
@@ -35,6 +36,7 @@ from service.api.multipart import MAX_BODY, plain_form
 from service.api.schemas import CaptionJSONRequest, CaptionOptions
 from service.images import ImageError
 from service.settings import Settings
+from service.url_policy import is_url
 
 FILE_FIELD = "image"  # the multipart file part of every route that takes images
 
@@ -132,9 +134,12 @@ async def read_raw_image(request: Request, settings: Settings) -> bytes:
     return body
 
 
-async def read_caption_request(request: Request, settings: Settings) -> tuple[list[bytes], CaptionOptions]:
-    """The images and options of a caption request: multipart uploads, JSON with base64 images, or a
-    raw image body (``image/*`` or ``application/octet-stream``) with the options in the query."""
+async def read_caption_request(
+    request: Request, settings: Settings, urls: ImageURLFetcher | None = None
+) -> tuple[list[bytes], CaptionOptions]:
+    """The images and options of a caption request: multipart uploads, JSON with base64 images or
+    image URLs (fetched by ``urls``), or a raw image body (``image/*`` or ``application/octet-stream``)
+    with the options in the query."""
     query: dict[str, Any] = dict(request.query_params)  # bounded by QueryLimitMiddleware
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if is_raw_image(content_type):
@@ -145,11 +150,11 @@ async def read_caption_request(request: Request, settings: Settings) -> tuple[li
             check_count(len(parts.uploads), settings.max_images_per_request)
             options = validate(CaptionOptions, {**query, **(parts.fields or {})})
             return await parts.images(), options
-    return _read_json(parts.fields, query, settings)
+    return await _read_json(parts.fields, query, settings, urls)
 
 
-def _read_json(
-    payload: dict[str, Any] | None, query: dict[str, Any], settings: Settings
+async def _read_json(
+    payload: dict[str, Any] | None, query: dict[str, Any], settings: Settings, urls: ImageURLFetcher | None
 ) -> tuple[list[bytes], CaptionOptions]:
     if payload is None:
         raise ApiError(
@@ -159,8 +164,23 @@ def _read_json(
         check_count(len(payload["images"]), settings.max_images_per_request, field="images")
     req = validate(CaptionJSONRequest, {**query, **payload})
     check_count(len(req.images), settings.max_images_per_request, field="images")
-    blobs = [b64_blob(text, f"images.{i}", settings.max_upload_bytes) for i, text in enumerate(req.images)]
+    blobs = await image_blobs([(text, f"images.{i}") for i, text in enumerate(req.images)], settings, urls)
     return blobs, CaptionOptions.model_validate(req.model_dump(exclude={"images"}))
+
+
+async def image_blobs(
+    items: list[tuple[str, str]], settings: Settings, urls: ImageURLFetcher | None
+) -> list[bytes]:
+    """JSON images, each (text, its field): base64 (data: URLs accepted) or an image URL, fetched by
+    ``urls`` under the operator's policy (``service.api.image_url``; none: URLs are refused)."""
+    blobs = [
+        None if is_url(text) else b64_blob(text, label, settings.max_upload_bytes) for text, label in items
+    ]
+    found = [item for item, blob in zip(items, blobs, strict=True) if blob is None]
+    if not found:
+        return [blob for blob in blobs if blob is not None]
+    fetched = iter(await (urls or ImageURLFetcher(ImageURLPolicy())).fetch_all(found))
+    return [blob if blob is not None else next(fetched) for blob in blobs]
 
 
 def _loads(body: bytes) -> Any:
@@ -259,6 +279,14 @@ def check_count(n: int, most: int, least: int = 1, field: str = FILE_FIELD) -> N
 def b64_blob(text: str, label: str, max_bytes: int) -> bytes:
     """A JSON image (base64, data: URLs accepted) as bytes; errors name it by ``label`` (its field
     path, e.g. ``images.0``)."""
+    if is_url(text):
+        raise ApiError(
+            422,
+            "image_url_unsupported",
+            f"{label} is a URL; this route takes the image itself (base64 or multipart); image URLs are "
+            "taken by POST /v1/captions and POST /",
+            field=label,
+        )
     if text.startswith("data:"):
         text = text.partition(",")[2]
     if len(text) > max_bytes * 4 // 3 + 8:

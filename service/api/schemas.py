@@ -115,13 +115,16 @@ class CaptionOptions(BaseModel):
 
 
 class CaptionJSONRequest(CaptionOptions):
-    """``POST /v1/captions`` as JSON: base64 images and the decoding options."""
+    """``POST /v1/captions`` as JSON: base64 images (or allowed image URLs) and the decoding options."""
 
     model_config = ConfigDict(
         json_schema_extra={"examples": [{"images": [EXAMPLE_PNG], "beam_size": 5, "n_best": 3}]}
     )
 
-    images: list[str] = Field(description="base64-encoded image files (data: URLs accepted)")
+    images: list[str] = Field(
+        description="base64-encoded image files (data: URLs accepted), or http(s):// image URLs the "
+        "gateway fetches from the hosts its operator allows (COMPCAP_IMAGE_URL_HOSTS; none by default)"
+    )
 
 
 class CaptionOut(BaseModel):

@@ -3,7 +3,9 @@ already have work: ``huggingface_hub.InferenceClient(model="http://host:8080").i
 posts the image's raw bytes to ``POST /`` and reads ``[{"generated_text": ...}]``.
 
 The body is the image's bytes (any ``image/*`` type, ``application/octet-stream`` or none), or the
-task's JSON ``{"inputs": <base64 image>, "parameters": {...}}``. Generation parameters map onto
+task's JSON ``{"inputs": <base64 image or image URL>, "parameters": {...}}`` (a URL is fetched under
+the operator's policy, as in ``POST /v1/captions``; ``InferenceClient`` itself downloads a URL it is
+given and posts the bytes). Generation parameters map onto
 CompCap's options where they mean the same: ``num_beams`` → ``beam_size``, ``max_new_tokens`` /
 ``max_length`` → ``max_length`` (words), ``min_new_tokens`` / ``min_length`` → the ``min_length``
 hook, ``num_beam_groups`` and ``diversity_penalty`` → the ``diverse_beam`` hook,
@@ -23,7 +25,7 @@ from pydantic import BaseModel
 
 from service.api.auth import CaptionAccessDep
 from service.api.errors import ApiError, validate
-from service.api.parsing import b64_blob, is_raw_image, read_raw_image, request_parts
+from service.api.parsing import image_blobs, is_raw_image, read_raw_image, request_parts
 from service.api.schemas import CaptionOptions
 from service.gateway.routes import caption_blobs
 
@@ -108,19 +110,21 @@ async def image_to_text(request: Request, access: CaptionAccessDep, background: 
                 raise ApiError(
                     415 if parts.form else 422,
                     "unsupported_media_type" if parts.form else "validation_error",
-                    'send the image\'s bytes, or JSON {"inputs": <base64 image>, "parameters": {...}}',
+                    'send the image\'s bytes, or JSON {"inputs": <base64 image or URL>, "parameters": {...}}',
                     field="inputs",
                 )
             payload = parts.fields
         inputs = payload.get("inputs")
         if not isinstance(inputs, str) or not inputs:
-            raise ApiError(422, "no_image", "inputs must be the image in base64", field="inputs")
+            raise ApiError(
+                422, "no_image", "inputs must be the image in base64, or an image URL", field="inputs"
+            )
         unknown = set(payload) - {"inputs", "parameters"}
         if unknown:
             raise ApiError(
                 422, "validation_error", f"unknown fields {sorted(unknown)}", field=sorted(unknown)[0]
             )
-        blobs = [b64_blob(inputs, "inputs", settings.max_upload_bytes)]
+        blobs = await image_blobs([(inputs, "inputs")], settings, access.runtime.image_urls)
         mapped = hf_options(payload.get("parameters"))
         options = validate(CaptionOptions, {"n_best": 1, **mapped})
     images, _, out, _ = await caption_blobs(request, access, blobs, options, start)

@@ -77,7 +77,8 @@ def caption_operation() -> dict[str, Any]:
         "parameters": parameters,
         "requestBody": {
             "required": True,
-            "description": "images and options: multipart uploads, JSON with base64 images, or one image's "
+            "description": "images and options: multipart uploads, JSON with base64 images or http(s) image "
+            "URLs (fetched only from the hosts in COMPCAP_IMAGE_URL_HOSTS; none by default), or one image's "
             "raw bytes (image/*, application/octet-stream) with the options in the query",
             "content": {
                 "image/*": {"schema": {"type": "string", "format": "binary"}},

@@ -45,10 +45,12 @@ _CAPTION_ERRORS: dict[int | str, dict[str, Any]] = {
         401: "COMPCAP_CAPTIONS_REQUIRE_KEY is set and no 'Authorization: Bearer <key>' was sent",
         403: "COMPCAP_CAPTIONS_REQUIRE_KEY is set and the key is not valid",
         404: "unknown model or ranker",
-        413: "image, body, form field or JSON over its limit",
+        413: "image, body, form field or JSON over its limit (a fetched image URL's too)",
         414: "query string over its limit",
         415: "not multipart/form-data, application/json, image/* or application/octet-stream",
-        422: "invalid option, hook or parameter; no image or too many",
+        422: "invalid option, hook or parameter; no image or too many; an image URL refused "
+        "(image_url_<reason>: off, scheme, host, address, dns, redirect, status, not_an_image, timeout, "
+        "unreachable, invalid)",
         499: "the client closed the connection",
         502: "the model backend failed",
         503: "models not loaded yet, or the queue is full (Retry-After)",
@@ -63,7 +65,8 @@ _CAPTION_ERRORS: dict[int | str, dict[str, Any]] = {
     response_model=CaptionResponse,
     responses=_CAPTION_ERRORS,
     openapi_extra=caption_operation(),
-    summary="Caption images (multipart `image`, repeatable; JSON `images` in base64; a raw image body)",
+    summary="Caption images (multipart `image`, repeatable; JSON `images`: base64 or allowed http(s) URLs; "
+    "a raw image body)",
     description=inspect.cleandoc(CaptionOptions.__doc__ or ""),  # Markdown: no indented line
 )
 async def captions(request: Request, access: CaptionAccessDep, background: BackgroundTasks) -> Response:
@@ -74,7 +77,7 @@ async def captions(request: Request, access: CaptionAccessDep, background: Backg
     settings = access.runtime.settings
     try:
         async with asyncio.timeout(settings.request_deadline_s):
-            blobs, options = await read_caption_request(request, settings)
+            blobs, options = await read_caption_request(request, settings, access.runtime.image_urls)
     except TimeoutError:
         raise ApiError(
             504, "deadline_exceeded", f"the request took longer than {settings.request_deadline_s} s"
