@@ -17,6 +17,8 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF")
+ORIENTATION_TAG = 0x0112  # EXIF orientation; 5–8 turn the image a quarter (``ImageOps.exif_transpose``)
+ROTATED = frozenset({5, 6, 7, 8})
 
 Image.init()
 # each format's own header test (PIL's plugin ``_accept``): what ``Image.open(formats=FORMATS)`` tries
@@ -123,6 +125,16 @@ def _to_rgb(img: Image.Image) -> Image.Image:
         background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
         return Image.alpha_composite(background, rgba).convert("RGB")
     return img.convert("RGB")
+
+
+def upright_size(data: bytes) -> tuple[int, int]:
+    """(height, width) of an image ``decode_image`` read: its header's size, turned as its EXIF
+    orientation turns it."""
+    with Image.open(io.BytesIO(data), formats=FORMATS) as img:
+        w, h = img.size
+        if img.getexif().get(ORIENTATION_TAG) in ROTATED:
+            w, h = h, w
+    return h, w
 
 
 def decode_images(

@@ -20,8 +20,8 @@ Calls (each returns a frozen dataclass of ``service.client.results``):
 
 - ``caption(images, *, model, beam_size, n_best, rerank, rerank_weight, max_length, length_penalty,
   hooks, timeout) -> CaptionResult`` (multipart ``POST /v1/captions``);
-- ``explain(image, *, method, caption, attribute_to, n_steps, overlays, overlay_scale, <the caption
-  options>, timeout) -> Explanation`` (``POST /v1/explain``);
+- ``explain(image, *, method, caption, tokens, scene_graph, attribute_to, n_steps, overlays,
+  overlay_scale, <the caption options>, timeout) -> Explanation`` (``POST /v1/explain``);
 - ``compare(images, configurations, *, timeout) -> Comparison`` (``POST /v1/compare``);
 - ``models()``, ``hooks()``, ``health()``, ``ready()``, ``wait_ready()``, ``metrics_text()``;
 - live probes: ``start_probe(kind, **fields) -> ProbeJob``, ``probe(id)``, ``probes()``,

@@ -166,6 +166,8 @@ class _Api:
         *,
         method: Method | None = None,
         caption: str | None = None,
+        tokens: Sequence[int] | None = None,
+        scene_graph: Mapping[str, Any] | None = None,
         attribute_to: Literal["regions", "pixels"] | None = None,
         n_steps: int | None = None,
         overlays: bool | None = None,
@@ -185,7 +187,9 @@ class _Api:
         ``method``: ``attention`` (the gateway's default; no torch), ``saliency``, ``guided_backprop``,
         ``integrated_gradients`` (these need the gateway's ``explain`` extra: else a 501
         ``CompCapError``); ``caption``: explain this caption (teacher-forced) instead of the model's
-        best one, decoded with the caption options; ``attribute_to``: ``regions`` or ``pixels``
+        best one, decoded with the caption options; ``tokens``: that caption as token ids (a
+        ``Caption.tokens``: exact on a subword captioner); ``scene_graph``: the image's (SceneWorld's
+        form), for the grounding score and the pointing game; ``attribute_to``: ``regions`` or ``pixels``
         (gradient methods); ``n_steps``: integrated gradients' steps; ``overlays``: a PNG heat map per
         word (``ExplainedWord.overlay``), ``overlay_scale`` its enlargement."""
         options = caption_options(
@@ -194,6 +198,8 @@ class _Api:
         explain = {
             "method": method,
             "caption": caption,
+            "tokens": None if tokens is None else [int(t) for t in tokens],
+            "scene_graph": None if scene_graph is None else dict(scene_graph),
             "attribute_to": attribute_to,
             "n_steps": n_steps,
             "overlays": overlays,

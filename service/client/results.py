@@ -395,12 +395,14 @@ class ComparedConfiguration:
 
 @dataclass(frozen=True)
 class PairSimilarity:
-    """Two configurations' captions of one image: NGSM (1 = the same caption) and its tie-break."""
+    """Two configurations' captions of one image: NGSM (1 = the same caption), its tie-break and its
+    per-order NGSM_n, n = 1..4 (None: neither caption has that many words; one 0 makes NGSM 0)."""
 
     a: str
     b: str
     ngsm: float
     tie_break: float
+    orders: list[float | None] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

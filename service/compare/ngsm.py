@@ -48,6 +48,14 @@ def ngsm_n(a: Sequence[str], b: Sequence[str], n: int) -> float | None:
     return clipped / (ua + ub - clipped)
 
 
+def ngsm_orders(a: str, b: str, max_n: int = 4) -> list[float | None]:
+    """NGSM_n of two captions for n = 1..max_n ([max_n]; the per-order overlaps S is the geometric mean
+    of): None for an order neither caption has an n-gram of (skipped by S); one 0 makes S = 0."""
+    _check_order("max_n", max_n)
+    ta, tb = tokenize(a), tokenize(b)
+    return [ngsm_n(ta, tb, n) for n in range(1, max_n + 1)]
+
+
 def _defined(a: str, b: str, max_n: int) -> list[float] | None:
     """NGSM_n for n = 1..max_n, None-orders dropped; None when exactly one caption is empty."""
     _check_order("max_n", max_n)

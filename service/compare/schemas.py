@@ -24,6 +24,14 @@ class PairSimilarity(BaseModel):
     b: str
     ngsm: float = Field(description="NGSM (seed 003 Eq. 4): geometric mean of NGSM_n, n = 1..4; 1 = same")
     tie_break: float = Field(description="arithmetic mean of the defined NGSM_n (orders pairs at NGSM 0)")
+    orders: list[float | None] = Field(
+        description="NGSM_n for n = 1, 2, 3, 4 (seed 003 Eq. 1, a multiset Jaccard: shared n-grams ÷ "
+        "(a's n-grams + b's − shared)), the per-order overlaps ngsm is the geometric mean of; null where "
+        "neither caption has an n-gram of that order (left out of the mean). One 0 makes ngsm 0: two "
+        "captions with no 4-gram in common have ngsm 0 however many words they share",
+        min_length=4,
+        max_length=4,
+    )
 
 
 class ComparedImage(BaseModel):

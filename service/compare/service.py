@@ -19,7 +19,7 @@ import numpy as np
 
 from service.api.gate import BoundedGate
 from service.compare.configs import Configuration, check_unique
-from service.compare.ngsm import discrepancy_order, ngsm_profile
+from service.compare.ngsm import discrepancy_order, ngsm_orders, ngsm_profile
 from service.engine.client import EngineClient
 from service.engine.params import EngineError, SearchParams
 from service.engine.request import Priority
@@ -43,14 +43,16 @@ def resolve_all(engine: EngineClient, configs: Sequence[Configuration]) -> list[
 
 def compare_captions(names: Sequence[str], captions: Sequence[Sequence[str]]) -> list[dict[str, Any]]:
     """``captions[c][i]``: configuration c's caption of image i → per image (in input order) the
-    captions by name, every pair's NGSM and the most discrepant pair."""
+    captions by name, every pair's NGSM with its per-order NGSM_n (n = 1..4) and the most discrepant
+    pair."""
     per_image = []
     for i in range(len(captions[0])):
         by_name = {n: captions[c][i] for c, n in enumerate(names)}
         pairs = []
         for a, b in itertools.combinations(range(len(names)), 2):
             s, tie = ngsm_profile(captions[a][i], captions[b][i])
-            pairs.append({"a": names[a], "b": names[b], "ngsm": s, "tie_break": tie})
+            orders = ngsm_orders(captions[a][i], captions[b][i])
+            pairs.append({"a": names[a], "b": names[b], "ngsm": s, "tie_break": tie, "orders": orders})
         lowest = min(pairs, key=lambda p: (p["ngsm"], p["tie_break"]))
         per_image.append(
             {

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, Request
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from service.api.bodies import UploadBody
 from service.api.deps import EngineDep, RuntimeDep, from_state
@@ -19,8 +19,11 @@ from service.api.schemas import MAX_IMAGE_CHARS, CaptionOptions
 from service.explain.scene import scaled_scene
 from service.explain.schemas import ExplainResponse
 from service.explain.service import METHODS, ExplainInput, ExplainService
-from service.images import decode_image
+from service.images import decode_image, upright_size
 from service.text.suggest import did_you_mean
+
+MAX_SCENE_OBJECTS = 64
+MAX_TOKENS = 512
 
 
 class ImageRef(BaseModel):
@@ -31,22 +34,77 @@ class ImageRef(BaseModel):
     image_id: int = Field(ge=0)
 
 
+class SceneObject(BaseModel):
+    """One object of a scene graph: what a word's most-attributed region may lie on."""
+
+    model_config = ConfigDict(extra="ignore")
+    id: int = Field(ge=0, description="the object's id (echoed in under_argmax)")
+    noun: str = Field(min_length=1, max_length=64, description="its class, e.g. horse")
+    bbox: tuple[float, float, float, float] = Field(
+        description="[x0, y0, x1, y1] in pixels of the scene's size (x0 <= x1, y0 <= y1)"
+    )
+    prop: str | None = Field(default=None, max_length=64, description="what it holds: a second label")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SceneObject:
+        x0, y0, x1, y1 = self.bbox
+        if not (x0 <= x1 and y0 <= y1):
+            raise ValueError(
+                f"bbox must be [x0, y0, x1, y1] with x0 <= x1 and y0 <= y1, got {list(self.bbox)}"
+            )
+        return self
+
+
+class SceneGraph(BaseModel):
+    """The uploaded image's scene graph, in SceneWorld's form (``compcap world`` writes them; other keys
+    of its graphs, e.g. colour or relations, are ignored): with it an explanation has the grounding
+    score and the pointing game, as a probe-set image (``image_ref``) has."""
+
+    model_config = ConfigDict(extra="ignore")
+    objects: list[SceneObject] = Field(max_length=MAX_SCENE_OBJECTS, description="in drawing order")
+    background: str = Field(min_length=1, max_length=64, description="the class below the horizon: grass")
+    horizon: float = Field(ge=0, description="the pixel row where the background starts (above: backdrop)")
+    size: tuple[int, int] | None = Field(
+        default=None,
+        description="[height, width] the boxes are in (default: the uploaded image's own size); they are "
+        "scaled to the size the model reads",
+    )
+
+    @field_validator("size")
+    @classmethod
+    def _positive(cls, size: tuple[int, int] | None) -> tuple[int, int] | None:
+        if size is not None and min(size) < 1:
+            raise ValueError(f"size must be [height, width] >= 1, got {list(size)}")
+        return size
+
+
 ONE_IMAGE = "give exactly one of image and image_ref"
 
 
 class ExplainFields(CaptionOptions):
     """Explain a caption word by word: the image (``image``: a file part of a multipart request, or
-    base64 in JSON) or ``image_ref`` (a probe-set image, which brings its scene graph and so the
-    grounding score); ``caption`` to explain the client's caption (teacher-forced) instead of the
-    engine's best one (decoded with the options below)."""
+    base64 in JSON) with its ``scene_graph`` if it has one, or ``image_ref`` (a probe-set image, which
+    brings its scene graph); a scene graph gives the grounding score and the pointing game. ``caption``
+    (text) or ``tokens`` (its token ids, as ``POST /v1/captions`` answers them) to explain the client's
+    caption (teacher-forced) instead of the engine's best one (decoded with the options below)."""
 
     image_ref: ImageRef | None = None
+    scene_graph: SceneGraph | None = Field(
+        default=None, description="the uploaded image's scene graph (not with image_ref: it has its own)"
+    )
     method: Literal["attention", "saliency", "guided_backprop", "integrated_gradients"] = Field(
         default="attention",
         description="attention: the step model's own (no torch); the others: Captum on the torch programs "
         "(the 'explain' extra; 501 without it)",
     )
     caption: str | None = Field(default=None, max_length=1000, description="caption to explain instead")
+    tokens: list[Annotated[int, Field(ge=0)]] | None = Field(
+        default=None,
+        max_length=MAX_TOKENS,
+        description="the caption to explain as its token ids (a caption's tokens in POST /v1/captions' "
+        "answer), not with caption: explained exactly as decoded, where a subword captioner's text "
+        "might tokenize back to other tokens",
+    )
     n_steps: int = Field(default=50, ge=1, description="integrated gradients' path steps (settings bound it)")
     attribute_to: Literal["regions", "pixels"] = Field(
         default="regions", description="gradient methods: the region features or the pixels"
@@ -97,7 +155,8 @@ _ERRORS = error_responses(
 def _image(
     body: ExplainFields, blob: bytes | None, runtime: RuntimeDep
 ) -> tuple[Any, Mapping[str, Any] | None]:
-    """uint8 [1, H, W, 3] and the scene graph (probe-set images only)."""
+    """uint8 [1, H, W, 3] and the scene graph (a probe-set image's, or the request's), its boxes in the
+    served size's pixels."""
     image = runtime.manifest.image
     settings = runtime.settings
     if body.image_ref is not None:
@@ -134,7 +193,11 @@ def _image(
         max_pixels=settings.max_image_pixels,
         label="image",
     )
-    return array[None], None
+    if body.scene_graph is None:
+        return array[None], None
+    graph = body.scene_graph.model_dump()
+    graph["size"] = list(body.scene_graph.size or upright_size(blob or b""))
+    return array[None], scaled_scene(graph, image.height, image.width)
 
 
 @router.post("/v1/explain", responses=_ERRORS, response_model=ExplainResponse, openapi_extra=BODY.operation())
@@ -142,12 +205,22 @@ async def explain(
     request: Request, runtime: RuntimeDep, engine: EngineDep, explainer: ExplainDep
 ) -> dict[str, Any]:
     """One map per caption word over the image regions (``method``), the region each word looked at
-    most, what lies there and GroundingScore(δ) for δ ∈ {0, 1, 3, 5, ∞} when the image has a scene
-    graph (``image_ref``). The image comes as a multipart file part ``image`` (the options as form
-    fields) or as base64 in JSON. See README, Explanations."""
+    most, what lies there, the pointing game and GroundingScore(δ) for δ ∈ {0, 1, 3, 5, ∞} when the
+    image has a scene graph (``image_ref``, or ``scene_graph`` with an upload). The image comes as a
+    multipart file part ``image`` (the options as form fields) or as base64 in JSON. See README,
+    Explanations."""
     body, blobs = await BODY.read(request, runtime.settings, most=1)
     if bool(blobs) == (body.image_ref is not None):
         raise ApiError(422, "validation_error", ONE_IMAGE, field="request")
+    if body.image_ref is not None and body.scene_graph is not None:
+        raise ApiError(
+            422,
+            "validation_error",
+            "give scene_graph with an uploaded image only: a probe-set image_ref brings its own",
+            field="scene_graph",
+        )
+    if body.caption is not None and body.tokens is not None:
+        raise ApiError(422, "validation_error", "give at most one of caption and tokens", field="tokens")
     params = engine.resolve(**body.model_dump(include=set(CaptionOptions.model_fields)))
     annotate(model=params.model, method=body.method)
     image, scene = await asyncio.to_thread(_image, body, blobs[0] if blobs else None, runtime)
@@ -156,6 +229,7 @@ async def explain(
         params=params,
         method=body.method,
         caption=body.caption,
+        tokens=body.tokens,
         n_steps=body.n_steps,
         attribute_to=body.attribute_to,
         scene=scene,
@@ -165,4 +239,4 @@ async def explain(
     return await explainer.explain(engine, spec)
 
 
-__all__ = ["METHODS", "ExplainFields", "ExplainRequest", "router"]
+__all__ = ["METHODS", "ExplainFields", "ExplainRequest", "SceneGraph", "router"]

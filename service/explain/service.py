@@ -42,6 +42,7 @@ class ExplainInput:
     params: SearchParams
     method: str = "attention"
     caption: str | None = None
+    tokens: list[int] | None = None  # the caption as token ids (instead of ``caption``)
     n_steps: int = 50
     attribute_to: str = "regions"
     scene: Mapping[str, Any] | None = None
@@ -113,8 +114,31 @@ class ExplainService:
             )
         return tokens
 
+    def _client_tokens(self, spec: ExplainInput, vocab: TokenVocabulary | None) -> list[int]:
+        """The client's caption token ids, checked against the captioner's vocabulary."""
+        tokens = list(spec.tokens or [])
+        known: TokenVocabulary = vocab if vocab is not None else self.vocab
+        if not tokens:
+            raise RequestError(422, "invalid_caption", "tokens is empty", field="tokens")
+        bad = [t for t in tokens if not 0 <= t < len(known) or t in known.special_ids]
+        if bad:
+            raise RequestError(
+                422,
+                "invalid_caption",
+                f"tokens {bad[:5]} are not caption tokens of {spec.params.model} (ids below {len(known)}, "
+                "not its start, end, padding or unknown token)",
+                field="tokens",
+            )
+        limit = self.manifest.captioner(spec.params.model).max_length
+        if len(tokens) > limit:
+            raise RequestError(
+                422, "invalid_caption", f"tokens has {len(tokens)} ids, more than {limit}", field="tokens"
+            )
+        return tokens
+
     def check(self, spec: ExplainInput, vocab: TokenVocabulary | None = None) -> list[int] | None:
-        """Validate ``spec`` before any work; the client caption's word ids (None: the engine captions)."""
+        """Validate ``spec`` before any work; the client caption's token ids, from ``tokens`` or
+        its ``caption`` encoded (None: the engine captions)."""
         if spec.method not in METHODS:
             raise RequestError(422, "invalid_method", f"method must be one of {METHODS}", field="method")
         cap = self.manifest.captioner(spec.params.model)
@@ -160,6 +184,8 @@ class ExplainService:
                     "(make build / compcap build) and so does compcap import hf; git does not carry them",
                     field="method",
                 )
+        if spec.tokens is not None:
+            return self._client_tokens(spec, vocab)
         if spec.caption is None:
             return None
         if cap.tokens is not None and vocab is not None:

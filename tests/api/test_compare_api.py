@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 from PIL import Image
 from pydantic import ValidationError
 
-from service.compare.ngsm import ngsm, ngsm_profile
+from service.compare.ngsm import ngsm, ngsm_orders, ngsm_profile
 from service.gateway.app import create_app
 from service.settings import Settings
 from tests.api.conftest import wait_ready
@@ -65,7 +65,9 @@ def test_compare_gives_each_configurations_caption_and_orders_by_discrepancy(cli
     for row in rows:
         assert len(row["pairs"]) == 3
         for pair in row["pairs"]:
-            assert pair["ngsm"] == pytest.approx(ngsm(row["captions"][pair["a"]], row["captions"][pair["b"]]))
+            a, b = row["captions"][pair["a"]], row["captions"][pair["b"]]
+            assert pair["ngsm"] == pytest.approx(ngsm(a, b))
+            assert pair["orders"] == ngsm_orders(a, b) and len(pair["orders"]) == 4  # NGSM_n, n = 1..4
         assert "a" not in row["captions"]["WEAK"].split()  # its hook applied
     # a configuration decodes exactly as /v1/captions with the same options
     first = rows[0]

@@ -77,6 +77,117 @@ def test_a_probe_image_brings_its_scene_graph_and_the_grounding_score(client: Te
     assert dog["overlay_png"] is None
 
 
+def probe_image(client: TestClient, name: str = "productivity") -> tuple[str, dict[str, Any], int]:
+    """A probe-set image as an upload would send it (base64 PNG at the served size), its scene graph
+    and its id."""
+    from service.manifest import load_manifest
+    from service.probes.sets import repo_probe_sets
+
+    repo = client.app.state.runtime.settings.repo  # type: ignore[attr-defined]
+    manifest = load_manifest(repo)
+    probe = repo_probe_sets(repo, manifest)[name]
+    image_id = probe.image_ids[0]
+    pixels = probe.images([image_id], manifest.image.height, manifest.image.width)[0]
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="PNG")
+    assert probe.scenes is not None
+    return base64.b64encode(buf.getvalue()).decode(), dict(probe.scenes[image_id]), image_id
+
+
+def grounding(body: dict[str, Any]) -> tuple[Any, ...]:
+    keys = ("word", "argmax_region", "under_argmax", "pointing", "pointing_chance", "grounded")
+    return body["grounding_score"], [tuple(w.get(k) for k in keys) for w in body["words"]]
+
+
+def test_an_uploads_scene_graph_grounds_it_as_its_probe_image(client: TestClient) -> None:
+    """The same image uploaded with its scene graph (SceneWorld's form as generated, extra keys and all)
+    is grounded exactly as by its probe-set reference: GroundingScore(δ), the pointing game, what lies
+    under each word; boxes in another ``size`` are scaled to the served one."""
+    image, scene, image_id = probe_image(client)
+    caption = {"caption": "a dog on the grass", "overlays": False}
+    by_ref = client.post(
+        "/v1/explain", json={"image_ref": {"probe_set": "productivity", "image_id": image_id}, **caption}
+    )
+    uploaded = client.post("/v1/explain", json={"image": image, "scene_graph": scene, **caption})
+    assert by_ref.status_code == 200 and uploaded.status_code == 200, (by_ref.text, uploaded.text)
+    assert uploaded.json()["scene_graph"] is True and uploaded.json()["grounding_score"] is not None
+    assert grounding(uploaded.json()) == grounding(by_ref.json())
+    assert any(w["pointing"] is not None for w in uploaded.json()["words"]) == any(
+        o["noun"] == "dog" for o in scene["objects"]
+    )
+    doubled = {
+        **scene,
+        "size": [192, 192],
+        "horizon": scene["horizon"] * 2,
+        "objects": [{**o, "bbox": [v * 2 for v in o["bbox"]]} for o in scene["objects"]],
+    }
+    scaled = client.post("/v1/explain", json={"image": image, "scene_graph": doubled, **caption})
+    assert scaled.status_code == 200, scaled.text
+    assert grounding(scaled.json()) == grounding(by_ref.json())
+    # without a scene graph: no grounding
+    plain = client.post("/v1/explain", json={"image": image, **caption}).json()
+    assert plain["scene_graph"] is False and plain["grounding_score"] is None
+
+
+def test_tokens_explain_exactly_the_caption_answered(client: TestClient) -> None:
+    """``tokens`` (a caption's ids as ``POST /v1/captions`` answers them) explains those tokens: one entry
+    per token, the same as the caption's text where that encodes back to them."""
+    answer = client.post("/v1/captions", json={"images": [png(2)], "beam_size": 2}).json()
+    best = answer["results"][0]["captions"][0]
+    r = client.post("/v1/explain", json={"image": png(2), "tokens": best["tokens"], "overlays": False})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["source"] == "client" and body["caption"] == best["text"]
+    assert len(body["words"]) == len(best["tokens"])
+    text = client.post("/v1/explain", json={"image": png(2), "caption": best["text"], "overlays": False})
+    assert {**text.json(), "timings_ms": None} == {**body, "timings_ms": None}
+
+
+@pytest.mark.parametrize(
+    ("extra", "field", "message"),
+    [
+        ({"tokens": [5], "caption": "a dog"}, "tokens", "at most one of caption and tokens"),
+        ({"tokens": []}, "tokens", "tokens is empty"),
+        ({"tokens": [1, 5]}, "tokens", "not caption tokens"),  # the start token
+        ({"tokens": [10**6]}, "tokens", "not caption tokens"),
+        ({"tokens": [-1]}, "tokens.0", "greater than or equal to 0"),
+        ({"tokens": [5] * 100}, "tokens", "more than"),
+        ({"scene_graph": {"objects": [], "background": "grass"}}, "scene_graph.horizon", "required"),
+        (
+            {
+                "scene_graph": {
+                    "objects": [{"id": 0, "noun": "dog", "bbox": [9, 0, 1, 4]}],
+                    "background": "grass",
+                    "horizon": 30,
+                }
+            },
+            "scene_graph.objects.0",
+            "x0 <= x1",
+        ),
+        (
+            {"scene_graph": {"objects": [], "background": "grass", "horizon": 3, "size": [0, 9]}},
+            "scene_graph.size",
+            ">= 1",
+        ),
+    ],
+)
+def test_bad_tokens_and_scene_graphs_are_named(
+    client: TestClient, extra: dict[str, Any], field: str, message: str
+) -> None:
+    r = client.post("/v1/explain", json={"image": png(), **extra})
+    assert r.status_code == 422, r.text
+    details = {d["field"]: d["message"] for d in r.json()["error"]["details"]}
+    assert field in details and message in details[field], details
+
+
+def test_a_probe_image_brings_its_own_scene_graph(client: TestClient) -> None:
+    _, scene, image_id = probe_image(client)
+    ref = {"probe_set": "productivity", "image_id": image_id}
+    r = client.post("/v1/explain", json={"image_ref": ref, "scene_graph": scene})
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["details"][0]["field"] == "scene_graph"
+
+
 @pytest.mark.parametrize("method", ["saliency", "integrated_gradients"])
 def test_gradient_methods(client: TestClient, method: str) -> None:
     r = client.post("/v1/explain", json={"image": png(1), "method": method, "n_steps": 8, "overlays": False})

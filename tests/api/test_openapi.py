@@ -181,3 +181,19 @@ def test_explain_and_compare_document_both_request_bodies(
     assert all(encoding[name]["contentType"] == "application/json" for name in set(encoding) - {"image"})
     body = deref(spec, content["application/json"]["schema"])
     assert set(body["properties"]) == set(fields.model_fields) | {json_image}
+
+
+def test_per_order_overlaps_tokens_and_scene_graphs_are_documented(spec: dict[str, Any]) -> None:
+    """What the demo reads and sends: each compared pair's NGSM_n per order, and an explanation's caption
+    as token ids with the uploaded image's scene graph (issue 40, point 6)."""
+    schemas = spec["components"]["schemas"]
+    orders = schemas["PairSimilarity"]["properties"]["orders"]
+    assert orders["minItems"] == orders["maxItems"] == 4 and "geometric mean" in orders["description"]
+    assert "orders" in schemas["PairSimilarity"]["required"]
+    explain = schemas["ExplainRequest"]["properties"]
+    tokens = [s for s in explain["tokens"]["anyOf"] if s.get("type") == "array"]
+    assert tokens and tokens[0]["items"] == {"type": "integer", "minimum": 0}
+    scene = deref(spec, next(s for s in explain["scene_graph"]["anyOf"] if "$ref" in s))
+    assert set(scene["required"]) == {"objects", "background", "horizon"}
+    obj = deref(spec, scene["properties"]["objects"]["items"])
+    assert set(obj["required"]) == {"id", "noun", "bbox"}

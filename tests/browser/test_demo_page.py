@@ -3,7 +3,7 @@ every request to another host aborted: the page loads with no console error and 
 machine, its controls come from ``/v1/models`` and ``/v1/hooks``, an uploaded PNG gets the caption the
 API gives for it with the n-best table and timings, a file that is no image and an out-of-range option
 show the API's own error message, "Explain words" shows one heat map per word of the caption shown
-(``POST /v1/explain``, the page's caption and options) and the API's refusal of a bad option, the probe
+(``POST /v1/explain``, the page's caption tokens and options) and the API's refusal of a bad option, the probe
 jobs are listed with their figures, and with ``COMPCAP_CAPTIONS_REQUIRE_KEY`` set the API-key field
 sends the bearer token (401 and 403 shown).
 
@@ -228,7 +228,9 @@ def test_explain_words_shows_one_heat_map_per_caption_word(
     expect(explain).to_be_enabled()
     expect(page.locator("#explain_method")).to_have_value("attention")
     page.select_option("#explain_method", "attention")
-    explain.click()
+    with page.expect_request(re.compile(r".*/v1/explain$")) as sent:
+        explain.click()
+    request = json.loads(sent.value.post_data or "{}")
 
     figures = page.locator("#word-maps figure")
     expect(figures).to_have_count(len(words))
@@ -244,9 +246,15 @@ def test_explain_words_shows_one_heat_map_per_caption_word(
     summary = page.locator("#explain-summary").inner_text()
     assert "attention" in summary and "ms per word" in summary and "caption shown" in summary
     expect(page.locator("#explain-error")).to_be_hidden()
-    expect(page.locator("#grounding")).to_be_hidden()  # an uploaded image has no scene graph
+    # an uploaded image has no scene graph: no grounding score or pointing game, and the page says why
+    expect(page.locator("#grounding")).to_have_text(re.compile(r"^No scene graph for this image"))
+    expect(page.locator("#pointing")).to_be_hidden()
+    assert "scene_graph" not in request
 
-    # the API explains that caption word by word the same way (the page sent it as "caption")
+    # the page sent the caption's tokens as the caption answer has them; the API explains them word by
+    # word as it explains the caption's text
+    answer = api_caption(demo_server, image.read_bytes(), "scene.png", beam_size="3").json()["results"][0]
+    assert request["tokens"] == answer["captions"][0]["tokens"] and "caption" not in request
     body = {"image": base64.b64encode(image.read_bytes()).decode(), "caption": caption, "beam_size": 3}
     want = httpx.post(
         f"{demo_server}/v1/explain", json={**body, "overlays": False}, timeout=60.0, trust_env=False

@@ -5,7 +5,9 @@ that cannot run are greyed out with the reason ``GET /v1/explain/methods`` gives
 repository without its torch programs) and enabled where they can; the probe launcher runs a job,
 follows its progress and draws Recall@K per pair, held out against seen (or every pair, when the
 held-out pairs are not known); the compare view shows each image's captions per configuration with its
-NGSM, most discrepant first, as ``POST /v1/compare`` orders them.
+NGSM and the overlap per n-gram order (saying which order made it 0), most discrepant first, as
+``POST /v1/compare`` orders them; a sample's explanation has the grounding score and the pointing game
+(its scene graph ships with it); the n-best table fits a 390 px wide screen.
 
 Screenshots of each view go to ``docs/screenshots/demo_*.png`` with ``COMPCAP_UPDATE_SCREENSHOT=1``
 (else to the test's tmp folder); the ones in ``docs/`` are taken on a default-preset repository with
@@ -119,16 +121,23 @@ def disabled_methods(page: Any) -> dict[str, str]:
 # ---------------------------------------------------------------------------------- sample images
 
 
-def test_samples_are_served_sceneworld_test_renders(demo_server: str) -> None:
+def test_samples_are_served_sceneworld_test_renders_with_their_scene_graphs(demo_server: str) -> None:
     from export.world.dataset import generate
 
-    renders, references, _ = generate(3, seed=SAMPLE_WORLD_SEED)
-    for i, (render, refs) in enumerate(zip(renders, references, strict=True)):
+    renders, references, graphs = generate(3, seed=SAMPLE_WORLD_SEED)
+    common = (ROOT / "service" / "web" / "static" / "common.js").read_text(encoding="utf-8")
+    for i, (render, refs, graph) in enumerate(zip(renders, references, graphs, strict=True)):
         response = httpx.get(f"{demo_server}/demo-static/samples/example_{i}.png", trust_env=False)
         assert response.status_code == 200 and response.headers["content-type"] == "image/png"
         served = np.asarray(Image.open(io.BytesIO(response.content)).convert("RGB"))
         assert np.array_equal(served, render), f"sample {i} is not the test world's render"
-        assert refs[0] in (ROOT / "service" / "web" / "static" / "common.js").read_text(encoding="utf-8")
+        assert refs[0] in common
+        # its scene graph as the generator drew it (no captions), the size its boxes are in
+        scene = httpx.get(f"{demo_server}/demo-static/samples/example_{i}.scene.json", trust_env=False)
+        assert scene.status_code == 200 and scene.headers["content-type"] == "application/json"
+        want = {k: graph[k] for k in ("image_id", "background", "horizon", "objects", "relations")}
+        assert scene.json() == {**want, "size": list(render.shape[:2])}, f"sample {i}'s scene graph"
+        assert f"example_{i}.scene.json" in common
 
 
 def test_a_sample_click_captions_it_with_what_the_model_knows(
@@ -173,6 +182,78 @@ def test_a_sample_click_captions_it_with_what_the_model_knows(
     expect(page.locator("#error")).to_be_hidden()
 
     screenshot(page, "caption", tmp_path, ".controls", ".results")
+    assert_clean(watch)
+
+
+def caption_as(page: Any, repo: Path, text: str) -> None:
+    """Answer the page's ``POST /v1/captions`` as the server does, its best caption replaced by ``text``
+    (and that text's word ids): a captioner that names what the scene holds, which the tiny models do
+    not reliably do."""
+    from service.manifest import load_manifest
+    from service.text.vocabulary import Vocabulary
+
+    manifest = load_manifest(repo)
+    ids = Vocabulary.load(repo / manifest.vocabulary.file).encode(text)
+
+    def rewrite(route: Any) -> None:
+        response = route.fetch()
+        body = response.json()
+        result = body["results"][0]
+        result["caption"] = text
+        result["captions"][0].update(text=text, tokens=ids)
+        route.fulfill(response=response, body=json.dumps(body))
+
+    page.route(re.compile(r".*/v1/captions$"), rewrite)
+
+
+def test_a_sample_explanation_shows_the_grounding_score_and_the_pointing_game(
+    demo_server: str, tiny_repo: Path, browser_page: tuple[Any, Watch], tmp_path: Path
+) -> None:
+    """A sample's scene graph goes with its explanation: GroundingScore(δ) and the pointing game appear,
+    as the API gives them for the same image, tokens and scene graph."""
+    from playwright.sync_api import expect
+
+    page, watch = browser_page
+    reference = "a red horse on a lawn"  # sample 0's first reference: its horse is in the scene graph
+    caption_as(page, tiny_repo, reference)
+    open_demo(page, demo_server)
+    page.locator("#samples button").first.click()
+    expect(page.locator("#caption")).to_have_text(reference)
+    with page.expect_request(re.compile(r".*/v1/explain$")) as sent:
+        page.click("#explain-submit")
+    expect(page.locator("#explain-status")).to_contain_text("Explained 6 words")
+    request = json.loads(sent.value.post_data or "{}")
+    scene = json.loads((SAMPLES / "example_0.scene.json").read_text(encoding="utf-8"))
+    assert request["scene_graph"] == scene and "caption" not in request
+
+    want = post_json(demo_server, "/v1/explain", {**request, "overlays": False})
+    assert want.status_code == 200, want.text
+    out = want.json()
+    assert out["scene_graph"] is True and out["caption"] == reference
+    grounding = page.locator("#grounding")
+    expect(grounding).to_be_visible()
+    expect(grounding).to_contain_text("GroundingScore(δ)")
+    deltas = grounding.locator(".delta").all_inner_texts()
+    labels = {"0": "0", "1": "1", "3": "3", "5": "5", "inf": "∞"}
+    assert deltas == [f"δ={labels[k]}: {fixed(v)}" for k, v in out["grounding_score"].items()]
+    horse = next(w for w in out["words"] if w["word"] == "horse")
+    assert horse["pointing"] is not None  # the horse is an object of the scene: the pointing game is played
+    played = [w for w in out["words"] if w["pointing"] is not None]
+    hits = sum(bool(w["pointing"]) for w in played)
+    chance = sum(w["pointing_chance"] for w in played) / len(played)
+    pointing = page.locator("#pointing")
+    expect(pointing).to_be_visible()
+    expect(pointing).to_have_text(
+        f"Pointing game{hits} of {len(played)} noun{'s' * (len(played) != 1)} hit (chance {fixed(chance, 2)})"
+    )
+    figure = page.locator("#word-maps figure").nth(out["words"].index(horse))
+    expect(figure.locator(".word-about")).to_contain_text(
+        f"pointing {'hit' if horse['pointing'] else 'miss'}"
+    )
+    expect(figure.locator(".word-about")).to_contain_text("under: ")
+    marks = page.locator("#word-maps .mark")
+    expect(marks).to_have_count(sum(w["grounded"] is not None for w in out["words"]))
+    screenshot(page, "grounding", tmp_path, "#explain")
     assert_clean(watch)
 
 
@@ -468,6 +549,13 @@ def test_the_compare_view_shows_captions_per_configuration_most_discrepant_first
         )
         assert captions == image["captions"]
         expect(item.locator(".ngsm")).to_have_text(f"min NGSM {image['min_ngsm']:.3f}")
+        # the most discrepant pair's overlap per order, what its NGSM is the geometric mean of
+        a, b = image["most_discrepant_pair"]
+        pair = next(p for p in image["pairs"] if (p["a"], p["b"]) == (a, b))
+        cells = item.locator(".orders .order").all_inner_texts()
+        assert cells == [
+            f"{n}-gram {'—' if v is None else fixed(v)}" for n, v in enumerate(pair["orders"], 1)
+        ]
         discrepant = item.locator("tr.discrepant th").all_inner_texts()
         assert sorted(discrepant) == sorted(image["most_discrepant_pair"])
         expected_src = "mine.png" if image["index"] == 3 else f"example_{image['index']}.png"
@@ -477,6 +565,96 @@ def test_the_compare_view_shows_captions_per_configuration_most_discrepant_first
     expect(page.locator("#compare-error")).to_be_hidden()
     screenshot(page, "compare", tmp_path, "#compare")
     assert_clean(watch)
+
+
+def test_the_compare_view_says_which_order_made_ngsm_zero(
+    demo_server: str, browser_page: tuple[Any, Watch]
+) -> None:
+    """Issue 40's case: "a plane over the lake" against "a brown plane flying over the lake" share five
+    words yet have NGSM 0; the view shows the overlap per order and that no shared 4-gram made it 0.
+    The real comparison's answer is rewritten on its way to the page with these two captions, scored by
+    the service's own ``compare_captions``."""
+    from playwright.sync_api import expect
+
+    from service.compare.service import compare_captions
+
+    page, watch = browser_page
+    texts = ("a plane over the lake", "a brown plane flying over the lake")
+
+    def rewrite(route: Any) -> None:
+        response = route.fetch()
+        body = response.json()
+        names = [c["name"] for c in body["configurations"]]
+        for image in body["images"]:
+            (scored,) = compare_captions(names[:2], [[texts[0]], [texts[1]]])
+            image.update({k: v for k, v in scored.items() if k != "index"})
+        route.fulfill(response=response, body=json.dumps(body))
+
+    page.route(re.compile(r".*/v1/compare$"), rewrite)
+    open_demo(page, demo_server)
+    expect(page.locator("#compare-configs .compare-config")).to_have_count(2)
+    for check in page.locator("#compare-samples input").all()[1:]:
+        check.uncheck()
+    page.click("#compare-submit")
+    item = page.locator("#compare-images > li").first
+    expect(item.locator(".ngsm")).to_have_text("NGSM 0.000")
+    assert item.locator(".orders .order").all_inner_texts() == [
+        "1-gram 0.714",
+        "2-gram 0.250",
+        "3-gram 0.143",
+        "4-gram 0.000",
+    ]
+    expect(item.locator(".orders .zero")).to_have_text("4-gram 0.000")
+    expect(item.locator(".orders .zero-why")).to_have_text(
+        "no shared 4-gram gives NGSM 0, though they share shorter n-grams"
+    )
+    intro = page.locator("#compare > p").first
+    expect(intro).to_contain_text("no 4-gram in common get NGSM 0")
+    expect(intro).not_to_contain_text("no word in common")
+    assert_clean(watch)
+
+
+# ---------------------------------------------------------------------------------- a phone's width
+
+
+def test_the_nbest_table_fits_a_390_px_screen(demo_server: str, chromium: Any, tmp_path: Path) -> None:
+    """At 390 px wide (a phone) the n-best table fits: no cell runs past the table's box, the table past
+    its wrapper, or the page past the screen; each figure is named under its caption."""
+    from playwright.sync_api import expect
+
+    context = chromium.new_context(viewport={"width": 390, "height": 844}, color_scheme="light")
+    try:
+        page = context.new_page()
+        open_demo(page, demo_server)
+        page.fill("#beam_size", "5")
+        page.locator("#samples button").nth(1).click()
+        expect(page.locator("#nbest tbody tr")).to_have_count(5)
+        sizes = page.evaluate(
+            """() => {
+              const table = document.getElementById('nbest');
+              const wrap = table.parentElement;
+              const right = Math.max(...[...table.querySelectorAll('td')].map(
+                c => c.getBoundingClientRect().right));
+              return {page: document.documentElement.scrollWidth, screen: innerWidth,
+                      table: table.scrollWidth, wrap: wrap.clientWidth,
+                      cells: right, wrapRight: wrap.getBoundingClientRect().right};
+            }"""
+        )
+        assert sizes["page"] <= sizes["screen"] == 390, sizes
+        assert sizes["table"] <= sizes["wrap"], sizes
+        assert sizes["cells"] <= sizes["wrapRight"] + 0.5, sizes
+        labels = page.locator("#nbest tbody tr").first.locator("td[data-label]")
+        assert labels.evaluate_all("cs => cs.map(c => c.dataset.label)") == [
+            "log-prob",
+            "normalized",
+            "ranker score",
+            "beam rank",
+        ]
+        shown = labels.first.evaluate("c => getComputedStyle(c, '::before').content")
+        assert "log-prob" in shown, shown
+        screenshot(page, "phone", tmp_path, "#nbest")
+    finally:
+        context.close()
 
 
 def test_the_compare_view_shows_the_api_refusal(demo_server: str, browser_page: tuple[Any, Watch]) -> None:

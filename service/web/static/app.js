@@ -16,6 +16,7 @@ import {
   readBase64,
   sampleFile,
   sampleImage,
+  sampleScene,
   sampleTitle,
   showProblem,
 } from "./common.js";
@@ -33,8 +34,9 @@ const GROUNDING_DELTAS = ["0", "1", "3", "5", "inf"];
 const state = {
   hooks: [],
   file: null,
+  sample: null, // the sample the chosen image is (its scene graph goes with an explanation), else null
   previewUrl: null,
-  captioned: null, // what the shown caption came from: { file, options, caption, base64 }
+  captioned: null, // what the shown caption came from: { file, sample, options, caption, tokens, base64 }
   explainSeq: 0, // bumped by every caption and explanation: a late answer for an older one is dropped
   methods: null, // captioner -> its explanation methods (GET /v1/explain/methods), null: not known
 };
@@ -223,8 +225,9 @@ function chosenHooks() {
 function setFile(file, sample = null) {
   if (!file) return;
   state.file = file;
+  state.sample = sample;
   for (const button of $("samples").querySelectorAll("button")) {
-    button.setAttribute("aria-pressed", String(button.dataset.sample === sample));
+    button.setAttribute("aria-pressed", String(Boolean(sample) && button.dataset.sample === sample.file));
   }
   if (state.previewUrl) URL.revokeObjectURL(state.previewUrl);
   state.previewUrl = URL.createObjectURL(file);
@@ -290,7 +293,7 @@ function renderSamples() {
 
 async function captionSample(sample) {
   try {
-    setFile(await sampleFile(sample), sample.file);
+    setFile(await sampleFile(sample), sample);
   } catch (problem) {
     const unreadable = () => new ApiProblem(0, "sample_unreadable", String(problem.message));
     const shown = problem instanceof ApiProblem ? problem : unreadable();
@@ -326,13 +329,19 @@ function fillTable(table, captions, best) {
   body.replaceChildren();
   captions.forEach((c, i) => {
     const row = el("tr", null, c.text === best && i === 0 ? "best" : "");
+    // each figure names itself (data-label): a narrow screen shows it under the caption, without the head
+    const figure = (value, label) => {
+      const cell = el("td", value, "num");
+      cell.dataset.label = label;
+      return cell;
+    };
     row.append(
       el("td", i + 1, "num"),
       el("td", c.text, "text"),
-      el("td", num(c.logprob, 2), "num"),
-      el("td", num(c.normalized_logprob, 3), "num"),
-      el("td", num(c.ranker_score, 3), "num"),
-      el("td", c.beam_rank, "num"),
+      figure(num(c.logprob, 2), "log-prob"),
+      figure(num(c.normalized_logprob, 3), "normalized"),
+      figure(num(c.ranker_score, 3), "ranker score"),
+      figure(c.beam_rank, "beam rank"),
     );
     body.append(row);
   });
@@ -425,13 +434,19 @@ async function submitCaption(event) {
   button.textContent = "Captioning…";
   $("results-title").textContent = "Result";
   const file = state.file;
+  const sample = state.sample;
   const options = captionOptions();
   state.captioned = null;
   state.explainSeq += 1;
   const started = performance.now();
   try {
     const out = await api("v1/captions", { method: "POST", body: captionForm(file, options) });
-    state.captioned = { file, options, caption: out.results[0].caption, base64: null };
+    const result = out.results[0];
+    // the best caption's token ids: an explanation of exactly these tokens (a subword captioner's text
+    // need not tokenize back to them)
+    const best = result.captions.find((c) => c.text === result.caption);
+    const tokens = best && Array.isArray(best.tokens) ? best.tokens : null;
+    state.captioned = { file, sample, options, caption: result.caption, tokens, base64: null };
     showResult(out, performance.now() - started);
   } catch (problem) {
     $("result").hidden = true;
@@ -509,9 +524,13 @@ function applyMethods() {
   if (!enabled.length) $("explain-submit").disabled = true;
 }
 
-// POST /v1/explain's JSON body: the caption's image and options, typed as JSON wants them
-function explainBody(captioned, base64) {
-  const body = { image: base64, caption: captioned.caption, method: $("explain_method").value };
+// POST /v1/explain's JSON body: the caption's image (with its scene graph when it is a sample), its
+// tokens (or text) and options, typed as JSON wants them
+function explainBody(captioned, base64, scene) {
+  const body = { image: base64, method: $("explain_method").value };
+  if (captioned.tokens && captioned.tokens.length) body.tokens = captioned.tokens;
+  else body.caption = captioned.caption;
+  if (scene) body.scene_graph = scene;
   const o = captioned.options;
   if (o.model) body.model = o.model;
   if (o.rerank) body.rerank = o.rerank === "false" ? false : o.rerank;
@@ -580,10 +599,14 @@ function showExplanation(out, roundTripMs) {
       const label = delta === "inf" ? "∞" : delta;
       grounding.append(el("span", `δ=${label}: ${num(out.grounding_score[delta], 3)}`, "delta"));
     }
-    grounding.hidden = false;
+  } else if (out.scene_graph) {
+    grounding.replaceChildren(el("span", "No noun in the caption: no GroundingScore.", "muted"));
   } else {
-    grounding.hidden = true;
+    const why = "No scene graph for this image: no GroundingScore or pointing game (the samples have one).";
+    grounding.replaceChildren(el("span", why, "muted"));
   }
+  grounding.hidden = false;
+  showPointing(out.words);
   const ig = out.integrated_gradients;
   $("explain-ig").hidden = !ig;
   if (ig) {
@@ -593,6 +616,26 @@ function showExplanation(out, roundTripMs) {
   }
   $("word-maps").replaceChildren(...out.words.map(wordFigure));
   $("explain-result").hidden = false;
+}
+
+// the pointing game over the caption's nouns that name an object of the scene: hits and the chance
+// a random cell would hit
+function showPointing(words) {
+  const box = $("pointing");
+  const played = words.filter((w) => w.pointing === true || w.pointing === false);
+  if (!played.length) {
+    box.hidden = true;
+    return;
+  }
+  const hits = played.filter((w) => w.pointing).length;
+  const chance = played.reduce((sum, w) => sum + (w.pointing_chance || 0), 0) / played.length;
+  const nouns = played.length === 1 ? "noun" : "nouns";
+  box.replaceChildren(
+    el("strong", "Pointing game"),
+    el("span", `${hits} of ${played.length} ${nouns} hit (chance ${num(chance, 2)})`, "hits"),
+  );
+  box.title = "a hit: the word's strongest cell has its centre inside a box of the object it names";
+  box.hidden = false;
 }
 
 async function submitExplain() {
@@ -616,10 +659,11 @@ async function submitExplain() {
         throw new ApiProblem(0, "unreadable_file", `could not read the image file (${err.message})`);
       }
     }
+    const scene = captioned.sample ? await sampleScene(captioned.sample) : null;
     const out = await api("v1/explain", {
       method: "POST",
       headers: { "Content-Type": "application/json" },
-      body: JSON.stringify(explainBody(captioned, captioned.base64)),
+      body: JSON.stringify(explainBody(captioned, captioned.base64, scene)),
     });
     if (seq !== state.explainSeq) return;
     showExplanation(out, performance.now() - started);

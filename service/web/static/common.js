@@ -8,14 +8,16 @@ export const $ = (id) => document.getElementById(id);
 export const catalog = { models: null };
 
 // SceneWorld scenes of the held-out test world (export/studies/examples.py, 96×96 as rendered), shipped
-// with the page, each with one of its reference captions
+// with the page, each with one of its reference captions and its scene graph (what lies where: sent with
+// an explanation, it gives the grounding score and the pointing game)
 const SAMPLE_DIR = "demo-static/samples/";
 export const SAMPLES = [
-  { file: "example_0.png", reference: "a red horse on a lawn" },
-  { file: "example_1.png", reference: "a picture of two buses on a road" },
-  { file: "example_2.png", reference: "a plane in the sky" },
+  { file: "example_0.png", scene: "example_0.scene.json", reference: "a red horse on a lawn" },
+  { file: "example_1.png", scene: "example_1.scene.json", reference: "a picture of two buses on a road" },
+  { file: "example_2.png", scene: "example_2.scene.json", reference: "a plane in the sky" },
 ];
 const sampleFiles = new Map(); // sample file name -> its File, once fetched
+const sampleScenes = new Map(); // sample file name -> its scene graph, once fetched
 
 // ---------------------------------------------------------------- HTTP
 
@@ -123,6 +125,18 @@ export async function sampleFile(sample) {
     sampleFiles.set(sample.file, new File([blob], sample.file, { type: blob.type || "image/png" }));
   }
   return sampleFiles.get(sample.file);
+}
+
+// the sample's scene graph (SceneWorld's form, its boxes in the sample's pixels)
+export async function sampleScene(sample) {
+  if (!sampleScenes.has(sample.file)) {
+    const response = await fetch(`${SAMPLE_DIR}${sample.scene}`);
+    if (!response.ok) {
+      throw new ApiProblem(response.status, "sample_missing", `no scene graph ${sample.scene}`);
+    }
+    sampleScenes.set(sample.file, await response.json());
+  }
+  return sampleScenes.get(sample.file);
 }
 
 export function sampleImage(sample, i) {

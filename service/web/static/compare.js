@@ -1,6 +1,7 @@
 // The compare view of the demo page: two or more configurations (a captioner and its re-ranking) and
 // images (the samples, the user's own) → POST /v1/compare; each image's caption per configuration with
-// the NGSM of the pair that disagrees most, images most discrepant first as the API orders them.
+// the NGSM of the pair that disagrees most and its n-gram overlap per order (n = 1..4, what the NGSM is
+// the geometric mean of), images most discrepant first as the API orders them.
 
 import {
   $,
@@ -198,6 +199,32 @@ function ngsmMeter(value) {
   return track;
 }
 
+// the pair's NGSM_n per order (n = 1..4; null: neither caption has an n-gram that long) and, when the
+// geometric mean is 0, the order that made it 0
+function orderOverlaps(pair) {
+  const box = el("p", null, "orders small");
+  box.dataset.pair = `${pair.a}|${pair.b}`;
+  const orders = Array.isArray(pair.orders) ? pair.orders : [];
+  box.append(el("span", "n-gram overlap:", "muted"));
+  orders.forEach((value, i) => {
+    const cell = el("span", `${i + 1}-gram ${value === null ? "—" : num(value, 3)}`, "order");
+    cell.dataset.n = String(i + 1);
+    if (value === 0) cell.classList.add("zero");
+    cell.title =
+      value === null
+        ? `neither caption has ${i + 1} words: left out of the mean`
+        : `shared ${i + 1}-grams ÷ ${i + 1}-grams in either caption`;
+    box.append(cell);
+  });
+  const zero = orders.findIndex((v) => v === 0);
+  if (pair.ngsm === 0 && zero >= 0) {
+    const shared = orders.some((v) => typeof v === "number" && v > 0);
+    const why = `no shared ${zero + 1}-gram gives NGSM 0`;
+    box.append(el("span", shared ? `${why}, though they share shorter n-grams` : why, "zero-why"));
+  }
+  return box;
+}
+
 function showComparison(out, sources, roundTripMs) {
   const names = out.configurations.map((c) => c.name);
   const resolved = out.configurations
@@ -234,8 +261,8 @@ function showComparison(out, sources, roundTripMs) {
       el("span", about.join(" · "), "muted small"),
     );
     head.title =
-      "NGSM: geometric mean of the 1- to 4-gram similarities (1 = the same caption); " +
-      "the tie-break, their arithmetic mean, orders images of equal NGSM";
+      "NGSM: geometric mean of the 1- to 4-gram overlaps (1 = the same caption; one overlap at 0 " +
+      "makes it 0); the tie-break, their arithmetic mean, orders images of equal NGSM";
     const table = el("table", null, "compare-table");
     const tbody = el("tbody");
     for (const name of names) {
@@ -244,10 +271,13 @@ function showComparison(out, sources, roundTripMs) {
       tbody.append(row);
     }
     table.append(tbody);
+    const lowest = image.pairs.find((p) => p.a === a && p.b === b) || image.pairs[0];
     body.append(head, table);
+    if (lowest) body.append(orderOverlaps(lowest));
     if (image.pairs.length > 1) {
       const pairs = [...image.pairs].sort((p, q) => p.ngsm - q.ngsm || p.tie_break - q.tie_break);
-      const text = pairs.map((p) => `${p.a} · ${p.b}: ${num(p.ngsm, 3)}`).join("   ");
+      const overlaps = (p) => (p.orders || []).map((v) => (v === null ? "—" : num(v, 2))).join("/");
+      const text = pairs.map((p) => `${p.a} · ${p.b}: ${num(p.ngsm, 3)} (${overlaps(p)})`).join("   ");
       body.append(el("p", text, "pairs muted small"));
     }
     item.append(img, body);

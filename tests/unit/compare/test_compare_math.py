@@ -12,6 +12,7 @@ from service.compare.ngsm import (
     ngram_counts,
     ngsm,
     ngsm_n,
+    ngsm_orders,
     ngsm_profile,
     pairwise_ngsm,
 )
@@ -116,6 +117,29 @@ def test_empty_captions_and_max_n_validation() -> None:
         ngsm("a", "a", max_n=0)
     with pytest.raises(ValueError, match="max_n"):
         pairwise_ngsm(["a"], max_n=0)
+
+
+def test_per_order_overlaps_are_what_ngsm_is_the_geometric_mean_of() -> None:
+    # the demo's case (issue 40): five shared words, yet no shared 4-gram -> S = 0
+    a, b = "a plane over the lake", "a brown plane flying over the lake"
+    # n=1: 5 shared of 5 + 7 -> 5/7; n=2: {over the, the lake} -> 2/(4+6-2); n=3: {over the lake} -> 1/(3+5-1)
+    assert ngsm_orders(a, b) == [5 / 7, 2 / 8, 1 / 7, 0.0]
+    assert ngsm(a, b) == 0.0
+    assert ngsm_profile(a, b)[1] == pytest.approx((5 / 7 + 1 / 4 + 1 / 7) / 4, abs=1e-12)
+    # orders neither caption reaches are None (skipped by S), one too short gives 0
+    assert ngsm_orders("a dog", "a dog") == [1.0, 1.0, None, None]
+    assert ngsm_orders("dog", "a dog") == [0.5, 0.0, None, None]
+    assert ngsm_orders("", "") == [None] * 4 and ngsm_orders("a dog", "") == [0.0, 0.0, None, None]
+    assert len(ngsm_orders(a, b, max_n=2)) == 2
+    with pytest.raises(ValueError, match="max_n"):
+        ngsm_orders(a, b, max_n=0)
+    rng = np.random.default_rng(3)
+    words = ["a", "dog", "cat", "on", "the", "grass"]
+    for _ in range(200):
+        x, y = (" ".join(rng.choice(words, rng.integers(1, 8))) for _ in range(2))
+        defined = [v for v in ngsm_orders(x, y) if v is not None]
+        mean = math.exp(sum(math.log(v) for v in defined) / len(defined)) if min(defined) > 0 else 0.0
+        assert ngsm(x, y) == pytest.approx(mean, abs=1e-12)
 
 
 def test_discrepancy_order_tie_break() -> None:

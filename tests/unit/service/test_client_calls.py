@@ -188,6 +188,9 @@ def _canonical(request: httpx.Request) -> tuple[str, str, dict[str, str], bytes]
     return request.method, str(request.url), {**headers, "content-type": content_type}, body
 
 
+SCENE = {"objects": [{"id": 0, "noun": "dog", "bbox": [1, 2, 30, 40]}], "background": "grass", "horizon": 3}
+
+
 def test_both_clients_send_the_same_requests() -> None:
     """Every call, once on each client against a stub: the same method, URL, headers and body — one
     request builder, two transports."""
@@ -197,6 +200,7 @@ def test_both_clients_send_the_same_requests() -> None:
         ("caption", (image,), {"rerank": True, "beam_size": 3, "length_penalty": 0.5}),
         ("explain", (EXAMPLE,), {"method": "saliency", "caption": "a dog", "attribute_to": "pixels"}),
         ("explain", (ProbeImage("productivity", 7),), {"overlays": False, "model": "butd"}),
+        ("explain", (image,), {"tokens": (5, 9), "scene_graph": SCENE}),
         ("compare", ([image, image], CONFIGS), {}),
         ("compare", ([image], {"A": "butd", "B": {"model": "butr", "rerank": "vsepp"}}), {}),
         ("start_probe", ("systematicity",), {"pairs": ("black cat",), "images": 2}),
@@ -232,14 +236,16 @@ def test_both_clients_send_the_same_requests() -> None:
         "overlays": False,
         "model": "butd",
     }
-    compare = json.loads(sync_seen[4].content)
+    by_tokens = json.loads(sync_seen[4].content)
+    assert by_tokens["tokens"] == [5, 9] and by_tokens["scene_graph"]["background"] == "grass"
+    compare = json.loads(sync_seen[5].content)
     assert compare["configurations"] == CONFIGS and len(compare["images"]) == 2
-    assert json.loads(sync_seen[5].content)["configurations"] == [
+    assert json.loads(sync_seen[6].content)["configurations"] == [
         {"name": "A", "model": "butd"},
         {"name": "B", "model": "butr", "rerank": "vsepp"},
     ]
-    assert json.loads(sync_seen[6].content) == {"kind": "systematicity", "pairs": ["black cat"], "images": 2}
-    assert sync_seen[7].method == "DELETE" and sync_seen[7].url.raw_path == b"/v1/probes/job%2F1"
+    assert json.loads(sync_seen[7].content) == {"kind": "systematicity", "pairs": ["black cat"], "images": 2}
+    assert sync_seen[8].method == "DELETE" and sync_seen[8].url.raw_path == b"/v1/probes/job%2F1"
 
 
 def test_one_retry_loop_serves_both_clients() -> None:
@@ -426,6 +432,10 @@ def test_explain_attention_a_gradient_method_and_a_probe_image(gateway: str, tin
         dog = given.words[1]
         assert dog.noun == "dog" and dog.overlay is None and isinstance(dog.grounded, bool)
         assert dog.under_argmax is not None and isinstance(dog.under_argmax.labels, list)
+
+        ids = sync.caption(EXAMPLE, model="butd", beam_size=3).results[0].captions[0].tokens
+        exact = sync.explain(EXAMPLE, model="butd", tokens=ids, overlays=False)
+        assert exact.source == "client" and exact.caption == best and len(exact.words) == len(ids)
 
         saliency = sync.explain(pixels(5), method="saliency", attribute_to="pixels", overlays=False)
         assert saliency.method == "saliency" and saliency.attribute_to == "pixels" and saliency.words

@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, ImageOps
 
-from service.images import ImageError, decode_image, decode_images
+from service.images import ImageError, decode_image, decode_images, upright_size
 
 H, W = 24, 32
 LIMITS: dict[str, Any] = {"max_bytes": 1 << 20, "max_pixels": 25_000_000}
@@ -138,3 +138,19 @@ def test_check_upload_refuses_junk_and_passes_every_supported_header() -> None:
     assert info.value.code == "image_too_large" and info.value.status == 413
     data = rgb_png(200, 200)
     check_upload(data[: len(data) // 2], max_bytes=1 << 20)  # a good header: decoding finds the rest
+
+
+@pytest.mark.parametrize(
+    ("orientation", "size"), [(None, (30, 40)), (1, (30, 40)), (3, (30, 40)), (6, (40, 30)), (8, (40, 30))]
+)
+def test_upright_size_is_the_size_as_decoded(orientation: int | None, size: tuple[int, int]) -> None:
+    """(height, width) as ``decode_image`` turns the image: an EXIF quarter turn swaps them."""
+    img = Image.fromarray(np.zeros((30, 40, 3), dtype=np.uint8))
+    exif = Image.Exif()
+    if orientation is not None:
+        exif[0x0112] = orientation
+    data = encode(img, "JPEG", exif=exif.tobytes())
+    assert upright_size(data) == size
+    with Image.open(io.BytesIO(data)) as opened:
+        turned = ImageOps.exif_transpose(opened)
+        assert (turned or opened).size[::-1] == size
