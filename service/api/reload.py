@@ -21,19 +21,35 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 
+from service.backends.base import Backend
 from service.backends.factory import make_backend
+from service.engine.client import EngineClient
+from service.engine.core_client import RemoteEngine
 from service.engine.engine import CaptionEngine
 from service.manifest import Manifest, load_manifest, repo_probe_set_entries, repo_version, same_models
+from service.metrics import Metrics
+from service.settings import Settings
 from service.state import schema
 from service.state.store import StateStore
 from service.text.vocabulary import Vocabulary
 
-if TYPE_CHECKING:
-    from service.api.deps import Runtime
+
+class Served(Protocol):
+    """What the reloader changes: the gateway's ``Runtime`` (``service.api.deps``)."""
+
+    settings: Settings
+    manifest: Manifest
+    vocab: Vocabulary
+    metrics: Metrics
+    state: StateStore
+    backend: Backend | None
+    engine: EngineClient | None
+    remote: RemoteEngine | None
+
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +121,7 @@ def next_generation(store: StateStore, force: bool) -> int:
 class Reloader:
     """Reloads ``runtime``'s repository (see module docstring). ``version`` is the one it serves."""
 
-    runtime: Runtime
+    runtime: Served
     version: str
     generation: int = 0  # the last reload asked of every replica that this process acted on
     listeners: list[Callable[[Manifest, Vocabulary], object]] = field(default_factory=list)

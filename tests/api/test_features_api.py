@@ -68,7 +68,7 @@ def test_captions_only(captions_only: TestClient) -> None:
         FEATURE_ROUTES, 404
     )
     tags = [t["name"] for t in captions_only.get("/openapi.json").json()["tags"]]
-    assert tags == ["captions", "models", "health"]
+    assert tags == ["captions", "models", "health", "admin"]
     assert "compcap_ready 1.0" in captions_only.get("/metrics").text
 
 
@@ -82,6 +82,7 @@ def test_one_feature_left_out(without_explain: TestClient) -> None:
         "captions",
         "models",
         "health",
+        "admin",
         "probes",
         "comparison",
     ]  # install order, not the setting's
@@ -95,7 +96,7 @@ def test_all_features_by_default(client: TestClient) -> None:
         "compare": 422,
     }
     tags = [t["name"] for t in client.get("/openapi.json").json()["tags"]]
-    assert tags[3:] == [TAGS[name] for name in FEATURES]
+    assert tags[4:] == [TAGS[name] for name in FEATURES]
 
 
 def test_the_setting_is_normalised(tiny_repo: Path) -> None:

@@ -377,6 +377,7 @@ def gateway_app() -> Iterator[SimpleNamespace]:
     import service.explain.feature as explain_feature
     import service.gateway.app as app_module
     import service.probes.feature as probes_feature
+    from service.api.reload import Reloader
     from service.metrics import Metrics
     from service.settings import Settings
     from service.state.store import StateStore
@@ -396,6 +397,7 @@ def gateway_app() -> Iterator[SimpleNamespace]:
         after_caption=[],
         lifespans=[],
     )
+    runtime.reloader = Reloader(runtime, version="")  # the real one (the lifespan's watch does not run)
     with (
         mock.patch.object(app_module, "Runtime", return_value=runtime),
         mock.patch.object(probes_feature, "ProbeService"),
