@@ -1,0 +1,220 @@
+"""Uncertainty of the probes' and studies' figures: 95% bootstrap intervals over the units a figure
+averages, paired tests between two models or configurations on the same images, and a sizing rule.
+
+Every figure CompCap reports is a mean of means: Recall@K is the mean over pairs of each pair's share of
+images hit; a false-composition rate, a GroundingScore or a substitutivity score likewise, over pairs
+(or buckets, or captions) and their images. Its interval comes from a **two-stage (cluster) bootstrap**:
+resample the groups (pairs) with replacement, then each drawn group's units (images) with replacement,
+and take the statistic of each resample; the interval is the percentile interval of ``resamples`` of
+them. Seeded (``seed``), so the same data give the same interval on every machine.
+
+A **paired test** compares two systems scored on the same units: the per-unit differences are the
+data; the two-sided p-value is that of a sign-flip permutation test (each group's differences flipped
+together, which keeps the pairing and the grouping), and the difference's interval is the two-stage
+bootstrap of the differences.
+
+Shapes: a figure's data is ``Sequence[Sequence[float]]`` — ``groups[g][u]`` the value of unit ``u`` of
+group ``g`` (a hit is 1.0, a miss 0.0). Groups may have different sizes; an empty group is left out
+(as the means leave out a pair without images). All values are plain floats; nothing here knows
+captions or models.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+LEVEL = 0.95
+RESAMPLES = 2000
+SEED = 0
+Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A figure with its interval: ``estimate`` (the mean of group means), ``low``/``high`` (the
+    percentile bootstrap interval at ``level``), ``groups`` and ``units`` it rests on, and
+    ``resamples`` (``se``: the bootstrap standard error)."""
+
+    estimate: float
+    low: float
+    high: float
+    se: float
+    groups: int
+    units: int
+    level: float = LEVEL
+    resamples: int = RESAMPLES
+
+    @property
+    def half_width(self) -> float:
+        return (self.high - self.low) / 2
+
+    def as_dict(self, digits: int = 6) -> dict[str, float | int]:
+        return {
+            "estimate": round(self.estimate, digits),
+            "low": round(self.low, digits),
+            "high": round(self.high, digits),
+            "se": round(self.se, digits),
+            "groups": self.groups,
+            "units": self.units,
+            "level": self.level,
+            "resamples": self.resamples,
+        }
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """Two systems on the same units: ``difference`` (a − b, a mean of group means) with its bootstrap
+    interval, and the two-sided sign-flip permutation ``p_value``."""
+
+    difference: Interval
+    p_value: float
+    permutations: int
+
+    def as_dict(self, digits: int = 6) -> dict[str, object]:
+        return {
+            "difference": self.difference.as_dict(digits),
+            "p_value": round(self.p_value, digits),
+            "permutations": self.permutations,
+        }
+
+
+def _kept(groups: Sequence[Sequence[float]]) -> list[np.ndarray]:
+    kept = [np.asarray(g, dtype=np.float64) for g in groups if len(g) > 0]
+    for g in kept:
+        if g.ndim != 1 or not np.all(np.isfinite(g)):
+            raise ValueError("each group must be a flat sequence of finite numbers")
+    return kept
+
+
+def mean_of_means(groups: Sequence[Sequence[float]]) -> float | None:
+    """The unweighted mean over non-empty groups of each group's mean (None: no unit at all)."""
+    kept = _kept(groups)
+    return float(np.mean([g.mean() for g in kept])) if kept else None
+
+
+def _resampled_means(kept: list[np.ndarray], resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """[resamples] two-stage bootstrap replicates of the mean of group means."""
+    sizes = np.array([len(g) for g in kept])
+    n_groups = len(kept)
+    picks = rng.integers(0, n_groups, size=(resamples, n_groups))  # [R, G] groups drawn
+    out = np.empty(resamples)
+    # for each group, a block of unit draws per time it is drawn; vectorised per group
+    totals = np.zeros((resamples, n_groups))
+    for g, values in enumerate(kept):
+        drawn = picks == g  # [R, G] where group g was drawn
+        count = int(drawn.sum())
+        if count == 0:
+            continue
+        means = values[rng.integers(0, sizes[g], size=(count, sizes[g]))].mean(axis=1)  # [count]
+        totals[drawn] = means
+    out[:] = totals.mean(axis=1)
+    return out
+
+
+def bootstrap_interval(
+    groups: Sequence[Sequence[float]],
+    level: float = LEVEL,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+) -> Interval | None:
+    """The mean of group means with its two-stage bootstrap percentile interval (None: no unit)."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    if resamples < 100:
+        raise ValueError(f"resamples must be >= 100, got {resamples}")
+    kept = _kept(groups)
+    if not kept:
+        return None
+    estimate = float(np.mean([g.mean() for g in kept]))
+    reps = _resampled_means(kept, resamples, np.random.default_rng(seed))
+    tail = (1 - level) / 2
+    low, high = np.quantile(reps, [tail, 1 - tail])
+    return Interval(
+        estimate,
+        float(min(low, estimate)),
+        float(max(high, estimate)),
+        float(reps.std(ddof=1)),
+        len(kept),
+        int(sum(len(g) for g in kept)),
+        level,
+        resamples,
+    )
+
+
+def paired_test(
+    a: Sequence[Sequence[float]],
+    b: Sequence[Sequence[float]],
+    level: float = LEVEL,
+    resamples: int = RESAMPLES,
+    permutations: int = 10_000,
+    seed: int = SEED,
+) -> PairedTest | None:
+    """``a`` against ``b`` scored on the same units (same group sizes, unit for unit): the difference
+    a − b with its interval and the two-sided sign-flip permutation p-value (the flips are per unit; a
+    p-value is never below 1 / (permutations + 1)). None when no unit is shared."""
+    if len(a) != len(b) or any(len(x) != len(y) for x, y in zip(a, b, strict=True)):
+        raise ValueError("a and b must hold the same units: same groups, same sizes")
+    diffs: list[list[float]] = [
+        np.subtract(x, y, dtype=np.float64).tolist() for x, y in zip(a, b, strict=True)
+    ]
+    interval = bootstrap_interval(diffs, level, resamples, seed)
+    if interval is None:
+        return None
+    kept = _kept(diffs)
+    observed = abs(np.mean([d.mean() for d in kept]))
+    rng = np.random.default_rng(seed + 1)
+    stats = np.zeros(permutations)
+    for d in kept:
+        signs = rng.choice((-1.0, 1.0), size=(permutations, len(d)))
+        stats += (signs * d).mean(axis=1)
+    stats = np.abs(stats / len(kept))
+    exceed = int(np.sum(stats >= observed - 1e-12))
+    return PairedTest(interval, (exceed + 1) / (permutations + 1), permutations)
+
+
+def images_per_group(
+    half_width: float, groups: int, rate: float = 0.5, between_sd: float = 0.0, level: float = LEVEL
+) -> int | None:
+    """The sizing rule: how many images per group (pair) make the interval of a mean over ``groups``
+    groups of per-image hit rates about ``± half_width``, when the rate is near ``rate`` and the groups'
+    own rates spread with standard deviation ``between_sd``. From the variance of a mean of group means,
+    ``between_sd² / G + rate (1 − rate) / (G n)``; ``None`` when the spread alone is wider than
+    ``half_width`` (no number of images per group is enough: more groups are needed)."""
+    if half_width <= 0:
+        raise ValueError(f"half_width must be > 0, got {half_width}")
+    if groups < 1:
+        raise ValueError(f"groups must be >= 1, got {groups}")
+    if not 0 <= rate <= 1:
+        raise ValueError(f"rate must be in [0, 1], got {rate}")
+    z = _z(level)
+    budget = (half_width / z) ** 2 - between_sd**2 / groups  # variance left for the within-group part
+    within = rate * (1 - rate) / groups
+    if within == 0:
+        return 1
+    if budget <= 0:
+        return None
+    return max(1, math.ceil(within / budget))
+
+
+def _z(level: float) -> float:
+    if level == LEVEL:
+        return Z95
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf(0.5 + level / 2)
+
+
+__all__ = [
+    "LEVEL",
+    "RESAMPLES",
+    "Interval",
+    "PairedTest",
+    "bootstrap_interval",
+    "images_per_group",
+    "mean_of_means",
+    "paired_test",
+]
