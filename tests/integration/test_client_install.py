@@ -7,6 +7,7 @@ captions on a running gateway what the gateway answers to a plain multipart post
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -55,6 +56,9 @@ print(json.dumps(out))
 
 
 def run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+    """``cmd`` without this process's PYTHONPATH (the checkout would be importable) or venv."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    kw.setdefault("env", env)
     return subprocess.run(cmd, capture_output=True, text=True, check=False, **kw)  # type: ignore[call-overload]
 
 
