@@ -31,6 +31,7 @@ COPY pyproject.toml README.md ./
 COPY service ./service
 COPY export ./export
 COPY loadtests ./loadtests
+COPY client ./client
 RUN python -m pip --python /opt/compcap/bin/python wheel --no-cache-dir --no-deps --no-build-isolation \
         --no-index --wheel-dir /wheels .
 

@@ -13,9 +13,17 @@ PORT      ?=
 TRITON_PY ?= /usr/bin/python3.11
 TVENV     := .venv-triton
 TSTAMP    := $(TVENV)/.installed
-# the serve-only venv: the gateway and nothing else (requirements-serve.lock, as the Dockerfile installs)
-SVENV     := .venv-serve
+# the serve-only venv: the gateway and nothing else, from the serve lock of $(PY)'s version, as the Dockerfile
+# installs: 3.11 requirements-serve.lock into .venv-serve, 3.12/3.13 requirements-serve-py312.lock /
+# -py313.lock into .venv-serve-312 / -313 (e.g. make serve-venv PY=~/.pyenv/versions/3.13.0/bin/python3.13)
+SPYV      := $(shell $(PY) -c 'import sys; print("%d%d" % sys.version_info[:2])' 2>/dev/null)
+SLOCK     := requirements-serve$(if $(filter-out 311,$(SPYV)),-py$(SPYV)).lock
+SVENV     ?= .venv-serve$(if $(filter-out 311,$(SPYV)),-$(SPYV))
 SSTAMP    := $(SVENV)/.installed
+# the API tests' tools for a 3.12/3.13 serve-only venv (pytest, ...; requirements-test-py3XX.lock), kept in
+# $(SVENV)/test-tools beside it and put on PYTHONPATH only while the tests run (scripts/test_tiers.sh)
+TLOCK     := requirements-test-py$(SPYV).lock
+TTOOLS    := $(SVENV)/test-tools
 # onnxruntime's CUDA build alone (no CUDA libraries), for the tests of a GPU build where CUDA cannot load:
 # put first on PYTHONPATH, it shadows the CPU build's `onnxruntime` module
 ORTGPU    := .ort-gpu
@@ -24,7 +32,7 @@ TRITON_HTTP_PORT    ?= 8000
 TRITON_GRPC_PORT    ?= 8001
 TRITON_METRICS_PORT ?= 8002
 
-.PHONY: docs probesets install serve-venv triton-venv ort-gpu triton run build models report explain-report test test-unit lint clean locks test-tools gpu-check
+.PHONY: docs probesets install serve-venv serve-test-tools triton-venv ort-gpu triton run build models report explain-report test test-unit lint clean locks test-tools gpu-check
 
 # torch: from local disk where the machine keeps its wheel (no index asked), else PyTorch's CPU index
 $(STAMP): requirements.lock requirements-torch.lock requirements-models.lock pyproject.toml
@@ -38,13 +46,25 @@ $(STAMP): requirements.lock requirements-torch.lock requirements-models.lock pyp
 
 install: $(STAMP)
 
-$(SSTAMP): requirements-serve.lock pyproject.toml
+$(SSTAMP): $(SLOCK) pyproject.toml
 	test -x $(SVENV)/bin/python || $(PY) -m venv $(SVENV)
-	$(SVENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps --require-hashes -r requirements-serve.lock
+	$(SVENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps --require-hashes \
+		--only-binary :all: -r $(SLOCK)
 	$(SVENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps .
 	touch $(SSTAMP)
 
 serve-venv: $(SSTAMP)
+
+$(TTOOLS)/.installed: $(TLOCK) $(SSTAMP)
+	rm -rf $(TTOOLS)
+	$(SVENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps --require-hashes \
+		--only-binary :all: --target $(TTOOLS) -r $(TLOCK)
+	touch $@
+
+serve-test-tools: $(TTOOLS)/.installed
+
+requirements-serve-py%.lock requirements-test-py%.lock:
+	@echo "no $@ for $(PY): the serve locks are for Python 3.11, 3.12 and 3.13" >&2; exit 1
 
 # re-resolve the serve locks (hash-pinned, versions held to requirements.lock's) after editing
 # requirements-serve.in or requirements.lock
@@ -111,12 +131,12 @@ test-unit: $(STAMP)
 	$(VPY) -m pytest -q tests/unit
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check service export tests loadtests
-	$(VENV)/bin/ruff format --check service export tests loadtests
-	$(VENV)/bin/mypy service export
+	$(VENV)/bin/ruff check service export tests loadtests client
+	$(VENV)/bin/ruff format --check service export tests loadtests client
+	$(VENV)/bin/mypy service export client/compcap_client
 
 clean:
-	rm -rf $(VENV) $(TVENV) $(SVENV) $(ORTGPU) build site docs/reference docs/assets .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(TVENV) $(SVENV) .venv-serve .venv-serve-3* $(ORTGPU) build site docs/reference docs/assets .pytest_cache .mypy_cache .ruff_cache
 
 ZOO ?= model_zoo
 

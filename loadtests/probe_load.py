@@ -20,6 +20,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from compcap_client import CompCapClient
 from loadtests.bench import bench_images, png_bytes, print_and_save
 from loadtests.http_load import Gateway, closed_loop
 from service.cli_args import (
@@ -32,7 +33,6 @@ from service.cli_args import (
     rerank,
     writable_file,
 )
-from service.client import CompCapClient
 from service.manifest import load_manifest
 
 console = Console(stderr=True)

@@ -1,5 +1,5 @@
 """The service's ``compcap`` commands: ``serve`` (the HTTP gateway), ``triton`` (a local Triton),
-``probe`` (a live probe on a running gateway, through ``service.client``) and ``caption`` (one-off
+``probe`` (a live probe on a running gateway, through ``compcap_client``) and ``caption`` (one-off
 captions of image files, ``service.caption_files``)."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from service.cli_errors import UsageError
 from service.cli_table import Command, CommandTable
 
 if TYPE_CHECKING:
-    from service.client import ProbeJob
+    from compcap_client import ProbeJob
     from service.settings import Settings
 
 SERVE_FLAGS = ("host", "port", "repo", "device", "precision", "api_processes")
@@ -198,7 +198,7 @@ def _probe_arguments(parser: argparse.ArgumentParser) -> None:
 def _probe(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from service.client import CompCapClient, CompCapError
+    from compcap_client import CompCapClient, CompCapError
 
     rerank: str | bool | None = args.rerank
     pairs = args.pairs or None

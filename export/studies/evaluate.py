@@ -311,7 +311,7 @@ def run_evaluate_cli(
     """``compcap evaluate (--repo DIR | --url URL) --data DIR --split KIND [--group N] --json OUT``: evaluate
     and print a summary table (recall R@1, R@5 as fractions in [0, 1], as the API reports it; the caption
     metrics ×100 as in seed 000's tables, CIDEr-D ×100). Returns the exit code."""
-    from service.client import CompCapError
+    from compcap_client import CompCapError
 
     try:
         out = evaluate(

@@ -1,5 +1,5 @@
 """``compcap evaluate --url``: the evaluation's captions decoded by a deployed gateway over HTTP
-(``service.client.AsyncCompCapClient``), then scored by the same code as in process
+(``compcap_client.AsyncCompCapClient``), then scored by the same code as in process
 (``export.studies.evaluate``).
 
 - The runs come from the gateway's ``GET /v1/models``: its captioners, each one's own ranker
@@ -30,8 +30,8 @@ from typing import Any
 
 from tqdm import tqdm
 
+from compcap_client import AsyncCompCapClient, CompCapClient, CompCapError
 from export.studies.runs import Catalogue, run_options
-from service.client import AsyncCompCapClient, CompCapClient, CompCapError
 
 try:
     import fcntl

@@ -20,8 +20,8 @@ import uvicorn
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry, Gauge
 
+from compcap_client import CompCapClient
 from service.cli import main as cli
-from service.client import CompCapClient
 from service.engine.engine import CaptionEngine
 from service.gateway.app import create_app
 from service.probes.kind import ProbeKind, ProbeSpec, Progress, cap, decode

@@ -20,6 +20,28 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def find_python(version: str) -> str | None:
+    """A CPython ``version`` ("3.13") interpreter that runs, as ``scripts/find_python.sh`` finds it (on PATH,
+    else pyenv's): this one when it is that version; ``None`` when there is none."""
+    if f"{sys.version_info[0]}.{sys.version_info[1]}" == version:
+        return sys.executable
+    script = ROOT / "scripts" / "find_python.sh"
+    found = subprocess.run(["bash", str(script), version], capture_output=True, text=True, check=False)
+    return found.stdout.strip() or None
+
+
+def copy_tracked(dest: Path, folders: tuple[str, ...], files: tuple[str, ...] = ()) -> Path:
+    """The repository's tracked files under ``folders`` (and ``files``) copied into ``dest``, so that an
+    install from there (a wheel build) leaves nothing in the checkout."""
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True)
+    for name in filter(None, tracked.stdout.split("\0")):
+        if name.startswith(tuple(f"{folder}/" for folder in folders)) or name in files:
+            target = dest / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes((ROOT / name).read_bytes())
+    return dest
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))

@@ -1,6 +1,8 @@
-"""The serve-only install: a new venv from ``requirements-serve.lock`` (hash-checked) plus the project
-itself (a real, non-editable wheel install), serving a built repository and captioning an image, with
-no torch, matplotlib or dev tools in it. Prints the install time, the venv's size and start → ready."""
+"""The serve-only install: a new venv from the serve lock of its Python (hash-checked;
+``requirements-serve.lock`` on 3.11, ``requirements-serve-py312.lock`` / ``-py313.lock`` on 3.12 / 3.13)
+plus the project itself (a real, non-editable wheel install), serving a built repository and captioning
+an image, with no torch, matplotlib or dev tools in it — on each of Python 3.11, 3.12 and 3.13 found here
+(a missing one is skipped, naming it). Prints the install time, the venv's size and start → ready."""
 
 from __future__ import annotations
 
@@ -8,7 +10,6 @@ import base64
 import io
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.integration.conftest import ROOT, free_port, serving
+from tests.integration.conftest import ROOT, copy_tracked, find_python, free_port, serving
 
 pytestmark = pytest.mark.integration
 
@@ -27,6 +28,11 @@ pytestmark = pytest.mark.integration
 # (29 MiB, 11 of them bytecode) and psycopg with its bundled libpq (13 MiB): 469 MiB measured, bound 480.
 SIZE_TARGET_MB = 480
 ABSENT = ("torch", "matplotlib", "pytest", "ruff", "mypy", "onnx", "playwright", "pycocoevalcap", "pip")
+LOCKS = {
+    "3.11": "requirements-serve.lock",
+    "3.12": "requirements-serve-py312.lock",
+    "3.13": "requirements-serve-py313.lock",
+}
 
 
 def run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
@@ -37,23 +43,23 @@ def tree_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink()) / 2**20
 
 
-def test_a_serve_only_venv_captions_without_torch(tiny_repo: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", list(LOCKS))
+def test_a_serve_only_venv_captions_without_torch(version: str, tiny_repo: Path, tmp_path: Path) -> None:
+    python = find_python(version)
+    if python is None:
+        pytest.skip(f"no Python {version} here (python{version} on PATH or under ~/.pyenv/versions)")
     venv = tmp_path / "venv"
     py = venv / "bin" / "python"
     start = time.perf_counter()
-    made = run([sys.executable, "-m", "venv", str(venv)])
+    made = run([python, "-m", "venv", str(venv)])
     assert made.returncode == 0, made.stderr
     pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    deps = run([*pip, "--no-deps", "--require-hashes", "-r", str(ROOT / "requirements-serve.lock")])
+    lock = ROOT / LOCKS[version]
+    deps = run([*pip, "--no-deps", "--require-hashes", "--only-binary", ":all:", "-r", str(lock)])
     assert deps.returncode == 0, deps.stderr[-3000:]
-    built = tmp_path / "src"
     # the project from a copy of its tracked files, so the wheel build leaves nothing in the checkout
-    files = run(["git", "ls-files", "-z"], cwd=ROOT).stdout.split("\0")
-    for name in filter(None, files):
-        if name.startswith(("service/", "export/", "loadtests/")) or name in ("pyproject.toml", "README.md"):
-            target = built / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes((ROOT / name).read_bytes())
+    folders = ("service", "export", "loadtests", "client")
+    built = copy_tracked(tmp_path / "src", folders, ("pyproject.toml", "README.md"))
     project = run([*pip, "--no-deps", str(built)])
     assert project.returncode == 0, project.stderr[-3000:]
     # as the Dockerfile does: no installer left behind
@@ -88,7 +94,16 @@ def test_a_serve_only_venv_captions_without_torch(tiny_repo: Path, tmp_path: Pat
         image = base64.b64encode(buf.getvalue()).decode()
         attention = httpx.post(f"{url}/v1/explain", json={"image": image, "overlays": False}, timeout=30)
         saliency = httpx.post(f"{url}/v1/explain", json={"image": image, "method": "saliency"}, timeout=30)
+        # the Python client, which the wheel ships from client/ (compcap probe and the studies use it)
+        (tmp_path / "x.png").write_bytes(buf.getvalue())
+        code = (
+            "import sys, compcap_client as c\n"
+            "print(c.CompCapClient(sys.argv[1]).caption('x.png').results[0].caption)"
+        )
+        client = run([str(py), "-c", code, url], cwd=tmp_path, env=env)
     assert response.status_code == 200, response.text
+    assert client.returncode == 0, client.stderr[-3000:]
+    assert client.stdout.strip() == response.json()["results"][0]["caption"]
     # explanations: attention needs no torch; a gradient method answers 501 naming the extra
     assert attention.status_code == 200, attention.text
     assert attention.json()["words"] and attention.json()["method"] == "attention"
@@ -98,7 +113,7 @@ def test_a_serve_only_venv_captions_without_torch(tiny_repo: Path, tmp_path: Pat
     assert response.json()["results"][0]["caption"]
     assert page.status_code == 200 and "<html" in page.text.lower()  # the web page ships in the wheel
     print(
-        f"\nserve-only venv: install {install_s:.1f} s, {size_mb:.0f} MiB ({bytecode_mb:.0f} MiB of it "
-        f"bytecode), start→ready {ready_s:.2f} s, "
+        f"\nserve-only venv, Python {version}: install {install_s:.1f} s, {size_mb:.0f} MiB "
+        f"({bytecode_mb:.0f} MiB of it bytecode), start→ready {ready_s:.2f} s, "
         f"first caption {caption_ms:.0f} ms"
     )

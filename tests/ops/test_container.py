@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 PROBESETS_DOCKERFILE = ROOT / "k8s" / "components" / "probesets" / "Dockerfile"
 DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
-CODE = ("service", "export", "loadtests", "pyproject.toml")
+CODE = ("service", "export", "loadtests", "client", "pyproject.toml")
 
 
 def hadolint() -> str | None:

@@ -255,3 +255,31 @@ def test_feature_packages_use_only_the_engines_public_api() -> None:
         (m, t) for m in features for t in graph[m] if t.startswith("service.engine") and t not in public
     }
     assert reached == set()
+
+
+def test_the_client_imports_only_httpx_and_the_standard_library() -> None:
+    """``client/compcap_client`` (its own distribution, Python >= 3.9, depending on httpx alone) imports no
+    module of the project but its own, and nothing installed but httpx — NumPy and PIL only by name, under
+    ``TYPE_CHECKING`` or where the caller's image already loaded them — at any level."""
+    client = ROOT / "client"
+    allowed = {"compcap_client", "httpx", "typing_extensions", "numpy", "PIL"}
+    found = set()
+    for path in sorted((client / "compcap_client").rglob("*.py")):
+        parts = path.relative_to(client).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found |= {name.split(".")[0] for name in imported_names(module, path)}
+    outside = {name for name in found - allowed if name not in sys.stdlib_module_names}
+    assert not outside, outside
+    assert "service" not in found and "httpx" in found
+    # typing_extensions is no dependency: type checkers alone read it (Self, ParamSpec's kin on 3.9)
+    for path in sorted((client / "compcap_client").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        guarded = {
+            id(child)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+            for child in ast.walk(node)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "typing_extensions":
+                assert id(node) in guarded, f"{path.name}:{node.lineno}: typing_extensions at run time"

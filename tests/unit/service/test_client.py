@@ -1,4 +1,4 @@
-"""``service.client``: the pure parts (Retry-After, the retry policy, error bodies, probe tables) as
+"""``compcap_client``: the pure parts (Retry-After, the retry policy, error bodies, probe tables) as
 unit tests; everything else against a real ``compcap serve`` on the tiny repository, started with a
 one-request queue (so that concurrent requests meet real 503s with ``Retry-After``) and an API key."""
 
@@ -19,8 +19,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from service.cli import main
-from service.client import (
+from compcap_client import (
     NO_RETRY,
     AsyncCompCapClient,
     CompCapClient,
@@ -31,6 +30,7 @@ from service.client import (
     error_from_response,
     parse_retry_after,
 )
+from service.cli import main
 from service.commands import probe_summary
 from tests.integration.conftest import free_port, serving
 

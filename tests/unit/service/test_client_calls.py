@@ -1,4 +1,4 @@
-"""``service.client``'s image inputs, ``explain()`` and ``compare()``, and how it is built: every input
+"""``compcap_client``'s image inputs, ``explain()`` and ``compare()``, and how it is built: every input
 form (path, ``Path``, file object, bytes, NumPy, PIL) captioned by both clients against a real
 ``compcap serve`` on the tiny repository with the same captions; explanations (attention, a gradient
 method, a probe image) and comparisons sync and async; the errors, before any request for a bad input
@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from service.client import (
+from compcap_client import (
     NO_RETRY,
     AsyncCompCapClient,
     CaptionResult,
@@ -34,7 +34,7 @@ from service.client import (
     ImageFileNotFoundError,
     ProbeImage,
 )
-from service.client.images import image_file, image_files
+from compcap_client.images import image_file, image_files
 from tests.integration.conftest import ROOT, free_port, serving
 
 KEY = "client-calls-key-1"
@@ -284,11 +284,11 @@ def test_methods_are_written_once_with_real_signatures() -> None:
 
 
 def test_the_import_is_light() -> None:
-    """``import service.client`` (and a caption of bytes) loads none of the server's dependencies —
+    """``import compcap_client`` (and a caption of bytes) loads none of the server's dependencies —
     not even numpy or PIL, which come only with such an image."""
     code = (
         "import json, sys, httpx\n"
-        "import service.client as c\n"
+        "import compcap_client as c\n"
         "loaded = sorted(sys.modules)\n"
         "t = httpx.MockTransport(lambda r: httpx.Response(200, json={'jobs': []}))\n"
         "with c.CompCapClient(transport=t) as client:\n"
@@ -299,9 +299,9 @@ def test_the_import_is_light() -> None:
         "print(json.dumps([loaded, sorted(sys.modules)]))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    out = subprocess.run(
+    out = subprocess.run(  # from client/: the checkout's package, not an installed one
         [sys.executable, "-c", code, str(EXAMPLE)],
-        cwd=ROOT,
+        cwd=ROOT / "client",
         env=env,
         capture_output=True,
         text=True,
@@ -310,15 +310,13 @@ def test_the_import_is_light() -> None:
     for modules in json.loads(out.stdout):
         heavy = [m for m in modules if m.split(".")[0] in HEAVY]
         assert not heavy, heavy
-        assert {m for m in modules if m.split(".")[0] == "service"} <= {"service"} | {
-            m for m in modules if m.startswith("service.client")
-        }
+        assert not [m for m in modules if m.split(".")[0] in ("service", "export", "loadtests")]
 
 
 def test_result_types_mirror_the_server_schemas() -> None:
     """Each dataclass has a field for every field of the pydantic model it reads (no field dropped)."""
+    from compcap_client import results
     from service.api import schemas as api
-    from service.client import results
     from service.compare import schemas as compare
     from service.explain import schemas as explain
 

@@ -1,10 +1,10 @@
-"""The calls of the API, each written once as a ``Flow`` (``service.client.calls``), and the two thin
+"""The calls of the API, each written once as a ``Flow`` (``compcap_client.calls``), and the two thin
 transports that run them: ``CompCapClient`` (``httpx.Client``, blocking) and ``AsyncCompCapClient``
 (``httpx.AsyncClient``, coroutines).
 
 ``@operation`` turns a flow into a method of both clients: on a ``CompCapClient`` it returns the
 result, on an ``AsyncCompCapClient`` a coroutine of it (typed so for mypy and editors). Retries,
-timeouts and the error mapping are in ``service.client.errors.exchange``, which every request goes
+timeouts and the error mapping are in ``compcap_client.errors.exchange``, which every request goes
 through.
 """
 
@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Concatenate, Generic, Literal, ParamSpec, Self, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 import httpx
 
-from service.client.calls import (
+from compcap_client.calls import (
     Flow,
     Hooks,
     Outcome,
@@ -33,9 +34,9 @@ from service.client.calls import (
     probe_body,
     probe_path,
 )
-from service.client.errors import CompCapError, CompCapTransportError, RetryPolicy, exchange
-from service.client.images import ImageInput, ImagesInput, ProbeImage
-from service.client.results import (
+from compcap_client.errors import CompCapError, CompCapTransportError, RetryPolicy, exchange
+from compcap_client.images import ImageInput, ImagesInput, ProbeImage
+from compcap_client.results import (
     CaptionResult,
     Comparison,
     Explanation,
@@ -44,8 +45,16 @@ from service.client.results import (
     ReadyStatus,
 )
 
+if TYPE_CHECKING:
+    from typing_extensions import Concatenate, Self
+
 DEFAULT_URL = "http://127.0.0.1:8080"
-P = ParamSpec("P")
+if sys.version_info >= (3, 10):
+    from typing import ParamSpec
+
+    P = ParamSpec("P")
+else:  # Python 3.9 has no ParamSpec; a TypeVar stands in at run time (type checkers read the branch above)
+    P = TypeVar("P")
 T = TypeVar("T")
 Method = Literal["attention", "saliency", "guided_backprop", "integrated_gradients"]
 
@@ -93,7 +102,7 @@ class operation(Generic[P, T]):  # lower case: used as a decorator
 
 
 class _Api:
-    """The API's calls, shared by both clients (see ``service.client`` for the whole list)."""
+    """The API's calls, shared by both clients (see ``compcap_client`` for the whole list)."""
 
     def __init__(
         self,

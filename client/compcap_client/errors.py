@@ -12,12 +12,12 @@ import email.utils
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import httpx
 
-from service.client.calls import Flow, Request, Sleep
+from compcap_client.calls import Flow, Request, Sleep
 
 RETRY_STATUSES = frozenset({429, 503})
 
@@ -103,8 +103,8 @@ def parse_retry_after(value: str | None, now: datetime | None = None) -> float |
     except (TypeError, ValueError, IndexError):
         return None
     if when.tzinfo is None:  # RFC 9110 dates are GMT
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, (when - (now or datetime.now(timezone.utc))).total_seconds())
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ def exchange(
         if isinstance(outcome, httpx.Response):
             if outcome.status_code in policy.statuses and outcome.status_code not in request.ok:
                 delay = policy.delay(attempt, waited, parse_retry_after(outcome.headers.get("retry-after")))
-        elif isinstance(outcome, httpx.ConnectError | httpx.ConnectTimeout):  # never reached the gateway
+        elif isinstance(outcome, (httpx.ConnectError, httpx.ConnectTimeout)):  # never reached the gateway
             delay = policy.delay(attempt, waited, None)
         if delay is None:
             if isinstance(outcome, httpx.TransportError):

@@ -1,7 +1,7 @@
 """Typed HTTP client of the CompCap gateway: ``CompCapClient`` (blocking, ``httpx.Client``) and
 ``AsyncCompCapClient`` (``httpx.AsyncClient``), with the same methods — coroutines on the second::
 
-    from service.client import CompCapClient
+    from compcap_client import CompCapClient
 
     with CompCapClient("http://127.0.0.1:8080") as client:
         out = client.caption("docs/examples/example_0.png", beam_size=5)  # or a list of images
@@ -16,7 +16,7 @@ and PIL images as PNG; anything else is a ``TypeError`` (a wrong value a ``Value
 file an ``ImageFileNotFoundError``) naming the argument. ``ProbeImage(probe_set, image_id)`` names an
 image of the gateway's probe sets for ``explain()`` (with the grounding score).
 
-Calls (each returns a frozen dataclass of ``service.client.results``):
+Calls (each returns a frozen dataclass of ``compcap_client.results``):
 
 - ``caption(images, *, model, beam_size, n_best, rerank, rerank_weight, max_length, length_penalty,
   hooks, timeout) -> CaptionResult`` (multipart ``POST /v1/captions``);
@@ -44,14 +44,18 @@ A light import: httpx and the standard library only — no ``service`` module ou
 no pydantic, fastapi, numpy, PIL, onnxruntime, torch or spaCy (NumPy and PIL are imported when a
 NumPy array or a PIL image is given, which means the caller already has them; asyncio with the first
 async call): about 0.2 s, three quarters of it httpx. ``tests/unit/service/test_client_calls.py``
-checks it. So the folder can be copied (as ``service/client/``) into any Python 3.11 project.
+checks it, and ``tests/integration/test_client_install.py`` in a venv that has nothing else.
+
+Its own distribution (``client/pyproject.toml``: ``compcap-client``, Python >= 3.9, httpx alone):
+``pip install ./client`` from a checkout, or ``pip install "git+<repository URL>#subdirectory=client"``.
+The main distribution ships the same package.
 """
 
 from __future__ import annotations
 
-from service.client.api import DEFAULT_URL, AsyncCompCapClient, CompCapClient
-from service.client.calls import Request, Rerank
-from service.client.errors import (
+from compcap_client.api import DEFAULT_URL, AsyncCompCapClient, CompCapClient
+from compcap_client.calls import Request, Rerank
+from compcap_client.errors import (
     NO_RETRY,
     RETRY_STATUSES,
     CompCapError,
@@ -60,8 +64,8 @@ from service.client.errors import (
     error_from_response,
     parse_retry_after,
 )
-from service.client.images import ImageFile, ImageFileNotFoundError, ImageInput, ImagesInput, ProbeImage
-from service.client.results import (
+from compcap_client.images import ImageFile, ImageFileNotFoundError, ImageInput, ImagesInput, ProbeImage
+from compcap_client.results import (
     TERMINAL_STATUSES,
     Caption,
     CaptionerInfo,

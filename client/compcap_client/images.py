@@ -22,12 +22,13 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TypeAlias
+from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
     from PIL import Image as PILImage
+    from typing_extensions import TypeAlias
 
 ImageInput: TypeAlias = (
     "str | os.PathLike[str] | bytes | bytearray | memoryview | IO[bytes] | npt.NDArray[np.uint8] "
@@ -84,7 +85,7 @@ def image_file(image: Any, label: str = "image", index: int = 0) -> ImageFile:
         return _file(_read_path(image, label), Path(image).name)
     if isinstance(image, os.PathLike):
         return _file(_read_path(image, label), Path(image).name)
-    if isinstance(image, bytes | bytearray | memoryview):
+    if isinstance(image, (bytes, bytearray, memoryview)):
         return _file(_nonempty(bytes(image), label), f"image{index}")
     if _is_pil(image):
         return ImageFile(f"image{index}.png", _png(image), "image/png")
@@ -97,7 +98,7 @@ def image_file(image: Any, label: str = "image", index: int = 0) -> ImageFile:
         data = image.read()
         if isinstance(data, str):
             raise TypeError(text_mode)
-        if not isinstance(data, bytes | bytearray | memoryview):
+        if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"{label}.read() gave {type(data).__name__}, not bytes")
         name = getattr(image, "name", None)
         return _file(_nonempty(bytes(data), label), Path(name).name if isinstance(name, str) else "")
@@ -128,7 +129,7 @@ def image_files(images: Any, label: str = "images") -> list[ImageFile]:
 
 def is_one_image(image: Any) -> bool:
     """Whether ``image`` is one image rather than a collection of them."""
-    if isinstance(image, str | bytes | bytearray | memoryview | os.PathLike) or _is_pil(image):
+    if isinstance(image, (str, bytes, bytearray, memoryview, os.PathLike)) or _is_pil(image):
         return True
     if _is_array(image):
         return bool(_as_array(image).ndim != 4)

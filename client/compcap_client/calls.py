@@ -11,16 +11,20 @@ from __future__ import annotations
 import json
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Optional, TypeVar, Union
 from urllib.parse import quote
 
 import httpx
 
-from service.client.images import ProbeImage, image_file, image_files
+from compcap_client.images import ProbeImage, image_file, image_files
 
+if TYPE_CHECKING:
+    from typing_extensions import TypeAlias
+
+# the aliases are evaluated at run time: Union and Optional, not X | Y, for Python 3.9
 T = TypeVar("T")
-Rerank: TypeAlias = bool | str | None
-Hooks: TypeAlias = Sequence[Mapping[str, Any]] | None
+Rerank: TypeAlias = Union[bool, str, None]
+Hooks: TypeAlias = Optional[Sequence[Mapping[str, Any]]]
 PROBE_FIELDS = frozenset(
     {"model", "rerank", "beam_size", "n_best", "rerank_weight", "probe_set", "pairs", "images"}
 )
@@ -60,8 +64,8 @@ class Sleep:
     seconds: float
 
 
-Outcome: TypeAlias = httpx.Response | httpx.TransportError | None
-Flow: TypeAlias = Generator[Request | Sleep, Outcome, T]
+Outcome: TypeAlias = Union[httpx.Response, httpx.TransportError, None]
+Flow: TypeAlias = Generator[Union[Request, Sleep], Outcome, T]
 
 
 # -- builders ----------------------------------------------------------------------------------------
@@ -151,7 +155,7 @@ def configuration_list(configurations: Any) -> list[dict[str, Any]]:
                     f"got {type(options).__name__}"
                 )
             items.append({"name": name, **options})
-    elif isinstance(configurations, Sequence) and not isinstance(configurations, str | bytes):
+    elif isinstance(configurations, Sequence) and not isinstance(configurations, (str, bytes)):
         items = list(configurations)
     else:
         raise TypeError(
