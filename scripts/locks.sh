@@ -4,7 +4,7 @@
 #
 # One lock per variant and Python: requirements-serve.lock, -serve-gpu.lock and -serve-triton.lock are
 # CPython 3.11's (the Dockerfile's); requirements-serve-py312.lock and -py313.lock the CPU gateway's on
-# 3.12 and 3.13, beside requirements-test-py312.lock / -py313.lock, the API tests' tools (pytest, the
+# 3.12 and 3.13 (requirements-serve-gpu-py312.lock, -serve-triton-py313.lock, ... the other variants'), beside requirements-test-py312.lock / -py313.lock, the API tests' tools (pytest, the
 # OpenAPI validator) on top of them (`make test` installs both and runs tests/api on 3.12 and 3.13).
 # Every lock takes wheels only (--only-binary): a version without a wheel for its Python fails here, not
 # at install. Where a pin of requirements.lock has no wheel for 3.12 or 3.13, name the package in RELAX
@@ -86,4 +86,10 @@ for version in 3.12 3.13; do
         echo "# (resolved with it by scripts/locks.sh, make locks): pip install --no-deps --require-hashes -r $test_out"
         only_new "$out" "$tmp/test-$tag.txt"
     } > "$test_out"
+    # the GPU and Triton variants on this Python (a GPU host's Python is often 3.12: NVIDIA's images)
+    for variant in serve-gpu serve-triton; do
+        out=requirements-$variant-$tag.lock
+        { header "$out" "$version" "the $variant variant"
+            compile "$tmp/$variant.in" "$version"; cat requirements-models.lock; } > "$out"
+    done
 done
