@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from service.commands import probe_summary
 from service.evaluation.intervals import RESAMPLES, SEED, bootstrap_interval
 from service.gateway.app import create_app
 from service.manifest import load_manifest
@@ -257,6 +258,10 @@ def test_intervals_are_recomputed_from_the_stored_hits(client: TestClient) -> No
     step = 1 / (len(groups) * min(len(g) for g in groups if g))  # the lattice of a mean of group means
     for bound in ("low", "high"):
         assert abs(getattr(other, bound) - answered[bound]) <= 0.2 * answered["se"] + step + 1e-9
+    table = probe_summary(done)  # what ``compcap probe`` prints
+    assert f"R@{result['ks'][-1]} CI" in table and "mean recall (Recall@K) [0.95 interval]" in table
+    low, high = answered["low"], answered["high"]
+    assert f"{result[part]['recall'][str(k)]:.3f} [{low:.3f}, {high:.3f}]" in table
     metrics = client.get("/metrics").text
     for name in (
         "compcap_probe_recall_at_k_mean",

@@ -176,7 +176,7 @@ def lines(result: Mapping[str, Any]) -> list[str]:
     fc = ["1", ks[-1]]
     out = [
         "recall (Recall@K, a fraction in [0, 1]) of each pair on its Test-Comb images; "
-        "false composition (a fraction) on Test-no-Comb; [low, high]: 95% bootstrap interval"
+        "false composition (a fraction) on Test-no-Comb; [low, high]: the 0.95 bootstrap interval"
     ]
     rows = [
         [
@@ -193,7 +193,7 @@ def lines(result: Mapping[str, Any]) -> list[str]:
         for r in result.get("pairs") or []
     ]
     headers = ["pair", "group", "category", "held out", "images", *(f"R@{k}" for k in ks)]
-    headers += [f"R@{ks[-1]} 95%", "no-comb"]
+    headers += [f"R@{ks[-1]} CI", "no-comb"]
     out.append(table([*headers, *(f"FC@{k}" for k in fc)], rows))
     summary = []
     known = held_out_known(result)
@@ -220,7 +220,7 @@ def lines(result: Mapping[str, Any]) -> list[str]:
             )
     out += [
         "",
-        "mean recall (Recall@K) [95% interval]",
+        "mean recall (Recall@K) [0.95 interval]",
         table(["pairs", "n", *(f"R@{k}" for k in ks)], summary),
     ]
     out.append(

@@ -167,4 +167,4 @@ def test_bounded_gauges_and_the_table_show_the_interval() -> None:
     held = result["held_out"]
     low, high = held["recall_interval"]["5"]["low"], held["recall_interval"]["5"]["high"]
     table = "\n".join(kind.lines(result))
-    assert f"{held['recall']['5']:.3f} [{low:.3f}, {high:.3f}]" in table and "R@5 95%" in table
+    assert f"{held['recall']['5']:.3f} [{low:.3f}, {high:.3f}]" in table and "R@5 CI" in table
