@@ -22,7 +22,7 @@ captions or models.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -145,6 +145,45 @@ def bootstrap_interval(
     )
 
 
+def bootstrap_sums(
+    units: Sequence[Sequence[float]],
+    statistic: Callable[[np.ndarray], np.ndarray],
+    level: float = LEVEL,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+) -> Interval | None:
+    """A figure that is a function of sums over units rather than a mean (a corpus BLEU from each
+    image's n-gram counts): ``units[u]`` the unit's row of counts, ``statistic`` maps column sums
+    ``[R, d]`` to ``[R]`` figures. One-stage bootstrap over the units (each resample draws the units'
+    multiplicities); the estimate is the statistic of the full sums (None: no unit)."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    if resamples < 100:
+        raise ValueError(f"resamples must be >= 100, got {resamples}")
+    if not units:
+        return None
+    rows = np.asarray(units, dtype=np.float64)
+    if rows.ndim != 2 or not np.all(np.isfinite(rows)):
+        raise ValueError("units must be rows of finite numbers, all of one length")
+    n = len(rows)
+    rng = np.random.default_rng(seed)
+    weights = rng.multinomial(n, np.full(n, 1.0 / n), size=resamples)  # [R, n] times each unit is drawn
+    reps = np.asarray(statistic(weights @ rows), dtype=np.float64)
+    estimate = float(np.asarray(statistic(rows.sum(axis=0, keepdims=True)))[0])
+    tail = (1 - level) / 2
+    low, high = np.quantile(reps, [tail, 1 - tail])
+    return Interval(
+        estimate,
+        float(min(low, estimate)),
+        float(max(high, estimate)),
+        float(reps.std(ddof=1)),
+        1,
+        n,
+        level,
+        resamples,
+    )
+
+
 def paired_test(
     a: Sequence[Sequence[float]],
     b: Sequence[Sequence[float]],
@@ -214,6 +253,7 @@ __all__ = [
     "Interval",
     "PairedTest",
     "bootstrap_interval",
+    "bootstrap_sums",
     "images_per_group",
     "mean_of_means",
     "paired_test",

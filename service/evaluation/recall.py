@@ -82,7 +82,9 @@ def pair_category(pair: ConceptPair, concepts: ConceptInventory | None = None) -
 class PairRecall:
     """Recall of one pair. ``images``: evaluation images of the pair; ``hits[K]``: images with a hit in
     the top K; ``recall[K]`` = hits / images (``None`` without images); ``bucket_images[b]`` /
-    ``bucket_recall[b][K]``: the same over images with at least ``b`` references containing the pair."""
+    ``bucket_recall[b][K]``: the same over images with at least ``b`` references containing the pair;
+    ``first_rank``: evaluation image -> the first rank (1-based, at most the largest K) whose caption
+    holds the pair, None without one — the per-image data the recalls count (not in ``to_dict``)."""
 
     pair: ConceptPair
     category: str | None
@@ -91,6 +93,7 @@ class PairRecall:
     recall: dict[int, float | None]
     bucket_images: dict[int, int]
     bucket_recall: dict[int, dict[int, float | None]]
+    first_rank: dict[int, int | None] = field(default_factory=dict, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -187,6 +190,7 @@ def recall_at_k(
         hits = dict.fromkeys(ks, 0)
         b_images = dict.fromkeys(buckets, 0)
         b_hits = {b: dict.fromkeys(ks, 0) for b in buckets}
+        first_rank: dict[int, int | None] = {}
         for image, refs in references.items():
             mentions = sum(pair in parsed[r] for r in refs)
             if mentions == 0:
@@ -194,6 +198,7 @@ def recall_at_k(
             n_images += 1
             gen = generated[image]
             first = next((rank for rank, c in enumerate(gen[:k_max], 1) if pair in parsed[c]), None)
+            first_rank[image] = first
             for b in buckets:
                 if mentions >= b:
                     b_images[b] += 1
@@ -213,6 +218,7 @@ def recall_at_k(
             bucket_recall={
                 b: {k: (b_hits[b][k] / b_images[b] if b_images[b] else None) for k in ks} for b in buckets
             },
+            first_rank=first_rank,
         )
 
     results = list(per_pair.values())

@@ -53,6 +53,7 @@ Runner = Callable[
     ["EngineClient", "ProbeSpec", "ProbeSet", "PairParser", Progress], Awaitable[dict[str, Any]]
 ]
 Check = Callable[["ProbeSet", "tuple[str, ...] | None"], None]
+Compare = Callable[[Mapping[str, Any], Mapping[str, Any]], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,10 @@ class ProbeKind:
     - ``gauges(registry)``: its gauges on the gateway's registry (None: only the common ones);
     - ``table(result)``: ``compcap probe``'s lines; ``summary(result)``: one line for job listings
       and the web page;
-    - ``set_details(probe_set)``: extra fields of its sets in ``GET /v1/probe-sets``."""
+    - ``set_details(probe_set)``: extra fields of its sets in ``GET /v1/probe-sets``;
+    - ``compare(a, b)``: paired tests of two of its results on the images both hold, ``{"figures":
+      {name: test or None}, "intervals": how}`` (``ValueError`` naming why they are not comparable);
+      None: its results cannot be compared."""
 
     name: str
     description: str
@@ -115,6 +119,7 @@ class ProbeKind:
     table: Callable[[Mapping[str, Any]], list[str]] | None = None
     summary: Callable[[Mapping[str, Any]], str] | None = None
     set_details: Callable[[ProbeSet], dict[str, Any]] | None = None
+    compare: Compare | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").isalnum() or not self.name.islower():

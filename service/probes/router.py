@@ -3,6 +3,7 @@ to ``ProbeService``, shape the job. Key-protected when ``COMPCAP_API_KEYS`` is s
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, Response
@@ -14,7 +15,7 @@ from service.api.feature import error_responses, feature_router
 from service.api.requestlog import annotate
 from service.probes.jobs import ProbeJob
 from service.probes.kinds import KINDS, kind_names
-from service.probes.service import ProbeService
+from service.probes.service import NotComparable, ProbeService
 
 
 class ProbeRequest(BaseModel):
@@ -80,7 +81,51 @@ class ProbeJobResponse(BaseModel):
         default=None, description="the kind's one-line summary of the result (or of the result so far)"
     )
     partial: dict[str, Any] | None = Field(default=None, description="the result so far, while it runs")
-    result: dict[str, Any] | None = Field(default=None, description="the result (see README, Live probes)")
+    result: dict[str, Any] | None = Field(
+        default=None,
+        description="the result (see README, Live probes): every figure X beside its X_interval (an "
+        "Interval, or a mapping of them shaped as X), the per-image data they are drawn from "
+        "(systematicity: first_hit / no_comb_first_hit per pair; productivity and substitutivity: "
+        "per_image) and 'intervals' (how)",
+    )
+
+
+class Interval(BaseModel):
+    """A figure with its 95% interval. Every figure ``X`` of a probe result has a sibling ``X_interval``
+    of the same shape holding one of these where ``X`` holds a number (``null`` where ``X`` is null);
+    the result's ``intervals`` says how they were drawn (level, resamples, seed, unit order)."""
+
+    estimate: float = Field(description="the figure: the mean over groups of each group's mean")
+    low: float = Field(description="lower bound of the 95% percentile bootstrap interval")
+    high: float = Field(description="upper bound of the 95% percentile bootstrap interval")
+    se: float = Field(description="bootstrap standard error")
+    groups: int = Field(description="groups resampled (pairs; 1 for a per-pair or per-bucket figure)")
+    units: int = Field(description="units resampled within the groups (images)")
+
+
+class PairedTest(BaseModel):
+    """One figure of two jobs on the same images: the difference (first − second) with its interval
+    and the two-sided sign-flip permutation p-value."""
+
+    difference: Interval = Field(description="first job's figure − the second's, on the shared images")
+    p_value: float = Field(description="two-sided permutation p-value (1 for a job against itself)")
+    permutations: int = Field(description="sign-flip permutations drawn")
+
+
+class ProbeComparison(BaseModel):
+    """Paired tests of two succeeded probe jobs of one kind and probe set on the images both scored."""
+
+    a: str = Field(description="the first job's id")
+    b: str = Field(description="the second job's id")
+    kind: str
+    probe_set: str | None
+    figures: dict[str, PairedTest | None] = Field(
+        description="figure -> its paired test (null: no shared unit). systematicity: "
+        "'held_out.recall_at_5', 'seen.recall_at_5', 'all.recall_at_5' (every K), "
+        "'false_composition_at_1'; productivity: '<bucketing>.<bucket>.<figure>'; substitutivity: "
+        "'exact_replacement', '<row>.cider_d'"
+    )
+    intervals: dict[str, Any] = Field(description="how the intervals and p-values were drawn")
 
 
 class ProbeJobList(BaseModel):
@@ -177,6 +222,29 @@ async def accept_probe(job_id: str, probes: ProbesDep) -> dict[str, Any]:
         return (await probes.accept(await _job(probes, job_id))).view()
     except ValueError as exc:
         raise ApiError(409, "job_not_succeeded", str(exc)) from None
+
+
+_COMPARE_ERRORS = error_responses(
+    "probe jobs",
+    {
+        404: "unknown job",
+        409: "a job has not succeeded, or the jobs are not comparable (kind, probe set, no shared image)",
+    },
+)
+
+
+@router.get(
+    "/v1/probes/{job_id}/compare/{other_id}", responses=_COMPARE_ERRORS, response_model=ProbeComparison
+)
+async def compare_probes(job_id: str, other_id: str, probes: ProbesDep) -> dict[str, Any]:
+    """Paired tests of two succeeded probe jobs of one kind and probe set on the images both scored:
+    per headline figure (e.g. held-out Recall@5) the difference ``job_id`` − ``other_id`` with its 95%
+    bootstrap interval and the sign-flip permutation p-value."""
+    a, b = await _job(probes, job_id), await _job(probes, other_id)
+    try:
+        return await asyncio.to_thread(probes.compare, a, b)
+    except NotComparable as exc:
+        raise ApiError(409, exc.code, str(exc)) from None
 
 
 @router.get(

@@ -38,6 +38,15 @@ from service.state.store import StateStore
 log = logging.getLogger(__name__)
 
 
+class NotComparable(ValueError):
+    """Two probe jobs that cannot be compared: ``code`` (``job_not_succeeded`` or
+    ``not_comparable``) and the reason."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 class ProbeService:
     def __init__(
         self,
@@ -133,6 +142,33 @@ class ProbeService:
         p = job.params
         self.gauges.accept(job.kind, p["model"], p.get("rerank") or None, job.result)
         return job
+
+    def compare(self, a: ProbeJob, b: ProbeJob) -> dict[str, Any]:
+        """Paired tests of job ``a``'s result against ``b``'s on the images both hold (blocking: run it
+        in a thread). ``NotComparable`` naming why when they are not of one kind and probe set, one
+        has not succeeded, or they share no image."""
+        for job in (a, b):
+            if job.status is not JobStatus.SUCCEEDED or job.result is None:
+                raise NotComparable(
+                    "job_not_succeeded",
+                    f"probe job {job.id} is {job.status.value}; only succeeded jobs can be compared",
+                )
+        if a.kind != b.kind:
+            raise NotComparable("not_comparable", f"probe job {a.id} is {a.kind}, {b.id} is {b.kind}")
+        sa, sb = a.params.get("probe_set"), b.params.get("probe_set")
+        if sa != sb:
+            raise NotComparable(
+                "not_comparable", f"probe job {a.id} probed the set {sa!r}, {b.id} the set {sb!r}"
+            )
+        kind = KINDS.get(a.kind)
+        if kind is None or kind.compare is None:
+            raise NotComparable("not_comparable", f"probe kind {a.kind!r} has no paired test")
+        assert a.result is not None and b.result is not None
+        try:
+            tests = kind.compare(a.result, b.result)
+        except ValueError as exc:
+            raise NotComparable("not_comparable", f"probe jobs {a.id} and {b.id}: {exc}") from None
+        return {"a": a.id, "b": b.id, "kind": a.kind, "probe_set": sa, **tests}
 
     def refresh(self) -> int:
         """Gauges from the store: the last result and the baseline of each kind, model, ranker and
@@ -251,4 +287,4 @@ class ProbeService:
         self.parser.close()
 
 
-__all__ = ["ProbeService"]
+__all__ = ["NotComparable", "ProbeService"]

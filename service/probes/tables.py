@@ -43,6 +43,21 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join([line(headers), *(line(r) for r in rows)])
 
 
+def bounds(interval: Any, scale: float = 1.0, digits: int = 1) -> str:
+    """An interval object's ``[low, high]`` × ``scale`` as a table cell, ``-`` without one."""
+    low, high = get(interval, "low"), get(interval, "high")
+    if not isinstance(low, int | float) or not isinstance(high, int | float):
+        return "-"
+    return f"[{low * scale:.{digits}f}, {high * scale:.{digits}f}]"
+
+
+def with_bounds(value: Any, interval: Any, scale: float = 1.0, digits: int = 1) -> str:
+    """``value`` and its interval, ``0.267 [0.133, 0.400]``; the value alone without an interval."""
+    shown = cell(value, scale, digits)
+    around = bounds(interval, scale, digits)
+    return shown if around == "-" or shown == "-" else f"{shown} {around}"
+
+
 def fixed(value: Any, digits: int) -> str:
     """A number with ``digits`` decimals, or ``—`` (the web page's figures)."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
@@ -50,4 +65,4 @@ def fixed(value: Any, digits: int) -> str:
     return f"{value:.{digits}f}"
 
 
-__all__ = ["cell", "fixed", "get", "table"]
+__all__ = ["bounds", "cell", "fixed", "get", "table", "with_bounds"]

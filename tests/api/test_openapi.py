@@ -92,6 +92,7 @@ def test_every_route_has_typed_responses_and_a_tag(spec: dict[str, Any]) -> None
         "/v1/probes",
         "/v1/probes/{job_id}",
         "/v1/probes/{job_id}/accept",
+        "/v1/probes/{job_id}/compare/{other_id}",  # paired tests of two jobs on the same images
         "/v1/probe-kinds",
         "/v1/probe-sets",
         "/v1/explain",
@@ -109,6 +110,11 @@ def test_every_route_has_typed_responses_and_a_tag(spec: dict[str, Any]) -> None
             if ok.get("type") == "array":  # the Hugging Face task answers a list (its own spec)
                 ok = deref(spec, ok["items"])
             assert ok.get("properties"), (path, method)
+    compared = spec["paths"]["/v1/probes/{job_id}/compare/{other_id}"]["get"]["responses"]
+    figures = deref(spec, compared["200"]["content"]["application/json"]["schema"])["properties"]["figures"]
+    test = deref(spec, figures["additionalProperties"]["anyOf"][0])
+    interval = deref(spec, test["properties"]["difference"])
+    assert {"estimate", "low", "high", "se"} <= set(interval["properties"]) and "409" in compared
     errors = spec["paths"]["/v1/captions"]["post"]["responses"]
     for status in ("400", "404", "413", "414", "415", "422", "503", "504"):
         schema = errors[status]["content"]["application/json"]["schema"]

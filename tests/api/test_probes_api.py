@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from service.commands import probe_summary
+from service.evaluation.intervals import RESAMPLES, SEED, bootstrap_interval
 from service.gateway.app import create_app
 from service.manifest import load_manifest
 from service.settings import Settings
@@ -198,3 +200,124 @@ def test_a_new_gateway_reads_the_history_back(client: TestClient, tiny_repo: Pat
     assert 'compcap_probe_recall_at_k{category="' in metrics
     # the baseline survives a restart, though a later run of the same probe is the job restored
     assert "compcap_probe_accepted_recall_at_k_mean{" in metrics
+
+
+def held_hits(result: dict[str, Any], part: str, k: int) -> list[list[float]]:
+    """The per-image hits the job stored, as the bootstrap reads them: the part's pairs in row order,
+    each pair's images in ascending id, 1.0 where the first hit is at rank k or better."""
+    rows = [r for r in result["pairs"] if part == "all" or bool(r["held_out"]) == (part == "held_out")]
+    return [
+        [
+            1.0 if (rank := r["first_hit"][i]) is not None and rank <= k else 0.0
+            for i in sorted(r["first_hit"], key=int)
+        ]
+        for r in rows
+    ]
+
+
+def test_intervals_are_recomputed_from_the_stored_hits(client: TestClient) -> None:
+    """A real systematicity job keeps each pair's per-image first hits; one interval recomputed from
+    them with the job's seed (``bootstrap_interval``, not the job's code path) is the answer's exactly
+    (the same data in the same order through the same PCG64 draws, which numpy makes
+    platform-independent); another seed's agrees within the bootstrap's Monte-Carlo error: the
+    standard error to 6% (its relative MC error is 1/sqrt(2 R) = 1.6% for R = 2000 resamples), the
+    bounds to 0.2 se (a 2.5% quantile's MC error is about 0.06 se) plus one step of the lattice a mean
+    of group means of so few images lives on. The gauges carry the interval's bounds."""
+    done = finish(
+        client, start(client, kind="systematicity", model="butd", beam_size=3, n_best=3, images=3)["id"]
+    )
+    assert done["status"] == "succeeded", done["error"]
+    result = done["result"]
+    how = result["intervals"]
+    assert how["seed"] == SEED and how["resamples"] == RESAMPLES and how["level"] == 0.95
+    for row in result["pairs"]:
+        assert (
+            len(row["first_hit"]) == row["images"] and len(row["no_comb_first_hit"]) == row["no_comb_images"]
+        )
+        for k in ("1", "5"):
+            recall, found = row["recall"][k], row["recall_interval"][k]
+            assert (recall is None) == (found is None)
+            if found is not None:
+                assert found["low"] <= recall <= found["high"] and found["groups"] == 1
+    # the part and K with the widest interval (a degenerate [0, 0] would test nothing)
+    part, k = max(
+        ((p, k) for p in ("held_out", "seen") for k in result["ks"]),
+        key=lambda pk: (result[pk[0]]["recall_interval"][str(pk[1])] or {}).get("se", -1.0),
+    )
+    answered = result[part]["recall_interval"][str(k)]
+    groups = held_hits(result, part, k)
+    recomputed = bootstrap_interval(groups, seed=how["seed"])
+    assert recomputed is not None
+    assert {key: recomputed.as_dict()[key] for key in answered} == answered
+    assert answered["estimate"] == pytest.approx(result[part]["recall"][str(k)], abs=1e-6)
+    assert answered["low"] <= answered["estimate"] <= answered["high"]
+    other = bootstrap_interval(groups, seed=how["seed"] + 1)
+    assert other is not None  # on the tiny repository's captioners every hit is 0 (se 0): see the unit
+    # test ``test_probe_intervals`` for the same check on hits that vary
+    assert abs(other.se - answered["se"]) <= 0.06 * answered["se"]
+    step = 1 / (len(groups) * min(len(g) for g in groups if g))  # the lattice of a mean of group means
+    for bound in ("low", "high"):
+        assert abs(getattr(other, bound) - answered[bound]) <= 0.2 * answered["se"] + step + 1e-9
+    table = probe_summary(done)  # what ``compcap probe`` prints
+    assert f"R@{result['ks'][-1]} CI" in table and "mean recall (Recall@K) [0.95 interval]" in table
+    low, high = answered["low"], answered["high"]
+    assert f"{result[part]['recall'][str(k)]:.3f} [{low:.3f}, {high:.3f}]" in table
+    metrics = client.get("/metrics").text
+    for name in (
+        "compcap_probe_recall_at_k_mean",
+        "compcap_probe_recall_at_k",
+        "compcap_probe_false_composition",
+    ):
+        for bound in ("low", "high"):
+            assert f"{name}_{bound}{{" in metrics and 'model="butd"' in metrics
+    lines = [line for line in metrics.splitlines() if line.startswith("compcap_probe_recall_at_k_mean_low{")]
+    held = "true" if part == "held_out" else "false"
+    shown = next(
+        line
+        for line in lines
+        if f'held_out="{held}"' in line and f'k="{k}"' in line and 'model="butd"' in line
+    )
+    assert float(shown.rsplit(" ", 1)[1]) == pytest.approx(answered["low"])
+
+
+def test_two_jobs_are_compared_on_their_shared_images(client: TestClient) -> None:
+    """A job against itself: every difference 0 with p-value 1; refusals name why (404 unknown job,
+    409 another kind, a job that did not succeed, no shared pair)."""
+    one = finish(
+        client, start(client, kind="systematicity", model="butd", beam_size=2, n_best=2, images=2)["id"]
+    )
+    assert one["status"] == "succeeded", one["error"]
+    same = client.get(f"/v1/probes/{one['id']}/compare/{one['id']}", headers=AUTH)
+    assert same.status_code == 200, same.text
+    body = same.json()
+    assert body["kind"] == "systematicity" and body["a"] == body["b"] == one["id"]
+    assert {"held_out.recall_at_5", "seen.recall_at_5", "all.recall_at_1", "false_composition_at_1"} <= set(
+        body["figures"]
+    )
+    for name, test in body["figures"].items():
+        if test is not None:
+            assert test["p_value"] == 1.0 and test["difference"]["estimate"] == 0.0, name
+    assert client.get(f"/v1/probes/{one['id']}/compare/nope", headers=AUTH).status_code == 404
+    assert client.get(f"/v1/probes/{one['id']}/compare/{one['id']}").status_code == 401  # behind the keys
+    prod = finish(client, start(client, kind="productivity", model="butd", beam_size=1, images=1)["id"])
+    other_kind = client.get(f"/v1/probes/{one['id']}/compare/{prod['id']}", headers=AUTH)
+    assert other_kind.status_code == 409 and other_kind.json()["error"]["code"] == "not_comparable"
+    assert "systematicity" in other_kind.json()["error"]["message"] and "productivity" in other_kind.text
+    itself = client.get(f"/v1/probes/{prod['id']}/compare/{prod['id']}", headers=AUTH).json()
+    assert all(t is None or t["p_value"] == 1.0 for t in itself["figures"].values()) and itself["figures"]
+    pairs = {r["pair"]: r["group"] for r in one["result"]["pairs"]}
+    a_pair = next(iter(pairs))
+    b_pair = next(p for p, g in pairs.items() if g != pairs[a_pair])
+    a = finish(
+        client, start(client, kind="systematicity", model="butd", beam_size=1, images=1, pairs=[a_pair])["id"]
+    )
+    b = finish(
+        client, start(client, kind="systematicity", model="butd", beam_size=1, images=1, pairs=[b_pair])["id"]
+    )
+    apart = client.get(f"/v1/probes/{a['id']}/compare/{b['id']}", headers=AUTH)
+    assert apart.status_code == 409 and "share no pair" in apart.json()["error"]["message"]
+    cancelled = start(client, kind="systematicity", model="butr", beam_size=8, n_best=5)
+    client.delete(f"/v1/probes/{cancelled['id']}", headers=AUTH)
+    refused = client.get(f"/v1/probes/{one['id']}/compare/{cancelled['id']}", headers=AUTH)
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "job_not_succeeded"
+    assert cancelled["id"] in refused.json()["error"]["message"]

@@ -34,6 +34,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from service.evaluation.intervals import images_per_group
 from tests.browser.conftest import Watch
 from tests.browser.test_demo_page import api_caption, api_get, assert_clean, open_demo
 from tests.integration.conftest import free_port, serving
@@ -374,6 +375,9 @@ def run_probe_in_page(page: Any, url: str) -> dict[str, Any]:
     expect(page.locator("#probe_kind option[value=systematicity]")).to_be_enabled()
     page.select_option("#probe_kind", "systematicity")
     expect(page.locator("#probe-about")).to_contain_text("pairs")
+    pairs = len(next(s for s in sets if s["kind"] == "systematicity")["pairs"])
+    worst = images_per_group(0.05, pairs, 0.5)  # the sizing rule, before any result: rate 0.5
+    expect(page.locator("#probe-sizing")).to_contain_text(f"≈ {worst} images per pair for ± 5 points")
     page.select_option("#probe_rerank", "false")
     page.fill("#probe_images", "3")
     page.fill("#probe_beam_size", "2")
@@ -437,12 +441,29 @@ def test_the_probe_launcher_runs_a_job_and_draws_held_out_against_seen(
         full = float(page.locator("#probe-chart rect.track").first.get_attribute("width") or 0)
         for width, row in zip(widths, held + seen, strict=True):
             assert width == pytest.approx(max((row["recall"][k] or 0) * full, 1.5 if row["recall"][k] else 0))
+        # an error bar per row from the result's 95% intervals: the means' first, then the pairs'
+        x0 = float(page.locator("#probe-chart rect.track").first.get_attribute("x") or 0)
+        drawn = page.locator("#probe-chart g.row g.ci").evaluate_all(
+            "cs => cs.map(c => [c.dataset.low, c.dataset.high, ...[...c.querySelectorAll('line.ci-bar')]"
+            ".flatMap(l => [l.getAttribute('x1'), l.getAttribute('x2')])].map(Number))"
+        )
+        owners = [result["held_out"], result["seen"], *held, *seen]
+        intervals = [o["recall_interval"][k] for o in owners if o["recall_interval"][k] is not None]
+        assert len(drawn) == len(intervals) > 0
+        for (low, high, x1, x2), iv in zip(drawn, intervals, strict=True):
+            assert (low, high) == (iv["low"], iv["high"])
+            assert (x1, x2) == (pytest.approx(x0 + iv["low"] * full), pytest.approx(x0 + iv["high"] * full))
     legend = page.locator("#probe-legend")
     expect(legend).to_contain_text("held out")
     expect(legend).to_contain_text("seen")
     # the job is in the recent jobs table too
     expect(page.locator(f'#probe-table a[href="v1/probes/{job["id"]}"]')).to_have_count(1)
     page.select_option("#probe_k", "5")
+    # the sizing rule now takes its rate from this result's held-out Recall@5 (kept in [0.01, 0.99])
+    rate = min(max(result["held_out"]["recall"]["5"], 0.01), 0.99)
+    sized = images_per_group(0.05, result["held_out"]["pairs"], rate)
+    expect(page.locator("#probe-sizing")).to_contain_text(f"≈ {sized} images per pair")
+    expect(page.locator("#probe-sizing")).to_contain_text("the last result's held-out Recall@5")
     screenshot(page, "probe", tmp_path, "#probes")
     assert_clean(watch)
 

@@ -37,7 +37,7 @@ from service.probes.kinds import productivity as productivity_kind
 from service.probes.kinds import systematicity as systematicity_kind
 from service.probes.productivity import productivity_result
 from service.probes.sets import load_probe_set, repo_probe_sets
-from service.probes.systematicity import systematicity_result
+from service.probes.systematicity import systematicity_result, with_intervals
 from service.settings import Settings
 from service.text.concepts import ConceptPair
 from service.text.vocabulary import Vocabulary
@@ -225,7 +225,7 @@ def test_probes_on_coco_sets_report_held_out_only_when_declared(
         generated = seen[SETS["systematicity"], model]
         assert set(generated) == wanted  # every Test-Comb and Test-no-Comb image, once
         assert all(len(caps) == BEAM for caps in generated.values())
-        expected = systematicity_result(
+        expected = systematicity_result(  # the job's result carries its intervals too
             groups,
             comb,
             no_comb,
@@ -236,6 +236,7 @@ def test_probes_on_coco_sets_report_held_out_only_when_declared(
             checker.pairs_batch,
             own={e.pair.label: list(e.comb[:IMAGES]) for e in entries},  # a job capped per pair
         )
+        expected = with_intervals(expected)
         assert job["result"] == _as_json(expected)  # the numbers are those of the captions it decoded
         for row in job["result"]["pairs"]:
             images = row["images"]

@@ -4,14 +4,16 @@ CIDEr-D per density (objects in the scene) and length bucket; the maths is
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry
 
+from service.probes.bounds import BoundedGauge
 from service.probes.kind import ProbeKind, ProbeSpec, Progress, cap, decode, invalid
-from service.probes.productivity import productivity_result
-from service.probes.tables import cell, fixed, get, table
+from service.probes.productivity import compare, productivity_result
+from service.probes.tables import cell, fixed, get, table, with_bounds
 
 if TYPE_CHECKING:
     from service.engine.client import EngineClient
@@ -33,7 +35,9 @@ async def run(
     generated = await decode(engine, probe_set, ids, spec.params, progress)
     top1 = {i: caps[0] if caps else "" for i, caps in generated.items()}
     # every bucket draws from the decoded images: a cap per bucket keeps both bucketings' images
-    return productivity_result(buckets, top1, probe_set.captions, probe_set.objects(), probe_set.cider())
+    return await asyncio.to_thread(
+        productivity_result, buckets, top1, probe_set.captions, probe_set.objects(), probe_set.cider()
+    )
 
 
 def check(probe_set: ProbeSet, pairs: tuple[str, ...] | None) -> None:
@@ -47,46 +51,48 @@ def check(probe_set: ProbeSet, pairs: tuple[str, ...] | None) -> None:
 
 
 class Gauges:
-    """CIDEr-D of the top-1 caption per bucket."""
+    """CIDEr-D of the top-1 caption per bucket, with its interval's bounds (``_low`` / ``_high``)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.cider = Gauge(
+        self.cider = BoundedGauge(
             "compcap_probe_productivity_cider_d",
             "Live productivity probe: CIDEr-D of the top-1 caption per density / length bucket",
             ["model", "ranker", "by", "bucket"],
-            multiprocess_mode="mostrecent",
-            registry=registry,
+            registry,
         )
 
     def record(self, model: str, ranker: str, result: Mapping[str, Any]) -> None:
         for by, buckets in result.get("by", {}).items():
             for bucket, figures in buckets.items():
                 if figures.get("cider_d") is not None:
-                    self.cider.labels(model, ranker, by, bucket).set(figures["cider_d"])
+                    self.cider.set(
+                        (model, ranker, by, bucket), figures["cider_d"], figures.get("cider_d_interval")
+                    )
 
     def accept(self, model: str, ranker: str, result: Mapping[str, Any]) -> None:
         """No baseline gauge yet."""
 
 
 def lines(result: Mapping[str, Any]) -> list[str]:
-    """One table per bucketing: length, nouns, coverage and CIDEr-D of each bucket."""
+    """One table per bucketing: length, nouns, coverage and CIDEr-D of each bucket, each with its 95%
+    interval."""
     out: list[str] = []
     for by, buckets in (result.get("by") or {}).items():
         rows = [
             [
                 cell(name),
                 cell(get(b, "images")),
-                cell(get(b, "length"), digits=2),
+                with_bounds(get(b, "length"), get(b, "length_interval"), digits=2),
                 cell(get(b, "reference_length"), digits=2),
-                cell(get(b, "nouns"), digits=2),
-                cell(get(b, "coverage"), 100),
-                cell(get(b, "cider_d"), 100),
+                with_bounds(get(b, "nouns"), get(b, "nouns_interval"), digits=2),
+                with_bounds(get(b, "coverage"), get(b, "coverage_interval"), 100),
+                with_bounds(get(b, "cider_d"), get(b, "cider_d_interval"), 100),
             ]
             for name, b in (buckets or {}).items()
         ]
         if out:
             out.append("")
-        out.append(f"by {by}: top-1 length, nouns named, object coverage (%), CIDEr-D (x100)")
+        out.append(f"by {by}: top-1 length, nouns named, object coverage (%), CIDEr-D (x100) [95% interval]")
         out.append(table([by, "images", "length", "ref length", "nouns", "coverage", "CIDEr-D"], rows))
     return out or ["no buckets"]
 
@@ -113,4 +119,5 @@ KIND = ProbeKind(
     gauges=Gauges,
     table=lines,
     summary=summary,
+    compare=compare,
 )

@@ -8,11 +8,18 @@ import asyncio
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry
 
+from service.evaluation.intervals import SEED
+from service.probes.bounds import BoundedGauge
 from service.probes.kind import ProbeKind, ProbeSpec, Progress, cap, decode
-from service.probes.substitutivity import chosen_images, substituted_words, substitutivity_result
-from service.probes.tables import cell, fixed, get, table
+from service.probes.substitutivity import (
+    chosen_images,
+    compare,
+    substituted_words,
+    substitutivity_result,
+)
+from service.probes.tables import cell, fixed, get, table, with_bounds
 from service.text.synonyms import distinct_first_tokens, vocabulary_words
 
 if TYPE_CHECKING:
@@ -55,49 +62,57 @@ async def run(
         decoded = await decode(engine, probe_set, chosen, s_params, progress)
         substituted = {i: caps[0] for i, caps in decoded.items()}
     result = await asyncio.to_thread(
-        substitutivity_result, original, substituted, mapping, probe_set.captions, probe_set.cider()
+        substitutivity_result,
+        original,
+        substituted,
+        mapping,
+        probe_set.captions,
+        probe_set.cider(),
+        seed=SEED,
     )
     return {**result, "table": [[a, b] for a, b in pairs], "generated_counts": kept}
 
 
 class Gauges:
-    """BLEU-4 of S against O."""
+    """BLEU-4 of S against O, with its interval's bounds (``_low`` / ``_high``)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.bleu4 = Gauge(
+        self.bleu4 = BoundedGauge(
             "compcap_probe_substitution_bleu4",
             "Live substitutivity probe: BLEU-4 of S against O (seed 001 Table 6, O vs S)",
             ["model", "ranker"],
-            multiprocess_mode="mostrecent",
-            registry=registry,
+            registry,
         )
 
     def record(self, model: str, ranker: str, result: Mapping[str, Any]) -> None:
         bleu = get(result, "rows", "O vs S", "bleu4")
         if bleu is not None:
-            self.bleu4.labels(model, ranker).set(bleu)
+            self.bleu4.set((model, ranker), bleu, get(result, "rows", "O vs S", "bleu4_interval"))
 
     def accept(self, model: str, ranker: str, result: Mapping[str, Any]) -> None:
         """No baseline gauge yet."""
 
 
 def lines(result: Mapping[str, Any]) -> list[str]:
-    """Table 6's rows (BLEU-4, METEOR, CIDEr-D), then how many images were substituted."""
+    """Table 6's rows (BLEU-4, METEOR, CIDEr-D; BLEU-4 and CIDEr-D with their 95% intervals), then how
+    many images were substituted."""
     rows = [
         [
             cell(name),
-            cell(get(r, "bleu4"), 100),
+            with_bounds(get(r, "bleu4"), get(r, "bleu4_interval"), 100),
             cell(get(r, "meteor"), 100),
-            cell(get(r, "cider_d"), 100),
+            with_bounds(get(r, "cider_d"), get(r, "cider_d_interval"), 100),
             cell(int(r["images"]) if isinstance(get(r, "images"), float) else get(r, "images")),
         ]
         for name, r in (result.get("rows") or {}).items()
     ]
+    exact = with_bounds(result.get("exact_replacement"), result.get("exact_replacement_interval"), 100)
     return [
-        "O: captions without substitution, S: with it, t: after the first substituted word (x100)",
+        "O: captions without substitution, S: with it, t: after the first substituted word (x100) "
+        "[95% interval]",
         table(["", "BLEU-4", "METEOR", "CIDEr-D", "images"], rows),
         f"images {cell(result.get('images'))}, substituted {cell(result.get('substituted'))}, "
-        f"exact replacement {cell(result.get('exact_replacement'), 100)}%",
+        f"exact replacement {exact}%",
     ]
 
 
@@ -122,4 +137,5 @@ KIND = ProbeKind(
     gauges=Gauges,
     table=lines,
     summary=summary,
+    compare=compare,
 )

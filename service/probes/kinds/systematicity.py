@@ -3,15 +3,18 @@ false composition on its Test-no-Comb images; the maths is ``service.probes.syst
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Gauge
 
+from service.probes.bounds import BoundedGauge
 from service.probes.kind import ProbeKind, ProbeSpec, Progress, cap, decode, invalid
 from service.probes.parser import lookup
-from service.probes.systematicity import KS, systematicity_result
-from service.probes.tables import cell, fixed, get, table
+from service.probes.systematicity import KS, compare, systematicity_result, with_intervals
+from service.probes.tables import bounds, cell, fixed, get, table, with_bounds
 from service.text.concepts import ConceptPair
 
 if TYPE_CHECKING:
@@ -24,7 +27,8 @@ async def run(
     engine: EngineClient, spec: ProbeSpec, probe_set: ProbeSet, parser: PairParser, progress: Progress
 ) -> dict[str, Any]:
     """Group by group: decode its Test-Comb images (every pair of the group, as ``compcap evaluate``
-    does) and the Test-no-Comb images of the reported pairs, parse, score; partial result after each."""
+    does) and the Test-no-Comb images of the reported pairs, parse, score; partial result after each
+    (without intervals), the final one with them (``with_intervals``)."""
     entries = probe_set.pairs()
     wanted = set(spec.pairs) if spec.pairs is not None else {e.pair.label for e in entries}
     reported = [e for e in entries if e.pair.label in wanted]
@@ -65,6 +69,11 @@ async def run(
         )
         if n < len(groups):
             progress.partial = result
+    if not result:
+        return result
+    start = time.perf_counter()
+    result = await asyncio.to_thread(with_intervals, result)
+    progress.timings_s["intervals"] = round(time.perf_counter() - start, 3)
     return result
 
 
@@ -99,24 +108,23 @@ def recall_means(result: Mapping[str, Any]) -> Iterator[tuple[str, str, float]]:
 
 
 class Gauges:
-    """Recall@K per pair and its held-out / seen means, the accepted baseline, false composition."""
+    """Recall@K per pair and its held-out / seen means, the accepted baseline, false composition; the
+    first two and the last with their 95% interval's bounds as ``<name>_low`` / ``<name>_high``."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
-        self.recall = Gauge(
+        self.recall = BoundedGauge(
             "compcap_probe_recall_at_k",
             "Live systematicity probe: Recall@K of a concept pair (seed 000 Eq. 1)",
             ["model", "ranker", "pair", "category", "k", "held_out"],
-            multiprocess_mode="mostrecent",
-            registry=r,
+            r,
         )
-        self.recall_mean = Gauge(
+        self.recall_mean = BoundedGauge(
             "compcap_probe_recall_at_k_mean",
             "Live systematicity probe: mean Recall@K over the held-out (held_out=true) or seen pairs, or "
             "over every pair when the captioner's held-out pairs are not known (held_out=unknown)",
             ["model", "ranker", "k", "held_out"],
-            multiprocess_mode="mostrecent",
-            registry=r,
+            r,
         )
         self.accepted_recall_mean = Gauge(
             "compcap_probe_accepted_recall_at_k_mean",
@@ -125,26 +133,35 @@ class Gauges:
             multiprocess_mode="mostrecent",
             registry=r,
         )
-        self.false_composition = Gauge(
+        self.false_composition = BoundedGauge(
             "compcap_probe_false_composition",
             "Share of Test-no-Comb images whose top-1 caption attaches the pair though the image does not",
             ["model", "ranker", "pair"],
-            multiprocess_mode="mostrecent",
-            registry=r,
+            r,
         )
 
     def record(self, model: str, ranker: str, result: Mapping[str, Any]) -> None:
         for row in result.get("pairs", []):
             for k, value in row["recall"].items():
                 if value is not None:
-                    self.recall.labels(
-                        model, ranker, row["pair"], row["category"] or "", k, held_label(row["held_out"])
-                    ).set(value)
+                    labels = (
+                        model,
+                        ranker,
+                        row["pair"],
+                        row["category"] or "",
+                        k,
+                        held_label(row["held_out"]),
+                    )
+                    self.recall.set(labels, value, get(row, "recall_interval", k))
             rate = row["false_composition"].get("1")
             if rate is not None:
-                self.false_composition.labels(model, ranker, row["pair"]).set(rate)
+                self.false_composition.set(
+                    (model, ranker, row["pair"]), rate, get(row, "false_composition_interval", "1")
+                )
+        parts = {"true": "held_out", "false": "seen", "unknown": "all"}
         for held, k, value in recall_means(result):
-            self.recall_mean.labels(model, ranker, k, held).set(value)
+            bounds = get(result, parts[held], "recall_interval", k)
+            self.recall_mean.set((model, ranker, k, held), value, bounds)
 
     def accept(self, model: str, ranker: str, result: Mapping[str, Any]) -> None:
         for held, k, value in recall_means(result):
@@ -152,13 +169,14 @@ class Gauges:
 
 
 def lines(result: Mapping[str, Any]) -> list[str]:
-    """Recall@K and false composition per pair, then the held-out / seen means per category: fractions
-    in [0, 1] with three decimals, as the API and the web page report them."""
+    """Recall@K and false composition per pair (with the 95% interval of R@K for the largest K), then
+    the held-out / seen means per category with their intervals: fractions in [0, 1] with three
+    decimals, as the API and the web page report them."""
     ks = [str(k) for k in (result.get("ks") or [1, 2, 3, 4, 5])]
     fc = ["1", ks[-1]]
     out = [
         "recall (Recall@K, a fraction in [0, 1]) of each pair on its Test-Comb images; "
-        "false composition (a fraction) on Test-no-Comb"
+        "false composition (a fraction) on Test-no-Comb; [low, high]: the 0.95 bootstrap interval"
     ]
     rows = [
         [
@@ -168,12 +186,14 @@ def lines(result: Mapping[str, Any]) -> list[str]:
             cell(get(r, "held_out")),
             cell(get(r, "images")),
             *(cell(get(r, "recall", k), digits=3) for k in ks),
+            bounds(get(r, "recall_interval", ks[-1]), digits=3),
             cell(get(r, "no_comb_images")),
             *(cell(get(r, "false_composition", k), digits=3) for k in fc),
         ]
         for r in result.get("pairs") or []
     ]
-    headers = ["pair", "group", "category", "held out", "images", *(f"R@{k}" for k in ks), "no-comb"]
+    headers = ["pair", "group", "category", "held out", "images", *(f"R@{k}" for k in ks)]
+    headers += [f"R@{ks[-1]} CI", "no-comb"]
     out.append(table([*headers, *(f"FC@{k}" for k in fc)], rows))
     summary = []
     known = held_out_known(result)
@@ -184,15 +204,34 @@ def lines(result: Mapping[str, Any]) -> list[str]:
             [
                 label,
                 cell(get(part, "pairs")),
-                *(cell(get(part, "recall", k), digits=3) for k in ks),
+                *(with_bounds(get(part, "recall", k), get(part, "recall_interval", k), digits=3) for k in ks),
             ]
         )
         for cat, recall in (get(part, "per_category") or {}).items():
-            summary.append([f"  {cat}", "", *(cell(get(recall, k), digits=3) for k in ks)])
-    out += ["", "mean recall (Recall@K)", table(["pairs", "n", *(f"R@{k}" for k in ks)], summary)]
+            summary.append(
+                [
+                    f"  {cat}",
+                    "",
+                    *(
+                        with_bounds(get(recall, k), get(part, "per_category_interval", cat, k), digits=3)
+                        for k in ks
+                    ),
+                ]
+            )
+    out += [
+        "",
+        "mean recall (Recall@K) [0.95 interval]",
+        table(["pairs", "n", *(f"R@{k}" for k in ks)], summary),
+    ]
     out.append(
         "false composition: "
-        + "  ".join(f"FC@{k} {cell(get(result, 'false_composition', k), digits=3)}" for k in fc)
+        + "  ".join(
+            f"FC@{k} "
+            + with_bounds(
+                get(result, "false_composition", k), get(result, "false_composition_interval", k), digits=3
+            )
+            for k in fc
+        )
     )
     return out
 
@@ -237,5 +276,6 @@ KIND = ProbeKind(
     gauges=Gauges,
     table=lines,
     summary=summary,
+    compare=compare,
     set_details=set_details,
 )

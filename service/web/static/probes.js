@@ -22,6 +22,7 @@ const run = {
   job: null, // the id of the job the launcher follows
   poll: null,
   result: null, // the systematicity result the chart shows
+  sized: null, // the last finished systematicity result: the sizing rule's rate
   listTimer: null,
 };
 
@@ -102,6 +103,37 @@ function probeSetOf(kind) {
   return kind ? run.sets.find((s) => s.kind === kind.probe_sets) || null : null;
 }
 
+// The sizing rule (service.evaluation.intervals.images_per_group with no spread between pairs): the
+// images per pair that make the 95% interval of a mean over `pairs` pairs about ± `half`, when the
+// rate is near `rate`: z² r (1 − r) / (G h²), rounded up.
+export function imagesPerPair(half, pairs, rate) {
+  const z = 1.959963984540054;
+  const within = (rate * (1 - rate)) / pairs;
+  return within === 0 ? 1 : Math.max(1, Math.ceil((within * z * z) / (half * half)));
+}
+
+function showSizing() {
+  const kind = probeKind();
+  const set = probeSetOf(kind);
+  const node = $("probe-sizing");
+  if (!kind || kind.name !== "systematicity" || !set || !Array.isArray(set.pairs) || !set.pairs.length) {
+    node.textContent = "";
+    return;
+  }
+  const last = run.sized && run.sized.held_out ? run.sized.held_out : null;
+  const k = $("probe_k").value || "5";
+  const seen = last && last.recall ? last.recall[k] : null;
+  const pairs = last && last.pairs ? last.pairs : set.pairs.length;
+  const known = typeof seen === "number";
+  const rate = known ? Math.min(Math.max(seen, 0.01), 0.99) : 0.5;
+  const n = imagesPerPair(0.05, pairs, rate);
+  const basis = known ? `the last result's held-out Recall@${k}` : "worst case";
+  node.textContent =
+    `≈ ${n} images per pair for ± 5 points on the mean of ${pairs} ${last ? "held-out " : ""}pairs ` +
+    `(rate ${num(rate, 2)}, ${basis})`;
+  node.dataset.images = String(n);
+}
+
 function describeProbeKind() {
   const kind = probeKind();
   const set = probeSetOf(kind);
@@ -114,6 +146,7 @@ function describeProbeKind() {
     ? `${kind.name}: ${kind.description}. Probe set ${set.name}: ${set.images} images${pairs}.`
     : `${kind.name}: ${kind.description}. This repository has no probe set for it (compcap probesets).`;
   $("probe-run").disabled = !set || run.job !== null;
+  showSizing();
 }
 
 export async function loadProbeKinds() {
@@ -253,6 +286,10 @@ function showProbeJob(job) {
     run.result = result;
     drawRecall();
   }
+  if (job.result && job.result.held_out) {
+    run.sized = job.result; // the sizing rule's rate comes from the last finished result
+    showSizing();
+  }
 }
 
 // ---------------------------------------------------------------- the held-out vs seen chart
@@ -297,7 +334,8 @@ function legend(known) {
 }
 
 // Recall@K per concept pair, grouped held out / seen, under the two means (or, held-out pairs not
-// known, every pair under the mean of all): a fraction in [0, 1] as a bar and as 0.263
+// known, every pair under the mean of all): a fraction in [0, 1] as a bar and as 0.263, with its 95%
+// bootstrap interval (the result's recall_interval) as an error bar
 function drawRecall() {
   const result = run.result;
   if (!result) return;
@@ -306,6 +344,8 @@ function drawRecall() {
   const known = result.held_out_known !== false;
   legend(known);
   const value = (part) => (part && part.recall ? part.recall[k] : null);
+  const interval = (owner) => (owner && owner.recall_interval ? owner.recall_interval[k] || null : null);
+  const bounds = (iv) => (iv ? ` (95% interval ${num(iv.low, 3)}–${num(iv.high, 3)})` : "");
   const pairs = result.pairs || [];
   const groups = known
     ? [
@@ -316,7 +356,10 @@ function drawRecall() {
   const rows = [];
   for (const [cls, label, members, part] of groups) {
     if (!members.length) continue;
-    rows.push({ kind: "mean", cls, label: `${label} · mean of ${members.length}`, value: value(part) });
+    const iv = interval(part);
+    const about = `${label} pairs: mean Recall@${k} ${num(value(part), 3)}${bounds(iv)}`;
+    const name = `${label} · mean of ${members.length}`;
+    rows.push({ kind: "mean", cls, label: name, value: value(part), iv, about });
   }
   for (const [cls, label, members] of groups) {
     if (!members.length) continue;
@@ -325,8 +368,9 @@ function drawRecall() {
     for (const r of members) {
       const hits = r.hits ? r.hits[k] : null;
       const images = r.images ? ` — ${hits} of ${r.images} images` : " — no images";
-      const about = `${r.pair} (${label}): Recall@${k} ${num(r.recall[k], 3)}${images}`;
-      rows.push({ kind: "pair", cls, label: r.pair, value: r.recall[k], about });
+      const iv = interval(r);
+      const about = `${r.pair} (${label}): Recall@${k} ${num(r.recall[k], 3)}${bounds(iv)}${images}`;
+      rows.push({ kind: "pair", cls, label: r.pair, value: r.recall[k], iv, about });
     }
   }
   const W = 720;
@@ -363,6 +407,16 @@ function drawRecall() {
     const bar = { x: x0, y: row.y + 3, height: rowH - 6, rx: 3 };
     g.append(svg("rect", { ...bar, width: x1 - x0, class: "track" }));
     g.append(svg("rect", { ...bar, width: w, class: `bar ${row.cls}` }));
+    if (row.iv && typeof row.iv.low === "number" && typeof row.iv.high === "number") {
+      const xl = x0 + row.iv.low * (x1 - x0);
+      const xh = x0 + row.iv.high * (x1 - x0);
+      const ci = svg("g", { class: "ci", "data-low": row.iv.low, "data-high": row.iv.high });
+      ci.append(svg("line", { x1: xl, x2: xh, y1: mid, y2: mid, class: "ci-bar" }));
+      for (const x of [xl, xh]) {
+        ci.append(svg("line", { x1: x, x2: x, y1: mid - 5, y2: mid + 5, class: "ci-cap" }));
+      }
+      g.append(ci);
+    }
     g.append(svg("text", { x: x1 + 8, y: mid + 4, class: "value" }, defined ? num(row.value, 3) : "—"));
     chart.append(g);
   }
@@ -382,5 +436,8 @@ export function initProbes() {
   $("probe_model").addEventListener("change", () =>
     fillRankerOptions($("probe_rerank"), captionerNamed($("probe_model").value)),
   );
-  $("probe_k").addEventListener("change", drawRecall);
+  $("probe_k").addEventListener("change", () => {
+    drawRecall();
+    showSizing();
+  });
 }

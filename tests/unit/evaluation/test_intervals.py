@@ -10,6 +10,7 @@ import pytest
 from service.evaluation.intervals import (
     Z95,
     bootstrap_interval,
+    bootstrap_sums,
     images_per_group,
     mean_of_means,
     paired_test,
@@ -70,3 +71,23 @@ def test_the_sizing_rule_inverts_the_variance_of_a_mean_of_means() -> None:
     assert images_per_group(0.01, groups=6, rate=0.2, between_sd=0.2) is None  # the spread alone is wider
     with pytest.raises(ValueError, match="half_width"):
         images_per_group(0, groups=6)
+
+
+def test_a_statistic_of_sums_is_bootstrapped_over_units() -> None:
+    """A ratio of sums (a corpus figure such as BLEU): the estimate is the ratio of the totals, the
+    interval holds it, the seed reproduces it, and with the ratio's numerator a unit's hit it agrees
+    with the one-group mean's interval in width (same data, other draws: within Monte-Carlo error)."""
+    rng = np.random.default_rng(2)
+    hit = (rng.random(200) < 0.3).astype(float)
+    units = [[h, 1.0] for h in hit]
+
+    def ratio(sums: np.ndarray) -> np.ndarray:
+        return sums[:, 0] / sums[:, 1]
+
+    found = bootstrap_sums(units, ratio, seed=7)
+    assert found is not None and found.estimate == pytest.approx(hit.mean())
+    assert found.low <= found.estimate <= found.high and found.units == 200
+    assert found == bootstrap_sums(units, ratio, seed=7)
+    mean = bootstrap_interval([list(hit)], seed=7)
+    assert mean is not None and abs(found.se - mean.se) < 0.2 * mean.se  # se's own MC error is ~1.6%
+    assert bootstrap_sums([], ratio) is None

@@ -177,7 +177,8 @@ def test_probe_tables_print_every_kind_and_dash_for_what_is_missing() -> None:
             "ks": [1, 2, 3, 4, 5],
             "pairs": [
                 {"pair": "black cat", "group": 1, "category": "color", "held_out": True, "images": 4,
-                 "recall": recall, "no_comb_images": 3, "false_composition": {"1": 0.0, "5": 1 / 3}},
+                 "recall": recall, "recall_interval": {"5": {"estimate": 1.0, "low": 0.5, "high": 1.0}},
+                 "no_comb_images": 3, "false_composition": {"1": 0.0, "5": 1 / 3}},
                 {"pair": "red bus", "group": 1},  # nothing else: every other cell is "-"
             ],
             "held_out": {"pairs": 1, "recall": recall, "per_category": {"color": recall}},
@@ -199,12 +200,14 @@ def test_probe_tables_print_every_kind_and_dash_for_what_is_missing() -> None:
         "0.500",
         "0.750",
         "1.000",
+        "[0.500,",  # R@5's 95% interval
+        "1.000]",
         "3",
         "0.000",
         "0.333",
     ]
     red = next(line for line in text.splitlines() if line.startswith("red bus"))
-    assert red.split()[2:] == ["1", *["-"] * 11]
+    assert red.split()[2:] == ["1", *["-"] * 12]
     assert "FC@1 0.000  FC@5 -" in text and "  color" in text
     assert "%" not in text and "recall" in text  # recall as a fraction, as the API and the page report it
     seen = next(line for line in text.splitlines() if line.startswith("seen"))
