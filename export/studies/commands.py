@@ -126,7 +126,8 @@ def _repo_argument(parser: argparse.ArgumentParser, help: str = "the model zoo (
 
 
 def _report_arguments(parser: argparse.ArgumentParser) -> None:
-    _repo_argument(parser)
+    # not checked here: with --reuse the report re-renders from its JSON without the zoo
+    add_renamed(parser, "--repo", "--zoo", default="model_zoo", help="the model zoo (compcap models)")
     parser.add_argument(
         "--data",
         type=existing_dir,
@@ -142,7 +143,11 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
         help="held-out pair groups",
     )
     parser.add_argument("--out", type=writable_dir, default="reports", help="folder of the report")
-    parser.add_argument("--reuse", action="store_true", help="re-render from reports/reproduction.json")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="re-render from <out>/reproduction.json (intervals recomputed; needs no zoo)",
+    )
     parser.add_argument(
         "--rerank-sweep",
         action="store_true",
@@ -158,12 +163,26 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from export.presets import get_preset
     from export.studies.report import write_report
-    from export.zoo import EVAL_SEED, ensure_eval_world
 
     work = Path(args.repo + ".work")
     groups = list(args.groups)
+    if args.reuse:
+        if not (Path(args.out) / "reproduction.json").is_file():
+            print(f"--reuse: {Path(args.out) / 'reproduction.json'} is not there", file=sys.stderr)
+            return 2
+        from export.probesets import ZOO_EVAL_SEED
+
+        data = Path(args.data) if args.data else work / "data" / f"eval_{ZOO_EVAL_SEED}"
+        write_report(Path(args.repo), data, Path(args.out), groups=groups, reuse=True)
+        print(f"wrote {Path(args.out) / 'reproduction.md'}")
+        return 0
+    if not Path(args.repo).is_dir():
+        print(f"--repo {args.repo}: no such folder (without the zoo only --reuse works)", file=sys.stderr)
+        return 2
+    from export.presets import get_preset
+    from export.zoo import EVAL_SEED, ensure_eval_world
+
     if args.data:
         data = Path(args.data)
     else:  # render and split the evaluation world if this zoo has not met it yet

@@ -267,3 +267,39 @@ def test_default_substitutivity_figures_are_the_reports() -> None:
     assert _value(tails) == report["images_with_tails"] == row["images"]
     assert _value(images) == report["images"]
     assert _printed(100 * row["bleu4"], bleu4) and _printed(100 * row["cider_d"], cider)
+
+
+# ------------------------------------------------------------------------------------ reproduction
+def test_reproduction_headline_is_the_report_with_its_intervals() -> None:
+    """The README's main result: the ratio BUTR+RR / BUTD with its interval, both means with theirs,
+    the number of held-out pairs, and FULL / BUTD — all from ``reports/reproduction.json``."""
+    report = _report("reports/reproduction.json")
+    text = _paragraph("It decodes each held-out concept pair's images")
+    found = re.search(
+        r"recalls held-out pairs ([\d.]+)× as often as plain BUTD, 95% interval ([\d.]+)–([\d.]+)× — "
+        r"mean Recall@5 ([\d.]+) \[([\d.]+), ([\d.]+)\] against ([\d.]+) \[([\d.]+), ([\d.]+)\], "
+        r"intervals from a bootstrap over the (\d+) held-out pairs and their images .*? "
+        r"a model that saw every pair reaches ([\d.]+)× BUTD",
+        text,
+    )
+    assert found, "the headline sentence with its intervals is missing"
+    ratio = report["intervals"]["ratios"]["BUTR+RR / BUTD"]
+    rr, butd = (report["intervals"]["recall_at_k"][row]["5"] for row in ("BUTR+RR", "BUTD"))
+    want = [
+        ratio["estimate"],
+        ratio["low"],
+        ratio["high"],
+        rr["estimate"],
+        rr["low"],
+        rr["high"],
+        butd["estimate"],
+        butd["low"],
+        butd["high"],
+    ]
+    for printed, value in zip(found.groups()[:9], want, strict=True):
+        assert _printed(value, printed), (printed, value)
+    assert int(found.group(10)) == rr["groups"] == butd["groups"] == ratio["groups"]
+    table = report["table"]
+    full = table["FULL"]["test"]["recall_at_5_mean"] / table["BUTD"]["test"]["recall_at_5_mean"]
+    assert _printed(full, found.group(11))
+    assert _printed(table["BUTR+RR"]["test"]["recall_at_5_mean"], found.group(4))
