@@ -126,8 +126,16 @@ def _repo_argument(parser: argparse.ArgumentParser, help: str = "the model zoo (
 
 
 def _report_arguments(parser: argparse.ArgumentParser) -> None:
-    # not checked here: with --reuse the report re-renders from its JSON without the zoo
-    add_renamed(parser, "--repo", "--zoo", default="model_zoo", help="the model zoo (compcap models)")
+    # a folder given is checked here; the default (a Path: argparse converts only string defaults) is
+    # checked by _report, since with --reuse the report re-renders from its JSON without the zoo
+    add_renamed(
+        parser,
+        "--repo",
+        "--zoo",
+        type=existing_dir,
+        default=Path("model_zoo"),
+        help="the model zoo (compcap models)",
+    )
     parser.add_argument(
         "--data",
         type=existing_dir,
@@ -165,20 +173,26 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
 def _report(args: argparse.Namespace) -> int:
     from export.studies.report import write_report
 
-    work = Path(args.repo + ".work")
+    repo = str(args.repo)
+    work = Path(repo + ".work")
     groups = list(args.groups)
     if args.reuse:
         if not (Path(args.out) / "reproduction.json").is_file():
-            print(f"--reuse: {Path(args.out) / 'reproduction.json'} is not there", file=sys.stderr)
+            print(
+                f"compcap report: --reuse: {Path(args.out) / 'reproduction.json'} is not there",
+                file=sys.stderr,
+            )
             return 2
         from export.probesets import ZOO_EVAL_SEED
 
         data = Path(args.data) if args.data else work / "data" / f"eval_{ZOO_EVAL_SEED}"
-        write_report(Path(args.repo), data, Path(args.out), groups=groups, reuse=True)
+        write_report(Path(repo), data, Path(args.out), groups=groups, reuse=True)
         print(f"wrote {Path(args.out) / 'reproduction.md'}")
         return 0
-    if not Path(args.repo).is_dir():
-        print(f"--repo {args.repo}: no such folder (without the zoo only --reuse works)", file=sys.stderr)
+    if not Path(repo).is_dir():
+        print(
+            f"compcap report: --repo {repo}: no such folder (without it only --reuse works)", file=sys.stderr
+        )
         return 2
     from export.presets import get_preset
     from export.zoo import EVAL_SEED, ensure_eval_world
@@ -391,6 +405,22 @@ def _mad(args: argparse.Namespace) -> int:
     return 0
 
 
+def _render_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--out", type=existing_dir, default="reports", help="folder of the reports (searched recursively)"
+    )
+
+
+def _render(args: argparse.Namespace) -> int:
+    """Re-render every study's Markdown from its committed JSON (no model, no data): explanations,
+    substitutivity, productivity and MAD reports, wherever they lie under ``--out``."""
+    from export.studies.rerender import rerender
+
+    for path in rerender(Path(args.out)):
+        print(f"wrote {path}")
+    return 0
+
+
 COMMANDS: CommandTable = {
     "evaluate": Command(
         "evaluate every captioner of a repository on a split", _evaluate_arguments, _evaluate
@@ -410,6 +440,11 @@ COMMANDS: CommandTable = {
         "seed 002 grounding study: GroundingScore(δ), pointing game, NW, coverage per captioner × method",
         _explain_arguments,
         _explain,
+    ),
+    "render-reports": Command(
+        "re-render the studies' Markdown reports from their JSON (no model or data needed)",
+        _render_arguments,
+        _render,
     ),
     "mad": Command(
         "seed 003 maximum-discrepancy comparison: NGSM-selected pairwise sets, dominance/Perron ranking",
