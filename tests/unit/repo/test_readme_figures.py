@@ -303,3 +303,25 @@ def test_reproduction_headline_is_the_report_with_its_intervals() -> None:
     full = table["FULL"]["test"]["recall_at_5_mean"] / table["BUTD"]["test"]["recall_at_5_mean"]
     assert _printed(full, found.group(11))
     assert _printed(table["BUTR+RR"]["test"]["recall_at_5_mean"], found.group(4))
+
+
+def test_default_substitutivity_agreement_is_the_reports() -> None:
+    """How often S follows O up to the substituted word (issue 41, point 4a), with its interval, and the
+    Ot vs St row on those images only."""
+    report = _report("reports/substitutivity_default/substitutivity.json")
+    text = _flat(README)
+    found = re.search(
+        rf"it does on ({NUMBER}) of the ({NUMBER}) images "
+        rf"\(({NUMBER})%, 95% interval ({NUMBER})–({NUMBER})%\)"
+        rf".*? On those ({NUMBER}) alone \(({NUMBER}) with both tails\) Ot vs St is BLEU-4 ({NUMBER}), "
+        rf"CIDEr-D ({NUMBER})\.",
+        text,
+    )
+    assert found, "the agreement sentence is missing"
+    agreed = report["agreement"]
+    share, row = agreed["share"], agreed["row"]
+    follows, images, pct, low, high, again, tails, bleu4, cider = found.groups()
+    assert _value(follows) == _value(again) == agreed["follows"] and _value(images) == agreed["images"]
+    assert _printed(100 * share["estimate"], pct) and _printed(100 * share["low"], low)
+    assert _printed(100 * share["high"], high) and _value(tails) == agreed["tails"] == row["images"]
+    assert _printed(100 * row["bleu4"], bleu4) and _printed(100 * row["cider_d"], cider)
