@@ -325,3 +325,36 @@ def test_default_substitutivity_agreement_is_the_reports() -> None:
     assert _printed(100 * share["estimate"], pct) and _printed(100 * share["low"], low)
     assert _printed(100 * share["high"], high) and _value(tails) == agreed["tails"] == row["images"]
     assert _printed(100 * row["bleu4"], bleu4) and _printed(100 * row["cider_d"], cider)
+
+
+# ------------------------------------------------------------------------------------------- INT8
+INT8_ROWS = {
+    "step limit, rows/s at its best batch": "step_limit_rows_per_s",
+    "every model call of a caption (compute limit), captions/s": "compute_limit_captions_per_s",
+    "gateway, 32 clients, captions/s": "captions_per_s_at_32",
+    "gateway, 32 clients, p50 ms": "p50_ms_at_32",
+    "single decode, ms": "single_decode_ms",
+}
+
+
+def test_int8_figures_are_the_committed_bench_report() -> None:
+    """Issue 41, point 4d: the INT8 speed table and its summary row come from
+    ``reports/perf/bench_int8_auto_threads.json``; no INT8 gate or speed figure without a committed
+    source is quoted (the 1.39× step limit and the gate's per-run FP32 → INT8 table are gone)."""
+    comparison = _report("reports/perf/bench_int8_auto_threads.json")["comparison"]
+    section = README[README.index("## INT8 models") : README.index("## FP16 models")]
+    for label, key in INT8_ROWS.items():
+        match = re.search(
+            rf"^\| {re.escape(label)} \| ({NUMBER}) \| ({NUMBER}) \| \**({NUMBER})×\** \|$", section, re.M
+        )
+        assert match, label
+        fp32, int8, ratio = match.groups()
+        want = comparison[key]
+        assert _printed(want["fp32"], fp32) and _printed(want["int8"], int8), label
+        assert _printed(want["ratio"], ratio), label
+    summary = re.search(r"^\| INT8 against FP32 \| step limit ([\d.]+)×, gateway ([\d.]+)× ", README, re.M)
+    assert summary
+    assert _printed(comparison["step_limit_rows_per_s"]["ratio"], summary.group(1))
+    assert _printed(comparison["captions_per_s_at_32"]["ratio"], summary.group(2))
+    assert "1.39×" not in README and "INT8 | change | top-1 identical" not in README
+    assert "FP32 → INT8 | change" not in section
