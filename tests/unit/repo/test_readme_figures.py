@@ -305,6 +305,33 @@ def test_reproduction_headline_is_the_report_with_its_intervals() -> None:
     assert _printed(table["BUTR+RR"]["test"]["recall_at_5_mean"], found.group(4))
 
 
+def test_reproduction_targets_in_the_docs_are_stated_on_their_intervals() -> None:
+    """docs/benchmarks.md's reproduction paragraph: both ratios with their intervals, and whether each
+    target holds on the lower bound, as ``reports/reproduction.json`` has them."""
+    report = _report("reports/reproduction.json")
+    text = _flat(README)
+    found = re.search(
+        r"mean Recall@5 on held-out pairs ([\d.]+) against BUTD's ([\d.]+) \(([\d.]+)×, 95% interval "
+        r"([\d.]+)–([\d.]+)×; target 2×, (met on the lower bound|met by the point estimate only)\) and "
+        r"FULL's ([\d.]+) \(FULL = ([\d.]+)× BUTR\+RR, ([\d.]+)–([\d.]+)×; target ≥ 1.5× "
+        r"(met on the lower bound|met by the point estimate only)\)",
+        text,
+    )
+    assert found, "the docs' reproduction sentence with intervals is missing"
+    table, ratios = report["table"], report["intervals"]["ratios"]
+    r5 = {row: table[row]["test"]["recall_at_5_mean"] for row in ("BUTR+RR", "BUTD", "FULL")}
+    assert _printed(100 * r5["BUTR+RR"], found.group(1)) and _printed(100 * r5["BUTD"], found.group(2))
+    assert _printed(100 * r5["FULL"], found.group(7))
+    for (name, target), at in ((("BUTR+RR / BUTD", 2.0), 3), (("FULL / BUTR+RR", 1.5), 8)):
+        ratio = ratios[name]
+        estimate, low, high, verdict = (found.group(at + i) for i in range(4))
+        assert _printed(ratio["estimate"], estimate) and _printed(ratio["low"], low), name
+        assert _printed(ratio["high"], high), name
+        assert verdict == (
+            "met on the lower bound" if ratio["low"] >= target else "met by the point estimate only"
+        )
+
+
 def test_default_substitutivity_agreement_is_the_reports() -> None:
     """How often S follows O up to the substituted word (issue 41, point 4a), with its interval, and the
     Ot vs St row on those images only."""
