@@ -126,21 +126,25 @@ def per_group_lines(collected: dict[str, Any], found: dict[str, Any] | None = No
             a, b = rr.get(g), butd.get(g)
             ratios.append(f"{a / b:.2f}×" if a is not None and b else "—")
         lines.append("| BUTR+RR / BUTD | " + " | ".join(ratios) + " |")
-    counts = []
+    counts, silent = [], []
     for label, entries in collected["rows"].items():
         if label not in per:
             continue
-        hits = cases = 0
+        hits = cases = none = n_pairs = 0
         for g, c, r in entries:
             pairs = find_result(collected["raw"][f"group{g}/test"]["results"], c, r)["per_pair"] or {}
             hits += sum(int(p["hits"]["5"]) for p in pairs.values())
             cases += sum(int(p["images"]) for p in pairs.values())
+            none += sum(1 for p in pairs.values() if p["images"] and not int(p["hits"]["5"]))
+            n_pairs += sum(1 for p in pairs.values() if p["images"])
         counts.append(f"{label} {hits}")
+        silent.append(f"{label} {none}")
     if counts:
         lines += [
             "",
             f"These means rest on few events: hits at K = 5 over all (held-out pair, image) cases — "
-            f"{', '.join(counts)} (of {cases} cases per row) — and on one training run per model.",
+            f"{', '.join(counts)} (of {cases} cases per row) — and on one training run per model. "
+            f"Held-out pairs with no hit at all at K = 5 — {', '.join(silent)} (of {n_pairs} pairs).",
         ]
     return lines
 
