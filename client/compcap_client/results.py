@@ -355,6 +355,8 @@ class Explanation:
     integrated_gradients: IntegratedGradientsInfo | None = None
     guided_backprop: GuidedBackpropInfo | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
+    # by δ: {"low", "high", "nouns"}, GroundingScore's 95% interval over the caption's nouns
+    grounding_score_interval: dict[str, dict[str, float]] | None = None
 
     @property
     def texts(self) -> list[str]:

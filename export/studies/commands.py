@@ -126,7 +126,16 @@ def _repo_argument(parser: argparse.ArgumentParser, help: str = "the model zoo (
 
 
 def _report_arguments(parser: argparse.ArgumentParser) -> None:
-    _repo_argument(parser)
+    # a folder given is checked here; the default (a Path: argparse converts only string defaults) is
+    # checked by _report, since with --reuse the report re-renders from its JSON without the zoo
+    add_renamed(
+        parser,
+        "--repo",
+        "--zoo",
+        type=existing_dir,
+        default=Path("model_zoo"),
+        help="the model zoo (compcap models)",
+    )
     parser.add_argument(
         "--data",
         type=existing_dir,
@@ -142,7 +151,11 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
         help="held-out pair groups",
     )
     parser.add_argument("--out", type=writable_dir, default="reports", help="folder of the report")
-    parser.add_argument("--reuse", action="store_true", help="re-render from reports/reproduction.json")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="re-render from <out>/reproduction.json (intervals recomputed; needs no zoo)",
+    )
     parser.add_argument(
         "--rerank-sweep",
         action="store_true",
@@ -158,12 +171,32 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from export.presets import get_preset
     from export.studies.report import write_report
+
+    repo = str(args.repo)
+    work = Path(repo + ".work")
+    groups = list(args.groups)
+    if args.reuse:
+        if not (Path(args.out) / "reproduction.json").is_file():
+            print(
+                f"compcap report: --reuse: {Path(args.out) / 'reproduction.json'} is not there",
+                file=sys.stderr,
+            )
+            return 2
+        from export.probesets import ZOO_EVAL_SEED
+
+        data = Path(args.data) if args.data else work / "data" / f"eval_{ZOO_EVAL_SEED}"
+        write_report(Path(repo), data, Path(args.out), groups=groups, reuse=True)
+        print(f"wrote {Path(args.out) / 'reproduction.md'}")
+        return 0
+    if not Path(repo).is_dir():
+        print(
+            f"compcap report: --repo {repo}: no such folder (without it only --reuse works)", file=sys.stderr
+        )
+        return 2
+    from export.presets import get_preset
     from export.zoo import EVAL_SEED, ensure_eval_world
 
-    work = Path(args.repo + ".work")
-    groups = list(args.groups)
     if args.data:
         data = Path(args.data)
     else:  # render and split the evaluation world if this zoo has not met it yet
@@ -372,6 +405,22 @@ def _mad(args: argparse.Namespace) -> int:
     return 0
 
 
+def _render_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--out", type=existing_dir, default="reports", help="folder of the reports (searched recursively)"
+    )
+
+
+def _render(args: argparse.Namespace) -> int:
+    """Re-render every study's Markdown from its committed JSON (no model, no data): explanations,
+    substitutivity, productivity and MAD reports, wherever they lie under ``--out``."""
+    from export.studies.rerender import rerender
+
+    for path in rerender(Path(args.out)):
+        print(f"wrote {path}")
+    return 0
+
+
 COMMANDS: CommandTable = {
     "evaluate": Command(
         "evaluate every captioner of a repository on a split", _evaluate_arguments, _evaluate
@@ -391,6 +440,11 @@ COMMANDS: CommandTable = {
         "seed 002 grounding study: GroundingScore(δ), pointing game, NW, coverage per captioner × method",
         _explain_arguments,
         _explain,
+    ),
+    "render-reports": Command(
+        "re-render the studies' Markdown reports from their JSON (no model or data needed)",
+        _render_arguments,
+        _render,
     ),
     "mad": Command(
         "seed 003 maximum-discrepancy comparison: NGSM-selected pairwise sets, dominance/Perron ranking",

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from service.evaluation.intervals import binary_units, bootstrap_interval
 from service.explain.render import overlay_png, stretch, upsample
 
 DELTAS = ("0", "1", "3", "5", "inf")
@@ -38,6 +39,60 @@ def _pct(value: float | None) -> str:
 def _gs(report: dict[str, Any], name: str, method: str, delta: str) -> float | None:
     methods = report["captioners"][name]["methods"]
     return methods[method]["grounding_score"][delta] if method in methods else None
+
+
+def pointing_interval(pointing: dict[str, Any]) -> dict[str, Any] | None:
+    """The pointing game's 95% interval: the stored one, else a bootstrap over the nouns rebuilt from
+    the stored accuracy and noun count (binary hits: their order does not matter; which caption each
+    noun came from is not stored, so the nouns are resampled as independent units)."""
+    if pointing.get("interval"):
+        return dict(pointing["interval"])
+    nouns, accuracy = pointing.get("nouns") or 0, pointing.get("accuracy")
+    if not nouns or accuracy is None:
+        return None
+    found = bootstrap_interval([binary_units(round(accuracy * nouns), nouns)])
+    return None if found is None else found.as_dict()
+
+
+def background_caveat(report: dict[str, Any]) -> list[str]:
+    """Why integrated gradients can lead the pointing game and trail on GroundingScore: the two count
+    different nouns. The verdicts that rest on GroundingScore at δ = 0 are qualified by it."""
+    caps = report["captioners"]
+    if not all("integrated_gradients" in c["methods"] for c in caps.values()):
+        return []
+    point_best: list[str] = []
+    gs_low: list[str] = []
+    points: list[float] = []
+    lows: list[float] = []
+    for name, c in caps.items():
+        ms = c["methods"]
+        acc = {m: float(ms[m]["pointing"]["accuracy"] or 0.0) for m in ms}
+        gs = {m: float(_gs(report, name, m, "0") or 0.0) for m in ms}
+        if max(acc, key=lambda m: acc[m]) == "integrated_gradients":
+            point_best.append(name)
+            points.append(100 * acc["integrated_gradients"])
+        if min(gs, key=lambda m: gs[m]) == "integrated_gradients":
+            gs_low.append(name)
+            lows.append(gs["integrated_gradients"])
+
+    def span(values: list[float], digits: int) -> str:
+        return f"{min(values):.{digits}f}–{max(values):.{digits}f}" if values else "–"
+
+    return [
+        f"- Integrated gradients has the best pointing game of the four methods for {len(point_best)} of "
+        f"{len(caps)} captioners ({', '.join(point_best) or 'none'}; {span(points, 1)}%) and the lowest "
+        f"GroundingScore at δ=0 for {len(gs_low)} of {len(caps)} ({', '.join(gs_low) or 'none'}; "
+        f"{span(lows, 2)}). The two measures count different nouns: the pointing game scores only nouns "
+        "that name an object of the scene graph (it needs the object's box), while GroundingScore "
+        'averages over every noun of the caption, background nouns included ("grass", "lawn", '
+        '"water", "floor", "sand": scored against the class under the argmax, the background '
+        "wherever no object covers the cell). So the "
+        'verdicts above that rest on GroundingScore at δ=0 — "best gradient method", "lowest at '
+        'δ=0", M2 against the Transformer — measure grounding of background nouns as much as of '
+        "objects; on the objects alone (the pointing game) integrated gradients leads. GroundingScore has no "
+        "interval in a run that did not store per-caption scores (see above), so its close differences "
+        "between methods are not established there.",
+    ]
 
 
 def claims(report: dict[str, Any]) -> list[str]:
@@ -109,9 +164,26 @@ def render_markdown(report: dict[str, Any]) -> str:
         "| captioner | " + " | ".join(f"{LABEL[m]} δ={d}" for m in methods for d in DELTAS) + " |",
         "|---|" + "---:|" * (len(methods) * len(DELTAS)),
     ]
+    stored = all("grounding_score_interval" in c["methods"][m] for c in caps.values() for m in methods)
     for name, c in caps.items():
-        cells = [_f(c["methods"][m]["grounding_score"][d]) for m in methods for d in DELTAS]
+        cells = []
+        for m in methods:
+            for d in DELTAS:
+                found = (c["methods"][m].get("grounding_score_interval") or {}).get(d)
+                value = c["methods"][m]["grounding_score"][d]
+                cells.append(f"{_f(value)} [{_f(found['low'])}, {_f(found['high'])}]" if found else _f(value))
         lines.append(f"| {name} ({c['architecture']}) | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "GroundingScore(δ): per caption, the mean over its nouns of the best similarity within δ steps; "
+        "the table averages the captions. "
+        + (
+            "In brackets its 95% bootstrap interval over captions."
+            if stored
+            else "This run's JSON holds only the means, not each caption's score, so they have no "
+            "interval: a rerun of `compcap explain-report` stores the per-caption scores' interval."
+        ),
+    ]
     lines += [
         "",
         "## Caption quality, noun alignment and coverage (Table 1's shape)",
@@ -141,10 +213,14 @@ def render_markdown(report: dict[str, Any]) -> str:
     ]
     for name, c in caps.items():
         ms = c["methods"]
-        acc = [
-            _f(None if ms[m]["pointing"]["accuracy"] is None else 100 * ms[m]["pointing"]["accuracy"], 1)
-            for m in methods
-        ]
+        acc = []
+        for m in methods:
+            value = ms[m]["pointing"]["accuracy"]
+            found = pointing_interval(ms[m]["pointing"])
+            acc.append(
+                _f(None if value is None else 100 * value, 1)
+                + (f" [{100 * found['low']:.1f}, {100 * found['high']:.1f}]" if found else "")
+            )
         chance = ms[methods[0]]["pointing"]["chance"]
         lines.append(
             f"| {name} | " + " | ".join(acc) + f" | {_f(None if chance is None else 100 * chance, 1)} | "
@@ -186,7 +262,11 @@ def render_markdown(report: dict[str, Any]) -> str:
         "latency without and with the recorder, each image both ways back to back, and the median of those "
         "paired ratios).",
     ]
-    lines += ["", "## Seed 002's claims, here", "", *claims(report), ""]
+    lines[lines.index("## Pointing game") + 2] += (
+        " In brackets: the 95% bootstrap interval over nouns (which caption a noun came from is not "
+        "stored, so nouns are resampled as independent units)."
+    )
+    lines += ["", "## Seed 002's claims, here", "", *claims(report), *background_caveat(report), ""]
     lines += ["![per-word heat maps](explain_examples.png)", ""]
     return "\n".join(lines)
 

@@ -33,6 +33,7 @@ from export.decoding import open_engine
 from export.studies.evaluate import load_images
 from service.engine.engine import CaptionEngine
 from service.engine.request import Priority
+from service.evaluation.intervals import bootstrap_interval
 from service.evaluation.metrics import caption_metrics
 from service.explain.attention import AttentionRecorder
 from service.explain.grounding import coverage, needleman_wunsch
@@ -67,11 +68,20 @@ def summarise(explained: list[dict[str, Any]]) -> dict[str, Any]:
     pointing = [w["pointing"] for e in explained for w in e["words"] if w.get("pointing") is not None]
     chance = [w["pointing_chance"] for e in explained for w in e["words"] if w.get("pointing") is not None]
     words = sum(len(e["words"]) for e in explained)
+    gs_intervals = {k: bootstrap_interval([[s[k] for s in scores]]) for k in DELTA_KEYS}
+    pointing_interval = bootstrap_interval([[float(p) for p in pointing]])
     out: dict[str, Any] = {
         "captions": len(explained),
         "captions_with_nouns": len(scores),
         "grounding_score": {k: _mean([s[k] for s in scores]) for k in DELTA_KEYS},
-        "pointing": {"nouns": len(pointing), "accuracy": _mean(pointing), "chance": _mean(chance)},
+        # 95% bootstrap over captions (each caption's GroundingScore a mean over its nouns)
+        "grounding_score_interval": {k: None if v is None else v.as_dict() for k, v in gs_intervals.items()},
+        "pointing": {
+            "nouns": len(pointing),
+            "accuracy": _mean(pointing),
+            "chance": _mean(chance),
+            "interval": None if pointing_interval is None else pointing_interval.as_dict(),  # over nouns
+        },
         "ms_per_word": statistics.median(e["timings_ms"]["per_word"] for e in explained),  # first: loading
         "words": words,
     }

@@ -173,6 +173,30 @@ def _tie_sections(report: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _tie_caveat(report: dict[str, Any], metric: str) -> str:
+    """The qualification a verdict on ``metric``'s ranking needs when the tie-break decides D_ij: how
+    many pairs it decides and how the ranking fares under the alternative tie-breaks ("" when it
+    decides none, or no sensitivity was run)."""
+    ties = report.get("tie_break") or {}
+    decided, pairs = ties.get("by_tie_break") or 0, len(ties.get("pairs") or [])
+    sm = (ties.get("summary") or {}).get(metric)
+    tied = [q for q in ties.get("pairs") or [] if q.get("selected_zero") and q["selected_zero"] == q.get("k")]
+    if ties.get("by_tie_break") is None and tied:
+        return (
+            f" Qualified: in {len(tied)} of {pairs} pairs every image of D_ij has S = 0, so the tie-break "
+            "orders D_ij (which images the first k are) and may decide which images it holds (not "
+            "recorded): the verdict holds for this tie-break, not for the metric as such."
+        )
+    if not decided or not sm:
+        return ""
+    return (
+        f" Qualified: the tie-break decides D_ij in {decided} of {pairs} pairs, and under "
+        f"{sm['alternatives']} alternative tie-breaks {sm['identical']} give this ranking (ρ with it ≥ "
+        f"{_f(sm['min_spearman'], 2)}, median {_f(sm['median_spearman'], 2)}): the verdict holds for "
+        "this tie-break, not for the metric as such."
+    )
+
+
 def _claims(report: dict[str, Any]) -> list[str]:
     out = []
     for e, f in report["findings"].items():
@@ -188,7 +212,7 @@ def _claims(report: dict[str, Any]) -> list[str]:
                 f"- {LABEL[e]}: SRCC > 0.9 for every tested k > 46 "
                 f"({', '.join(f'{k}: {_f(v, 2)}' for k, v in tested.items())}) — "
                 f"**{'holds' if f['stable_above_46'] else 'does not hold'}**; "
-                f"{_from(f['stable_from_k'])}."
+                f"{_from(f['stable_from_k'])}." + _tie_caveat(report, e)
             )
         if report.get("iid") and f["differs_from_iid"] is None:
             out.append(f"- {LABEL[e]}: ρ against the i.i.d. ranking is undefined (a constant score vector).")
@@ -198,6 +222,7 @@ def _claims(report: dict[str, Any]) -> list[str]:
                 f"- {LABEL[e]}: the MAD ranking {'differs from' if f['differs_from_iid'] else 'equals'} "
                 f"the i.i.d. CIDEr-D ranking (ρ = {_f(rho, 2)}) — the seed's claim that MAD reorders "
                 f"models {'holds' if f['differs_from_iid'] else 'does not hold'} here."
+                + _tie_caveat(report, e)
             )
     if report.get("tie_break"):
         summary = report["tie_break"].get("summary") or {}
@@ -329,6 +354,15 @@ def render_markdown(report: dict[str, Any]) -> str:
             "## Seed 003's findings, here",
             "",
             *_claims(report),
+            "",
+            "No figure here has an interval: p_ij is the mean of the referee's per-image scores over the k "
+            "images of D_ij, but those scores are not stored in mad.json (a bootstrap over each D_ij's "
+            "images, re-ranking every resample, needs `compcap mad` to store them)"
+            + (
+                "; the tie-break sensitivity above is the spread that can be shown."
+                if (report.get("tie_break") or {}).get("summary")
+                else "."
+            ),
             "",
             "![SRCC vs k](mad_stability.png)",
             "",

@@ -396,5 +396,15 @@ def markdown(r: dict[str, Any]) -> str:
             if (value := g.get(key)) is not None
         ]
         lines.append(f"- {model}: " + ", ".join(parts))
-    lines += ["", *findings(r), "", f"Timings (s): {r['timings_s']}.", ""]
+    lines += [
+        "",
+        *findings(r),
+        "",
+        "No figure here has an interval: BLEU, METEOR, ROUGE-L and CIDEr-D are corpus figures and the "
+        "JSON holds no per-image captions; an interval needs a rerun that stores each image's caption, "
+        "then a bootstrap over images re-scoring each resample.",
+        "",
+        f"Timings (s): {r['timings_s']}.",
+        "",
+    ]
     return "\n".join(lines)

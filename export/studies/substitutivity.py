@@ -30,14 +30,65 @@ from export.data.splits import load_split, split_path_for, synonym_counts
 from export.decoding import decode, open_engine
 from export.studies.evaluate import load_images
 from service.evaluation.cider import CiderD
+from service.evaluation.intervals import bootstrap_interval
+from service.evaluation.metrics import caption_metrics
 from service.manifest import load_manifest
-from service.probes.substitutivity import substitutivity_result
+from service.probes.substitutivity import substituted_tails, substitutivity_result
 from service.text.concepts import load_concepts
 from service.text.synonyms import candidate_table, plural
 from service.text.vocabulary import Vocabulary, tokenize
 
 ROWS = ("O vs GT", "S vs GT", "O vs S", "Ot vs St")
+AGREEING = "Ot vs St, S follows O up to the word"
 REPORT_METRICS = ("bleu1", "bleu4", "meteor", "rouge_l", "cider_d")
+
+
+def follows_up_to_the_word(o_words: list[str], s_words: list[str], mapping: dict[str, str]) -> bool | None:
+    """Whether S is O word for word before O's first S1 word ``w`` and has ``mapping[w]`` in its place —
+    the premise of Ot vs St (O and S decoded alike up to the substitution). Forcing the substitute with
+    probability 1 changes the beam's scores, so S's search can leave O's path before ``w``. None when O
+    has no S1 word."""
+    first = next((n for n, w in enumerate(o_words) if w in mapping), None)
+    if first is None:
+        return None
+    return s_words[:first] == o_words[:first] and s_words[first : first + 1] == [mapping[o_words[first]]]
+
+
+def agreement(
+    o_text: dict[int, str],
+    s_text: dict[int, str],
+    mapping: dict[str, str],
+    cider: CiderD | None,
+    meteor: bool,
+) -> dict[str, Any]:
+    """How often S follows O up to the substituted word (with its 95% bootstrap interval over images),
+    and the Ot vs St row scored on those images only (the study's Ot vs St row scores every image with
+    both tails, agreeing or not)."""
+    follows = {i: follows_up_to_the_word(tokenize(o_text[i]), tokenize(s_text[i]), mapping) for i in o_text}
+    judged = [i for i, f in follows.items() if f is not None]
+    agreeing = [i for i in judged if follows[i]]
+    tails = {
+        i: t
+        for i in agreeing
+        if (t := substituted_tails(tokenize(o_text[i]), tokenize(s_text[i]), mapping)) and t[0] and t[1]
+    }
+    row = None
+    if tails:
+        scores = caption_metrics(
+            {i: [" ".join(ot)] for i, (ot, _) in tails.items()},
+            {i: " ".join(st) for i, (_, st) in tails.items()},
+            cider,
+            meteor,
+        ).to_dict()
+        row = {m: scores.get(m) for m in REPORT_METRICS} | {"images": float(len(tails))}
+    share = bootstrap_interval([[1.0 if follows[i] else 0.0 for i in judged]])
+    return {
+        "images": len(judged),
+        "follows": len(agreeing),
+        "share": None if share is None else share.as_dict(),
+        "tails": len(tails),
+        "row": row,
+    }
 
 
 def substitution_table(
@@ -145,7 +196,10 @@ def run_substitutivity(
         "images_with_tails": scored["images_with_tails"],
         "s_is_o_with_the_word_replaced": scored["exact_replacements"],
         "rows": scored["rows"],
+        "agreement": agreement(o_text, s_text, mapping, CiderD.from_references(train_refs), meteor),
         "examples": [{"image_id": i, "O": o_text[i], "S": s_text[i]} for i in ids[:12]],
+        "captions": [{"image_id": i, "O": o_text[i], "S": s_text[i]} for i in ids],
+        "mapping": dict(sorted(mapping.items())),
     }
     out.mkdir(parents=True, exist_ok=True)
     (out / "substitutivity.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
@@ -170,8 +224,12 @@ def markdown(r: dict[str, Any]) -> str:
         "| comparison | BLEU-1 | BLEU-4 | METEOR | ROUGE-L | CIDEr-D |",
         "|---|---|---|---|---|---|",
     ]
-    for name in ROWS:
-        row = r["rows"].get(name)
+    agreed = r.get("agreement")
+    rows = dict(r["rows"])
+    if agreed and agreed.get("row"):
+        rows[AGREEING] = agreed["row"]
+    for name in (*ROWS, AGREEING):
+        row = rows.get(name)
         if row is None:
             continue
         meteor = "–" if row["meteor"] is None else f"{100 * row['meteor']:.2f}"
@@ -179,6 +237,40 @@ def markdown(r: dict[str, Any]) -> str:
             f"| {name} | {100 * row['bleu1']:.2f} | {100 * row['bleu4']:.2f} | {meteor} | "
             f"{100 * row['rouge_l']:.2f} | {100 * row['cider_d']:.2f} |"
         )
+    lines += [""]
+    if agreed:
+        share = agreed["share"]
+        within = (
+            f" ({100 * share['estimate']:.1f}%, 95% interval {100 * share['low']:.1f}–"
+            f"{100 * share['high']:.1f}% over images)"
+            if share
+            else ""
+        )
+        lines += [
+            f"S follows O word for word up to the substituted word, with the substitute in its place, on "
+            f"{agreed['follows']} of {agreed['images']} images{within}: forcing the substitute with "
+            "probability 1 changes the beam's scores, so S's search can leave O's path earlier. The "
+            f"Ot vs St row scores every image with both tails ({r['images_with_tails']}); the last row "
+            f"scores only those where S follows O ({agreed['tails']}).",
+        ]
+    else:
+        lines += [
+            "How often S follows O up to the substituted word is not known for this run: its JSON holds "
+            "12 example captions, not every image's O and S (a rerun stores them and reports it). The "
+            "Ot vs St row scores every image with both tails, agreeing or not.",
+        ]
+    lines += [
+        "",
+        "BLEU, METEOR, ROUGE-L and CIDEr-D here are corpus figures, not means of per-image values: an "
+        "interval would need a bootstrap over images that re-scores each resample"
+        + (
+            " (this run's JSON holds every image's O and S, `captions`, for it)."
+            if r.get("captions")
+            else " (a rerun stores every image's O and S for it)."
+        ),
+    ]
     lines += ["", "Examples (O → S):", ""]
     lines += [f"- {e['O']} → {e['S']}" for e in r["examples"]]
+    for note in r.get("notes") or []:
+        lines += ["", note]
     return "\n".join(lines) + "\n"

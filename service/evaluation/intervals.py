@@ -247,14 +247,138 @@ def _z(level: float) -> float:
     return NormalDist().inv_cdf(0.5 + level / 2)
 
 
+def _joint_replicates(
+    systems: Sequence[Sequence[Sequence[Sequence[float]]]], resamples: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """[S, resamples] replicates of each system's mean over strata of its mean of group means, the
+    groups of each stratum drawn *jointly* (the same draw for every system), the units of each drawn
+    group drawn independently per system; with the estimates [S], the groups kept and the first
+    system's units. ``systems[s][t][g]``: the units of group ``g`` of stratum ``t`` for system ``s``."""
+    if not systems or any(len(s) != len(systems[0]) for s in systems):
+        raise ValueError("every system must have the same strata")
+    strata: list[list[list[np.ndarray]]] = []  # [t][g][s]
+    for t in range(len(systems[0])):
+        sizes = {len(s[t]) for s in systems}
+        if len(sizes) != 1:
+            raise ValueError(f"stratum {t}: every system must have the same groups")
+        groups = []
+        for g in range(sizes.pop()):
+            found = [_kept([s[t][g]]) for s in systems]
+            if all(found):
+                groups.append([k[0] for k in found])
+        if groups:
+            strata.append(groups)
+    if not strata:
+        raise ValueError("no group has units in every system")
+    reps = np.zeros((len(systems), resamples))
+    est = np.zeros(len(systems))
+    for groups in strata:
+        n_groups = len(groups)
+        picks = rng.integers(0, n_groups, size=(resamples, n_groups))
+        for s in range(len(systems)):
+            totals = np.zeros((resamples, n_groups))
+            for g, per_system in enumerate(groups):
+                values = per_system[s]
+                drawn = picks == g
+                count = int(drawn.sum())
+                if count:
+                    totals[drawn] = values[rng.integers(0, len(values), size=(count, len(values)))].mean(1)
+            reps[s] += totals.mean(axis=1) / len(strata)
+            est[s] += np.mean([g[s].mean() for g in groups]) / len(strata)
+    kept = sum(len(g) for g in strata)
+    units = int(sum(len(g[0]) for groups in strata for g in groups))
+    return reps, est, kept, units
+
+
+def _percentile(estimate: float, reps: np.ndarray, level: float, groups: int, units: int) -> Interval:
+    """The percentile interval of ``reps``; an infinite replicate (a ratio over 0) is kept, and the
+    quantiles are then taken without interpolation (a bound may be inf); ``se`` is over the finite."""
+    tail = (1 - level) / 2
+    finite = reps[np.isfinite(reps)]
+    if len(finite) == len(reps):
+        low, high = np.quantile(reps, [tail, 1 - tail])
+    else:
+        low, high = np.quantile(reps, [tail, 1 - tail], method="inverted_cdf")
+    return Interval(
+        estimate,
+        float(min(low, estimate)),
+        float(max(high, estimate)),
+        float(finite.std(ddof=1)) if len(finite) > 1 else math.inf,
+        groups,
+        units,
+        level,
+        len(reps),
+    )
+
+
+def stratified_interval(
+    strata: Sequence[Sequence[Sequence[float]]],
+    level: float = LEVEL,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+) -> Interval | None:
+    """A mean over strata of means of group means — e.g. a study's Recall@K, the mean over held-out
+    groups (one trained model each) of each group's mean over its pairs — with its bootstrap interval:
+    groups (pairs) are resampled within each stratum, units (images) within each drawn group.
+    ``strata[t][g][u]``; None when no unit at all."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    if resamples < 100:
+        raise ValueError(f"resamples must be >= 100, got {resamples}")
+    if not any(_kept(g) for g in strata):
+        return None
+    reps, est, groups, units = _joint_replicates([strata], resamples, np.random.default_rng(seed))
+    return _percentile(float(est[0]), reps[0], level, groups, units)
+
+
+def ratio_interval(
+    numerator: Sequence[Sequence[Sequence[float]]],
+    denominator: Sequence[Sequence[Sequence[float]]],
+    level: float = LEVEL,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+) -> Interval | None:
+    """The ratio of two systems' stratified means (``stratified_interval``) scored on the same groups,
+    with its bootstrap interval: each resample draws the groups jointly for both systems (so a hard
+    pair is hard for both) and the units within each group independently per system — right when the
+    units' pairing is not known (only per-group counts); with per-unit pairing a paired test is
+    sharper. A resample whose denominator is 0 counts as an infinite ratio (the upper bound may be
+    inf). None when the denominator's estimate is 0 or there is no unit."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    if resamples < 100:
+        raise ValueError(f"resamples must be >= 100, got {resamples}")
+    if not any(_kept(g) for g in numerator) or not any(_kept(g) for g in denominator):
+        return None
+    reps, est, groups, units = _joint_replicates(
+        [numerator, denominator], resamples, np.random.default_rng(seed)
+    )
+    if est[1] == 0:
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = np.where(reps[1] > 0, reps[0] / np.where(reps[1] > 0, reps[1], 1.0), math.inf)
+    return _percentile(float(est[0] / est[1]), ratios, level, groups, units)
+
+
+def binary_units(hits: int, units: int) -> list[float]:
+    """The per-unit values of ``hits`` binary hits among ``units`` units (order is irrelevant to every
+    bootstrap here): how a per-pair count ``hits``/``images`` becomes a group's units."""
+    if not 0 <= hits <= units:
+        raise ValueError(f"hits must be in [0, units], got {hits} of {units}")
+    return [1.0] * hits + [0.0] * (units - hits)
+
+
 __all__ = [
     "LEVEL",
     "RESAMPLES",
     "Interval",
     "PairedTest",
+    "binary_units",
     "bootstrap_interval",
     "bootstrap_sums",
     "images_per_group",
     "mean_of_means",
     "paired_test",
+    "ratio_interval",
+    "stratified_interval",
 ]

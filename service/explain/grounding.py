@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from service.evaluation.intervals import bootstrap_interval
+
 DELTAS: tuple[float, ...] = (0, 1, 3, 5, math.inf)
 GAP = -1.0
 
@@ -27,17 +29,46 @@ def delta_key(delta: float) -> str:
     return "inf" if math.isinf(delta) else str(int(delta))
 
 
+def _best(sim: np.ndarray, nouns: np.ndarray, delta: float) -> list[float]:
+    best = []
+    for t in np.flatnonzero(nouns):
+        start = 0 if math.isinf(delta) else max(0, t - int(delta))
+        best.append(float(sim[t, start : t + 1].max()))
+    return best
+
+
+def noun_scores(sim: np.ndarray, nouns: np.ndarray, delta: float) -> list[float]:
+    """Per noun step t (in order), 100 · max over τ ∈ [t−δ, t] of sim[t, τ]: the values GroundingScore(δ)
+    averages ([] without a noun)."""
+    return [100.0 * v for v in _best(sim, nouns, delta)]
+
+
 def grounding_score(sim: np.ndarray, nouns: np.ndarray, delta: float) -> float | None:
     """``sim`` float [T, T]: sim[t, τ] = similarity of word t to the class under step τ's argmax;
     ``nouns`` bool [T]: the noun steps. None when the caption has no noun."""
-    steps = np.flatnonzero(nouns)
-    if not steps.size:
+    best = _best(sim, nouns, delta)
+    return 100.0 * float(np.mean(best)) if best else None
+
+
+def grounding_intervals(
+    sim: np.ndarray, nouns: np.ndarray, deltas: Sequence[float] = DELTAS
+) -> dict[str, dict[str, float | int]] | None:
+    """GroundingScore(δ) of one caption is a mean over its nouns: per δ key, its 95% bootstrap interval
+    over those nouns (``service.evaluation.intervals``; seeded, so the same caption gives the same
+    interval). With one or two nouns it is as wide as the nouns disagree — the point of showing it.
+    None when the caption has no noun."""
+    if not np.any(nouns):
         return None
-    best = []
-    for t in steps:
-        start = 0 if math.isinf(delta) else max(0, t - int(delta))
-        best.append(float(sim[t, start : t + 1].max()))
-    return 100.0 * float(np.mean(best))
+    out = {}
+    for d in deltas:
+        found = bootstrap_interval([noun_scores(sim, nouns, d)])
+        if found is not None:
+            out[delta_key(d)] = {
+                "low": round(found.low, 6),
+                "high": round(found.high, 6),
+                "nouns": found.units,
+            }
+    return out
 
 
 def grounding_scores(

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from service.explain.geometry import Area, cell_boxes, centre_inside, object_under
-from service.explain.grounding import grounding_scores
+from service.explain.grounding import grounding_intervals, grounding_scores
 from service.text.lexicon import Lexicon, object_labels
 
 BACKDROP = "backdrop"  # above the horizon: sky or wall, which no caption word names
@@ -35,6 +35,7 @@ class WordGrounding:
 class CaptionGrounding:
     words: list[WordGrounding]
     scores: dict[str, float] | None  # GroundingScore by δ key, None without nouns
+    intervals: dict[str, dict[str, float | int]] | None = None  # its 95% interval over the nouns, by δ key
 
 
 def scaled_scene(scene: Mapping[str, Any], height: int, width: int) -> Mapping[str, Any]:
@@ -97,4 +98,4 @@ def ground_caption(
     t = len(words)
     sim = np.array([[lexicon.sim(words[i], under[j][0]) for j in range(t)] for i in range(t)]).reshape(t, t)
     nouns = np.array([w.noun_class is not None for w in out], dtype=bool)
-    return CaptionGrounding(out, grounding_scores(sim, nouns))
+    return CaptionGrounding(out, grounding_scores(sim, nouns), grounding_intervals(sim, nouns))

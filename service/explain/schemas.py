@@ -51,6 +51,12 @@ class GuidedBackpropInfo(BaseModel):
     note: str
 
 
+class GroundingInterval(BaseModel):
+    low: float = Field(description="lower bound of the 95% interval")
+    high: float = Field(description="upper bound of the 95% interval")
+    nouns: int = Field(description="the caption's nouns the score averages (the bootstrap's units)")
+
+
 class ExplainResponse(BaseModel):
     model: str
     method: str
@@ -70,6 +76,11 @@ class ExplainResponse(BaseModel):
     words: list[ExplainedWord]
     grounding_score: dict[str, float] | None = Field(
         description="GroundingScore by δ: '0', '1', '3', '5', 'inf'"
+    )
+    grounding_score_interval: dict[str, GroundingInterval] | None = Field(
+        default=None,
+        description="by δ: the 95% bootstrap interval of GroundingScore over the caption's nouns (the "
+        "units it averages; seeded); null without a scene graph or a noun",
     )
     integrated_gradients: IntegratedGradientsInfo | None = None
     guided_backprop: GuidedBackpropInfo | None = None

@@ -419,4 +419,5 @@ class ExplainService:
             "scene_graph": grounded is not None,
             "words": entries,
             "grounding_score": None if grounded is None else grounded.scores,
+            "grounding_score_interval": None if grounded is None else grounded.intervals,
         }

@@ -19,6 +19,7 @@ from export.studies.report.collect import collect, rerank_entries, rerank_sweep
 from export.studies.report.plots import recall_plots, tradeoff_plot
 from export.studies.report.render import render
 from export.studies.report.tables import summarise
+from export.studies.report.uncertainty import intervals
 from export.studies.rerank_select import DEFAULT_WEIGHTS, choose_weight, weight_sweep
 
 
@@ -42,7 +43,9 @@ def write_report(
     stored = json.loads(saved.read_text(encoding="utf-8")) if reuse and saved.is_file() else None
     if stored:
         collected = {
-            k: stored[k] for k in ("rows", "raw", "selection", "rerank", "rerank_sweep") if k in stored
+            k: stored[k]
+            for k in ("rows", "raw", "selection", "rerank", "rerank_sweep", "build", "notes")
+            if k in stored
         }
     else:
         rerank: dict[str, Any] = {"beam": 100, "weight": 0.0, "weights": list(DEFAULT_WEIGHTS)}
@@ -55,15 +58,31 @@ def write_report(
             rerank["test"] = weight_sweep(zoo, data, entries, DEFAULT_WEIGHTS)
         collected = collect(zoo, data, groups, out, rerank_weight=rerank["weight"])
         collected["rerank"] = rerank
+        collected["build"] = build_summary(zoo)
         if sweep:
             collected["rerank_sweep"] = rerank_sweep(zoo, data, groups, rerank["weight"])
     table = summarise(collected, groups)
+    found = intervals(collected)
     (out / "reproduction.json").write_text(
-        json.dumps({"table": table, **collected}, indent=2), encoding="utf-8"
+        json.dumps({"table": table, "intervals": found, **collected}, indent=2), encoding="utf-8"
     )
-    plots = recall_plots(table, out) + tradeoff_plot(collected.get("rerank"), out)
-    (out / "reproduction.md").write_text(render(table, collected, zoo, data, plots), encoding="utf-8")
+    plots = recall_plots(table, out, found) + tradeoff_plot(collected.get("rerank"), out)
+    (out / "reproduction.md").write_text(render(table, collected, zoo, data, plots, found), encoding="utf-8")
     return table
+
+
+def build_summary(zoo: Path) -> dict[str, Any]:
+    """What the report's notes take from the zoo's build report (the epoch cap, the patience, the
+    encoder's action accuracy), kept in ``reproduction.json`` so that ``--reuse`` renders the same
+    notes without the zoo."""
+    path = zoo / "build_report.json"
+    build = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    action = build.get("training", {}).get("visual_encoder", {}).get("action_accuracy")
+    return {
+        "max_caption_epochs": build.get("max_caption_epochs"),
+        "patience": build.get("patience"),
+        "training": {"visual_encoder": {"action_accuracy": action}},
+    }
 
 
 __all__ = ["write_report"]

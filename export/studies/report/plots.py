@@ -42,26 +42,51 @@ def tradeoff_plot(rerank: dict[str, Any] | None, out: Path) -> list[str]:
     return ["rerank_weight.png"]
 
 
-def recall_plots(table: dict[str, Any], out: Path) -> list[str]:
-    """``recall_at_5.png`` (mean Recall@5 per row) and ``recall_at_k.png`` (Recall@K curves) in ``out``."""
+def recall_plots(table: dict[str, Any], out: Path, found: dict[str, Any] | None = None) -> list[str]:
+    """``recall_at_5.png`` (mean Recall@5 per row) and ``recall_at_k.png`` (Recall@K curves) in ``out``,
+    with 95% error bars from ``found`` (``uncertainty.intervals``) where it has them."""
     labels = list(table)
+    by_k = (found or {}).get("recall_at_k", {})
+
+    def bars(label: str, ks: list[str]) -> tuple[list[float], list[list[float]]]:
+        values = [100 * float(table[label]["recall_at_k"][k] or 0) for k in ks]
+        spans = [by_k.get(label, {}).get(k) or {} for k in ks]
+        low = [v - 100 * s["low"] if s else 0.0 for v, s in zip(values, spans, strict=True)]
+        high = [100 * s["high"] - v if s else 0.0 for v, s in zip(values, spans, strict=True)]
+        return values, [low, high]
+
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    ax.bar(labels, [100 * (table[k]["test"]["recall_at_5_mean"] or 0) for k in labels], color="#4477aa")
+    r5 = [bars(k, ["5"]) for k in labels]
+    ax.bar(
+        labels,
+        [v[0] for v, _ in r5],
+        yerr=[[e[0][0] for _, e in r5], [e[1][0] for _, e in r5]] if by_k else None,
+        capsize=4,
+        color="#4477aa",
+    )
     ax.set_ylabel("mean Recall@5 (%)")
-    ax.set_title("Held-out concept pairs (Test Comb), mean over groups")
+    title = "Held-out concept pairs (Test Comb), mean over groups"
+    ax.set_title(title + (" — 95% intervals over pairs and images" if by_k else ""), fontsize=9)
     fig.tight_layout()
     fig.savefig(out / "recall_at_5.png", dpi=120)
     plt.close(fig)
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    for k in labels:
-        ax.plot(
-            range(1, 6),
-            [100 * (table[k]["recall_at_k"][str(i)] or 0) for i in range(1, 6)],
+    ks = [str(i) for i in range(1, 6)]
+    for n, k in enumerate(labels):
+        values, err = bars(k, ks)
+        shift = (n - (len(labels) - 1) / 2) * 0.04  # keep the error bars of the rows apart
+        ax.errorbar(
+            [i + shift for i in range(1, 6)],
+            values,
+            yerr=err if by_k else None,
             marker="o",
+            capsize=2,
             label=k,
         )
     ax.set_xlabel("K (captions from the beam)")
     ax.set_ylabel("mean Recall@K (%)")
+    if by_k:
+        ax.set_title("Recall@K with 95% intervals over pairs and images", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out / "recall_at_k.png", dpi=120)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from export.studies.report.collect import SETS, find_result, mean_of
+from export.studies.report.uncertainty import cell, ratio_text
 
 METRICS = ("recall_at_5_mean", "bleu4", "meteor", "rouge_l", "cider_d")
 CATEGORIES = (
@@ -51,32 +52,31 @@ def summarise(collected: dict[str, Any], groups: Sequence[int]) -> dict[str, Any
     return table
 
 
-def targets(table: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
-    """The issue's targets as (what, measured, met): seed 000's ratios of mean Recall@5 and the
-    in-distribution (Test no Comb) CIDEr-D of BUTR+RR against BUTD."""
+def targets(
+    table: dict[str, Any], ratios: dict[str, Any] | None = None
+) -> list[tuple[str, str, bool | None, bool]]:
+    """The issue's targets as (what, measured, met by the interval's lower bound — None without an
+    interval —, met by the point estimate): seed 000's ratios of mean Recall@5, with their intervals
+    from ``ratios`` (``uncertainty.intervals(...)["ratios"]``), and the in-distribution (Test no Comb)
+    CIDEr-D of BUTR+RR against BUTD."""
 
     def get(row: str, set_name: str, metric: str) -> float | None:
         value = table.get(row, {}).get(set_name, {}).get(metric)
         return None if value is None else float(value)
 
-    out: list[tuple[str, str, bool | None]] = []
+    out: list[tuple[str, str, bool | None, bool]] = []
+    ratios = ratios or {}
     rr, butd, full = (get(r, "test", "recall_at_5_mean") for r in ("BUTR+RR", "BUTD", "FULL"))
-    if rr is not None and butd:
-        out.append(
-            (
-                "BUTR+RR mean Recall@5 ≥ 2× BUTD's (seed 000: 13.2 vs 6.5)",
-                f"{100 * rr:.1f} vs {100 * butd:.1f} = {rr / butd:.2f}×",
-                rr >= 2 * butd,
-            )
-        )
-    if full is not None and rr:
-        out.append(
-            (
-                "FULL ≥ 1.5× BUTR+RR (seed 000: 33.3 vs 13.2)",
-                f"{100 * full:.1f} vs {100 * rr:.1f} = {full / rr:.2f}×",
-                full >= 1.5 * rr,
-            )
-        )
+    for num, den, a, b, what in (
+        ("BUTR+RR", "BUTD", rr, butd, "BUTR+RR mean Recall@5 ≥ 2× BUTD's (seed 000: 13.2 vs 6.5)"),
+        ("FULL", "BUTR+RR", full, rr, "FULL ≥ 1.5× BUTR+RR (seed 000: 33.3 vs 13.2)"),
+    ):
+        if a is None or not b:
+            continue
+        target = 2.0 if num == "BUTR+RR" else 1.5
+        found = ratios.get(f"{num} / {den}")
+        measured = f"{100 * a:.1f} vs {100 * b:.1f} = " + (ratio_text(found) if found else f"{a / b:.2f}×")
+        out.append((what, measured, found["low"] >= target if found else None, a >= target * b))
     c_rr, c_butd = get("BUTR+RR", "test_no_comb", "cider_d"), get("BUTD", "test_no_comb", "cider_d")
     if c_rr is not None and c_butd:
         gap = (c_rr - c_butd) / c_butd
@@ -84,14 +84,17 @@ def targets(table: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
             (
                 "BUTR+RR in-distribution CIDEr-D within 10% of BUTD's",
                 f"{100 * c_rr:.1f} vs {100 * c_butd:.1f} ({100 * gap:+.1f}%)",
+                None,
                 abs(gap) <= 0.10,
             )
         )
     return out
 
 
-def per_group_lines(collected: dict[str, Any]) -> list[str]:
-    """Mean Recall@5 of each multi-group row per held-out group, and BUTR+RR / BUTD per group."""
+def per_group_lines(collected: dict[str, Any], found: dict[str, Any] | None = None) -> list[str]:
+    """Mean Recall@5 of each multi-group row per held-out group (with its interval from ``found``,
+    ``uncertainty.intervals``), and BUTR+RR / BUTD per group."""
+    by_group = (found or {}).get("recall_at_5_by_group", {})
     per: dict[str, dict[int, float | None]] = {}
     for label, entries in collected["rows"].items():
         if len({g for g, _, _ in entries}) < 2:
@@ -111,7 +114,11 @@ def per_group_lines(collected: dict[str, Any]) -> list[str]:
         "|---" * (len(groups) + 1) + "|",
     ]
     for label, values in per.items():
-        lines.append(f"| {label} | " + " | ".join(pct(values.get(g)) for g in groups) + " |")
+        lines.append(
+            f"| {label} | "
+            + " | ".join(cell(values.get(g), by_group.get(label, {}).get(str(g))) for g in groups)
+            + " |"
+        )
     rr, butd = per.get("BUTR+RR"), per.get("BUTD")
     if rr and butd:
         ratios = []
@@ -119,21 +126,25 @@ def per_group_lines(collected: dict[str, Any]) -> list[str]:
             a, b = rr.get(g), butd.get(g)
             ratios.append(f"{a / b:.2f}×" if a is not None and b else "—")
         lines.append("| BUTR+RR / BUTD | " + " | ".join(ratios) + " |")
-    counts = []
+    counts, silent = [], []
     for label, entries in collected["rows"].items():
         if label not in per:
             continue
-        hits = cases = 0
+        hits = cases = none = n_pairs = 0
         for g, c, r in entries:
             pairs = find_result(collected["raw"][f"group{g}/test"]["results"], c, r)["per_pair"] or {}
             hits += sum(int(p["hits"]["5"]) for p in pairs.values())
             cases += sum(int(p["images"]) for p in pairs.values())
+            none += sum(1 for p in pairs.values() if p["images"] and not int(p["hits"]["5"]))
+            n_pairs += sum(1 for p in pairs.values() if p["images"])
         counts.append(f"{label} {hits}")
+        silent.append(f"{label} {none}")
     if counts:
         lines += [
             "",
             f"These means rest on few events: hits at K = 5 over all (held-out pair, image) cases — "
-            f"{', '.join(counts)} (of {cases} cases per row) — and on one training run per model.",
+            f"{', '.join(counts)} (of {cases} cases per row) — and on one training run per model. "
+            f"Held-out pairs with no hit at all at K = 5 — {', '.join(silent)} (of {n_pairs} pairs).",
         ]
     return lines
 

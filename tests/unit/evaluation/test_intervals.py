@@ -9,11 +9,14 @@ import pytest
 
 from service.evaluation.intervals import (
     Z95,
+    binary_units,
     bootstrap_interval,
     bootstrap_sums,
     images_per_group,
     mean_of_means,
     paired_test,
+    ratio_interval,
+    stratified_interval,
 )
 
 
@@ -91,3 +94,53 @@ def test_a_statistic_of_sums_is_bootstrapped_over_units() -> None:
     mean = bootstrap_interval([list(hit)], seed=7)
     assert mean is not None and abs(found.se - mean.se) < 0.2 * mean.se  # se's own MC error is ~1.6%
     assert bootstrap_sums([], ratio) is None
+
+
+def test_binary_units_recover_a_hit_count() -> None:
+    assert binary_units(2, 5) == [1.0, 1.0, 0.0, 0.0, 0.0] and binary_units(0, 0) == []
+    with pytest.raises(ValueError, match="hits"):
+        binary_units(6, 5)
+
+
+def test_the_stratified_interval_is_the_mean_over_strata_and_matches_the_pooled_one() -> None:
+    """Equal strata: the estimate is the mean of all group means; the interval is near the pooled
+    two-stage bootstrap's (drawing within strata can only narrow it a little)."""
+    rng = np.random.default_rng(2)
+    strata = [hits(rng, [0.05, 0.3, 0.0, 0.1, 0.2, 0.0], 40) for _ in range(4)]
+    found = stratified_interval(strata)
+    pooled = bootstrap_interval([g for s in strata for g in s])
+    assert found is not None and pooled is not None
+    assert found.estimate == pytest.approx(pooled.estimate)
+    assert found.groups == 24 and found.units == 960
+    assert abs(found.low - pooled.low) < 0.02 and abs(found.high - pooled.high) < 0.02
+    assert stratified_interval(strata, seed=1) == stratified_interval(strata, seed=1)
+    unequal = [[[1.0, 1.0]], [[0.0], [0.0], [0.0]]]  # the mean over strata, not over groups
+    one = stratified_interval(unequal)
+    assert one is not None and one.estimate == pytest.approx(0.5) and one.low == one.high == 0.5
+    assert stratified_interval([[[], []]]) is None
+
+
+def test_the_ratio_interval_draws_groups_jointly() -> None:
+    """A system that doubles another's every pair: the ratio is 2 and, groups drawn jointly, its
+    interval is narrow; a real ratio of 3 is inside the interval, 1 is not."""
+    rng = np.random.default_rng(4)
+    rates = [0.05, 0.2, 0.1, 0.0, 0.15, 0.08]
+    base = [[binary_units(round(r * 200), 200) for r in rates]]
+    double = [[binary_units(2 * round(r * 200), 200) for r in rates]]
+    found = ratio_interval(double, base)
+    assert found is not None and found.estimate == pytest.approx(2.0)
+    assert 1.5 < found.low <= 2.0 <= found.high < 2.7
+    b = [hits(rng, [r / 3 for r in rates] * 4, 100)]
+    a = [hits(rng, rates * 4, 100)]
+    three = ratio_interval(a, b)
+    assert three is not None and three.low <= 3.0 <= three.high and three.low > 1
+    assert ratio_interval(a, [[[0.0] * 5] * 24]) is None  # nothing to divide by
+    with pytest.raises(ValueError, match="same groups"):
+        ratio_interval(a, [b[0][:-1]])
+
+
+def test_a_ratio_over_a_rare_denominator_has_an_infinite_upper_bound() -> None:
+    a = [[binary_units(10, 50), binary_units(8, 50)]]
+    b = [[binary_units(1, 50), binary_units(0, 50)]]  # half the resamples have no hit at all
+    found = ratio_interval(a, b)
+    assert found is not None and found.estimate == pytest.approx(18.0) and found.high == float("inf")

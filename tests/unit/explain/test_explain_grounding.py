@@ -20,7 +20,14 @@ from service.explain.geometry import (
     object_under,
     pool_to_grid,
 )
-from service.explain.grounding import DELTAS, coverage, grounding_score, grounding_scores, needleman_wunsch
+from service.explain.grounding import (
+    DELTAS,
+    coverage,
+    grounding_intervals,
+    grounding_score,
+    grounding_scores,
+    needleman_wunsch,
+)
 from service.explain.render import colourise, overlay_png, stretch, upsample
 from service.explain.scene import ground_caption
 from service.text.lexicon import default_lexicon
@@ -143,3 +150,20 @@ def test_render_stretches_colours_and_encodes_png() -> None:
     png = overlay_png(np.zeros((8, 8, 3), dtype=np.uint8), np.ones((8, 8)) * 0.5, scale=3)
     picture = Image.open(io.BytesIO(base64.b64decode(png)))
     assert picture.size == (24, 24) and picture.format == "PNG"
+
+
+def test_the_interval_is_over_the_caption_nouns() -> None:
+    """Issue 41: GroundingScore(δ) averages the caption's nouns; its interval resamples them."""
+    sim = np.zeros((4, 4))
+    sim[1, 1] = 1.0  # the first noun grounded at its own step, the second never
+    nouns = np.array([False, True, False, True])
+    found = grounding_intervals(sim, nouns)
+    assert found is not None and list(found) == ["0", "1", "3", "5", "inf"]
+    assert found["0"]["nouns"] == 2 and found["0"]["low"] == 0.0 and found["0"]["high"] == 100.0
+    assert grounding_intervals(sim, np.array([False, True, False, False]))["0"] == {  # type: ignore[index]
+        "low": 100.0,
+        "high": 100.0,
+        "nouns": 1,
+    }
+    assert grounding_intervals(sim, np.zeros(4, dtype=bool)) is None
+    assert grounding_intervals(sim, nouns) == found  # seeded

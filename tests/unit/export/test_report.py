@@ -35,3 +35,22 @@ def test_report_rerendered_from_its_json_matches_the_committed_one(tmp_path: Pat
         "recall_at_k.png",
         "rerank_weight.png",
     ]
+
+
+@pytest.mark.skipif(not (REPORTS / "reproduction.json").is_file(), reason="no committed report")
+def test_the_report_command_rerenders_without_the_zoo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``compcap report --reuse`` needs only the report's JSON (the zoo is not there); without
+    ``--reuse`` a missing zoo is refused by name."""
+    from service.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "reports"
+    out.mkdir()
+    shutil.copy(REPORTS / "reproduction.json", out / "reproduction.json")
+    assert main(["report", "--reuse", "--out", str(out)]) == 0
+    committed = (REPORTS / "reproduction.md").read_text(encoding="utf-8")
+    assert (out / "reproduction.md").read_text(encoding="utf-8") == committed
+    assert main(["report", "--out", str(out)]) == 2
+    assert "--repo model_zoo: no such folder" in capsys.readouterr().err

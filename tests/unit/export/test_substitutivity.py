@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from export.studies.substitutivity import substitution_table
+from export.studies.substitutivity import agreement, follows_up_to_the_word, markdown, substitution_table
 from service.probes.substitutivity import substituted_tails, substitutivity_result
 
 
@@ -48,3 +48,48 @@ def test_st_starts_after_the_substitute_not_after_a_category_word_the_model_wrot
     assert result["images_with_tails"] == 2 and result["exact_replacements"] == 2
     assert result["rows"]["Ot vs St"]["bleu4"] == pytest.approx(1.0)
     assert result["rows"]["O vs S"]["bleu4"] < 1.0
+
+
+def test_s_follows_o_up_to_the_word_only_when_every_earlier_word_and_the_substitute_match() -> None:
+    """Issue 41, point 4a: the premise of Ot vs St, checked per image."""
+    m = {"puppy": "dog", "ship": "boat"}
+    assert follows_up_to_the_word(["a", "puppy", "on", "grass"], ["a", "dog", "in", "a", "field"], m) is True
+    assert follows_up_to_the_word(["a", "brown", "puppy"], ["a", "small", "dog"], m) is False  # left earlier
+    assert follows_up_to_the_word(["a", "puppy"], ["a", "puppy"], m) is False  # not substituted
+    assert follows_up_to_the_word(["a", "cat"], ["a", "cat"], m) is None  # no S1 word in O
+
+
+def test_agreement_scores_ot_vs_st_on_the_agreeing_images_only() -> None:
+    o = {
+        1: "a puppy lying on the green grass near a house",
+        2: "a brown puppy on the grass",
+        3: "a puppy sitting next to a red car on the road",
+    }
+    s = {
+        1: "a dog lying on the green grass near a house",
+        2: "a small dog on the grass",
+        3: "a dog sitting next to a red car on the road",
+    }
+    found = agreement(o, s, {"puppy": "dog"}, None, meteor=False)
+    assert (found["images"], found["follows"], found["tails"]) == (3, 2, 2)
+    assert found["share"]["estimate"] == pytest.approx(2 / 3)
+    assert found["share"]["low"] <= 2 / 3 <= found["share"]["high"]
+    assert found["row"]["bleu4"] == pytest.approx(1.0) and found["row"]["images"] == 2
+
+
+def test_the_committed_default_study_reports_its_agreement() -> None:
+    """The committed default run holds every image's O and S: its agreement is recomputed from them."""
+    import json
+    from pathlib import Path
+
+    from service.text.vocabulary import tokenize
+
+    path = Path(__file__).resolve().parents[3] / "reports/substitutivity_default/substitutivity.json"
+    report = json.loads(path.read_text(encoding="utf-8"))
+    flags = [
+        follows_up_to_the_word(tokenize(c["O"]), tokenize(c["S"]), report["mapping"])
+        for c in report["captions"]
+    ]
+    assert len(flags) == report["images"] and None not in flags
+    assert sum(bool(f) for f in flags) == report["agreement"]["follows"]
+    assert "S follows O word for word" in markdown(report)

@@ -267,3 +267,121 @@ def test_default_substitutivity_figures_are_the_reports() -> None:
     assert _value(tails) == report["images_with_tails"] == row["images"]
     assert _value(images) == report["images"]
     assert _printed(100 * row["bleu4"], bleu4) and _printed(100 * row["cider_d"], cider)
+
+
+# ------------------------------------------------------------------------------------ reproduction
+def test_reproduction_headline_is_the_report_with_its_intervals() -> None:
+    """The README's main result: the ratio BUTR+RR / BUTD with its interval, both means with theirs,
+    the number of held-out pairs, and FULL / BUTD — all from ``reports/reproduction.json``."""
+    report = _report("reports/reproduction.json")
+    text = _paragraph("It decodes each held-out concept pair's images")
+    found = re.search(
+        r"recalls held-out pairs ([\d.]+)× as often as plain BUTD, 95% interval ([\d.]+)–([\d.]+)× — "
+        r"mean Recall@5 ([\d.]+) \[([\d.]+), ([\d.]+)\] against ([\d.]+) \[([\d.]+), ([\d.]+)\], "
+        r"intervals from a bootstrap over the (\d+) held-out pairs and their images .*? "
+        r"a model that saw every pair reaches ([\d.]+)× BUTD",
+        text,
+    )
+    assert found, "the headline sentence with its intervals is missing"
+    ratio = report["intervals"]["ratios"]["BUTR+RR / BUTD"]
+    rr, butd = (report["intervals"]["recall_at_k"][row]["5"] for row in ("BUTR+RR", "BUTD"))
+    want = [
+        ratio["estimate"],
+        ratio["low"],
+        ratio["high"],
+        rr["estimate"],
+        rr["low"],
+        rr["high"],
+        butd["estimate"],
+        butd["low"],
+        butd["high"],
+    ]
+    for printed, value in zip(found.groups()[:9], want, strict=True):
+        assert _printed(value, printed), (printed, value)
+    assert int(found.group(10)) == rr["groups"] == butd["groups"] == ratio["groups"]
+    table = report["table"]
+    full = table["FULL"]["test"]["recall_at_5_mean"] / table["BUTD"]["test"]["recall_at_5_mean"]
+    assert _printed(full, found.group(11))
+    assert _printed(table["BUTR+RR"]["test"]["recall_at_5_mean"], found.group(4))
+
+
+def test_reproduction_targets_in_the_docs_are_stated_on_their_intervals() -> None:
+    """docs/benchmarks.md's reproduction paragraph: both ratios with their intervals, and whether each
+    target holds on the lower bound, as ``reports/reproduction.json`` has them."""
+    report = _report("reports/reproduction.json")
+    text = _flat(README)
+    found = re.search(
+        r"mean Recall@5 on held-out pairs ([\d.]+) against BUTD's ([\d.]+) \(([\d.]+)×, 95% interval "
+        r"([\d.]+)–([\d.]+)×; target 2×, (met on the lower bound|met by the point estimate only)\) and "
+        r"FULL's ([\d.]+) \(FULL = ([\d.]+)× BUTR\+RR, ([\d.]+)–([\d.]+)×; target ≥ 1.5× "
+        r"(met on the lower bound|met by the point estimate only)\)",
+        text,
+    )
+    assert found, "the docs' reproduction sentence with intervals is missing"
+    table, ratios = report["table"], report["intervals"]["ratios"]
+    r5 = {row: table[row]["test"]["recall_at_5_mean"] for row in ("BUTR+RR", "BUTD", "FULL")}
+    assert _printed(100 * r5["BUTR+RR"], found.group(1)) and _printed(100 * r5["BUTD"], found.group(2))
+    assert _printed(100 * r5["FULL"], found.group(7))
+    for (name, target), at in ((("BUTR+RR / BUTD", 2.0), 3), (("FULL / BUTR+RR", 1.5), 8)):
+        ratio = ratios[name]
+        estimate, low, high, verdict = (found.group(at + i) for i in range(4))
+        assert _printed(ratio["estimate"], estimate) and _printed(ratio["low"], low), name
+        assert _printed(ratio["high"], high), name
+        assert verdict == (
+            "met on the lower bound" if ratio["low"] >= target else "met by the point estimate only"
+        )
+
+
+def test_default_substitutivity_agreement_is_the_reports() -> None:
+    """How often S follows O up to the substituted word (issue 41, point 4a), with its interval, and the
+    Ot vs St row on those images only."""
+    report = _report("reports/substitutivity_default/substitutivity.json")
+    text = _flat(README)
+    found = re.search(
+        rf"it does on ({NUMBER}) of the ({NUMBER}) images "
+        rf"\(({NUMBER})%, 95% interval ({NUMBER})–({NUMBER})%\)"
+        rf".*? On those ({NUMBER}) alone \(({NUMBER}) with both tails\) Ot vs St is BLEU-4 ({NUMBER}), "
+        rf"CIDEr-D ({NUMBER})\.",
+        text,
+    )
+    assert found, "the agreement sentence is missing"
+    agreed = report["agreement"]
+    share, row = agreed["share"], agreed["row"]
+    follows, images, pct, low, high, again, tails, bleu4, cider = found.groups()
+    assert _value(follows) == _value(again) == agreed["follows"] and _value(images) == agreed["images"]
+    assert _printed(100 * share["estimate"], pct) and _printed(100 * share["low"], low)
+    assert _printed(100 * share["high"], high) and _value(tails) == agreed["tails"] == row["images"]
+    assert _printed(100 * row["bleu4"], bleu4) and _printed(100 * row["cider_d"], cider)
+
+
+# ------------------------------------------------------------------------------------------- INT8
+INT8_ROWS = {
+    "step limit, rows/s at its best batch": "step_limit_rows_per_s",
+    "every model call of a caption (compute limit), captions/s": "compute_limit_captions_per_s",
+    "gateway, 32 clients, captions/s": "captions_per_s_at_32",
+    "gateway, 32 clients, p50 ms": "p50_ms_at_32",
+    "single decode, ms": "single_decode_ms",
+}
+
+
+def test_int8_figures_are_the_committed_bench_report() -> None:
+    """Issue 41, point 4d: the INT8 speed table and its summary row come from
+    ``reports/perf/bench_int8_auto_threads.json``; no INT8 gate or speed figure without a committed
+    source is quoted (the 1.39× step limit and the gate's per-run FP32 → INT8 table are gone)."""
+    comparison = _report("reports/perf/bench_int8_auto_threads.json")["comparison"]
+    section = README[README.index("## INT8 models") : README.index("## FP16 models")]
+    for label, key in INT8_ROWS.items():
+        match = re.search(
+            rf"^\| {re.escape(label)} \| ({NUMBER}) \| ({NUMBER}) \| \**({NUMBER})×\** \|$", section, re.M
+        )
+        assert match, label
+        fp32, int8, ratio = match.groups()
+        want = comparison[key]
+        assert _printed(want["fp32"], fp32) and _printed(want["int8"], int8), label
+        assert _printed(want["ratio"], ratio), label
+    summary = re.search(r"^\| INT8 against FP32 \| step limit ([\d.]+)×, gateway ([\d.]+)× ", README, re.M)
+    assert summary
+    assert _printed(comparison["step_limit_rows_per_s"]["ratio"], summary.group(1))
+    assert _printed(comparison["captions_per_s_at_32"]["ratio"], summary.group(2))
+    assert "1.39×" not in README and "INT8 | change | top-1 identical" not in README
+    assert "FP32 → INT8 | change" not in section

@@ -427,6 +427,7 @@ def test_explain_attention_a_gradient_method_and_a_probe_image(gateway: str, tin
         )
         assert given.source == "client" and given.texts == ["a", "dog", "on", "the", "grass"]
         assert given.scene_graph and list(given.grounding_score or {}) == ["0", "1", "3", "5", "inf"]
+        assert list(given.grounding_score_interval or {}) == ["0", "1", "3", "5", "inf"]
         dog = given.words[1]
         assert dog.noun == "dog" and dog.overlay is None and isinstance(dog.grounded, bool)
         assert dog.under_argmax is not None and isinstance(dog.under_argmax.labels, list)

@@ -1,0 +1,101 @@
+"""The reproduction's 95% intervals, recomputed from the per-pair counts the report stores.
+
+Each evaluation stores, per held-out pair, its Test Comb ``images`` and the ``hits`` at each K; a hit is
+binary per image, so a pair's per-image hit vector is known up to order, and order does not matter to a
+bootstrap (``service.evaluation.intervals.binary_units``). A row's Recall@K is the mean over its held-out
+groups (one trained model each) of the group's mean over its pairs: its interval resamples the pairs
+within each group and the images within each drawn pair (``stratified_interval``). A ratio of two rows
+draws the pairs jointly for both and the images within each row independently: which image a model hit
+is not stored, so this is not a paired test (``ratio_interval``). Per category there is one pair per
+group: the category's pairs are resampled together (``bootstrap_interval``).
+
+Nothing here needs the model zoo: ``compcap report --reuse`` recomputes every interval from
+``reproduction.json``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from export.studies.report.collect import find_result
+from service.evaluation.intervals import (
+    Interval,
+    binary_units,
+    bootstrap_interval,
+    ratio_interval,
+    stratified_interval,
+)
+
+KS = "12345"
+# (numerator, denominator, target): the targets' ratios of mean Recall@5
+RATIOS = (("BUTR+RR", "BUTD", 2.0), ("FULL", "BUTR+RR", 1.5))
+METHOD = (
+    "95% percentile bootstrap, 2000 resamples, seed 0: held-out pairs resampled within each group "
+    "(one trained model each), images within each drawn pair; the hit vector of a pair is rebuilt "
+    "from its stored per-pair counts. Ratios draw the pairs jointly for both rows and the images "
+    "independently per row (per-image pairing is not stored, so they are not paired tests). "
+    "Per category: the category's pairs (one per group) resampled together, then their images."
+)
+
+
+def _pairs(result: dict[str, Any], k: str, category: str | None = None) -> list[list[float]]:
+    return [
+        binary_units(int(p["hits"][k]), int(p["images"]))
+        for p in (result.get("per_pair") or {}).values()
+        if category is None or p.get("category") == category
+    ]
+
+
+def row_strata(collected: dict[str, Any], label: str, k: str = "5") -> list[list[list[float]]]:
+    """Row ``label``'s Test Comb hits at ``k``: [group][pair][image] (1.0 hit, 0.0 miss)."""
+    return [
+        _pairs(find_result(collected["raw"][f"group{g}/test"]["results"], c, r), k)
+        for g, c, r in collected["rows"][label]
+    ]
+
+
+def _d(found: Interval | None) -> dict[str, Any] | None:
+    return None if found is None else found.as_dict()
+
+
+def intervals(collected: dict[str, Any]) -> dict[str, Any]:
+    """Every Recall@K of the report with its interval (``as_dict``: estimate, low, high, se, groups =
+    pairs, units = images), per row and K, per row and group at K = 5, per row and category at K = 5,
+    and the targets' ratios of mean Recall@5."""
+    out: dict[str, Any] = {"method": METHOD, "recall_at_k": {}, "recall_at_5_by_group": {}}
+    out["recall_at_5_by_category"] = {}
+    for label, entries in collected["rows"].items():
+        out["recall_at_k"][label] = {k: _d(stratified_interval(row_strata(collected, label, k))) for k in KS}
+        strata = row_strata(collected, label)
+        out["recall_at_5_by_group"][label] = {
+            str(g): _d(stratified_interval([s])) for (g, _, _), s in zip(entries, strata, strict=True)
+        }
+        found = [find_result(collected["raw"][f"group{g}/test"]["results"], c, r) for g, c, r in entries]
+        categories = sorted({p["category"] for f in found for p in (f.get("per_pair") or {}).values()})
+        out["recall_at_5_by_category"][label] = {
+            c: _d(bootstrap_interval([pair for f in found for pair in _pairs(f, "5", c)])) for c in categories
+        }
+    out["ratios"] = {}
+    for num, den, target in RATIOS:
+        if num in collected["rows"] and den in collected["rows"]:
+            ratio = ratio_interval(row_strata(collected, num), row_strata(collected, den))
+            out["ratios"][f"{num} / {den}"] = {"target": target, **(_d(ratio) or {})}
+    return out
+
+
+def cell(value: float | None, found: dict[str, Any] | None) -> str:
+    """A fraction ×100 with its interval: "3.5 [1.5, 5.8]"; the plain value without one."""
+    if value is None:
+        return "—"
+    if not found:
+        return f"{100 * value:.1f}"
+    return f"{100 * value:.1f} [{100 * found['low']:.1f}, {100 * found['high']:.1f}]"
+
+
+def ratio_text(found: dict[str, Any]) -> str:
+    """ "3.43× [2.18, 6.06]" (an infinite bound prints as ∞)."""
+
+    def x(v: float) -> str:
+        return "∞" if v == float("inf") else f"{v:.2f}"
+
+    return f"{x(found['estimate'])}× [{x(found['low'])}, {x(found['high'])}]"
