@@ -207,9 +207,10 @@ class LocalTriton:
             return ""
         return self._log_file.read_text(encoding="utf-8", errors="replace")[-chars:]
 
-    def is_ready(self) -> bool:
+    def is_ready(self, timeout_s: float = 1.0) -> bool:
+        """Whether ``/v2/health/ready`` answers 200 now (``timeout_s``: how long its answer may take)."""
         try:
-            with urllib.request.urlopen(f"{self.http_url}/v2/health/ready", timeout=1.0) as response:
+            with urllib.request.urlopen(f"{self.http_url}/v2/health/ready", timeout=timeout_s) as response:
                 return int(response.status) == 200
         except (urllib.error.URLError, OSError):
             return False
