@@ -1,8 +1,8 @@
 """The counterfactual probe set: minimal pairs of SceneWorld images that differ in exactly one thing.
 
 For each held-out pair of the repository's default captioner (e.g. "black cat", "eat man"), the probe
-world (seed ``probe_seed(seed)``, as the other SceneWorld sets) is walked in index order for scenes with
-exactly one object of the pair's noun whose colour / size / action is another value, forming a *seen*
+world (seed ``probe_seed(seed)``, as the other SceneWorld sets) is walked in index order for scenes whose
+main object is the only object of the pair's noun and has another colour / size / action, forming a *seen*
 pair with the noun (e.g. a white cat; never another held-out pair). The scene is sampled again with that
 object edited to the held-out value (``export.world.scene.Edit``: same background, layout, other
 objects; a size or pose change keeps the object's bottom centre). Both scene graphs are captioned by
@@ -73,6 +73,8 @@ def minimal_pair(
     if len(found) != 1:
         return None
     obj = found[0]
+    if int(obj["id"]) != int(scene["main"]):  # the scene's main object: what a caption talks about first
+        return None
     value = obj[field]
     if value is None or value == pair.modifier or value in EDIT_ACTIONS_EXCLUDED:
         return None

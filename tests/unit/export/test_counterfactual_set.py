@@ -88,7 +88,7 @@ def test_minimal_pairs_are_deterministic_and_differ_only_in_the_edited_object() 
             assert m["held_out"] == m["seen"] + 1 and seen["world_index"] == held["world_index"]
             k = m["object"]
             assert seen["objects"][k]["noun"] == held["objects"][k]["noun"] == pair.noun
-            assert sum(o["noun"] == pair.noun for o in held["objects"]) == 1
+            assert sum(o["noun"] == pair.noun for o in held["objects"]) == 1 and held["main"] == k
             assert held["objects"][k][record["field"]] == pair.modifier
             assert seen["objects"][k][record["field"]] == m["seen_value"] != pair.modifier
             assert ConceptPair(pair.kind, m["seen_value"], pair.noun) not in HELD
