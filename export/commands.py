@@ -225,10 +225,11 @@ def _probesets_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kind",
         action=ListAction,
-        item=one_of(*PROBE_KINDS),
+        item=one_of(*PROBE_KINDS, "counterfactual"),
         default=PROBE_KINDS,
         metavar="KIND",
-        help="only these kinds (" + ", ".join(PROBE_KINDS) + ")",
+        help="only these kinds (default: " + ", ".join(PROBE_KINDS) + "; counterfactual: the minimal "
+        "pairs of the default captioner's held-out pairs, only when named)",
     )
     parser.add_argument(
         "--preset", choices=PRESETS, default=None, help="sizes (default: the repository's preset)"

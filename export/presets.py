@@ -48,6 +48,8 @@ class Preset:
     probe_images_per_pair: int = 50
     probe_images_per_bucket: int = 50
     probe_min_synonym_count: int = 200
+    # minimal pairs per held-out pair of the counterfactual set (compcap probesets --kind counterfactual)
+    probe_minimal_pairs: int = 200
 
     def __post_init__(self) -> None:
         for field in (
@@ -64,6 +66,7 @@ class Preset:
             "probe_images_per_pair",
             "probe_images_per_bucket",
             "probe_min_synonym_count",
+            "probe_minimal_pairs",
         ):
             if getattr(self, field) <= 0:
                 raise ValueError(f"{field} must be positive")
@@ -93,6 +96,7 @@ PRESETS: dict[str, Preset] = {
         probe_images_per_pair=3,
         probe_images_per_bucket=4,
         probe_min_synonym_count=3,
+        probe_minimal_pairs=4,
     ),
     "default": Preset(name="default", train_images=6000, test_images=1000),
 }

@@ -257,7 +257,7 @@ class VocabularySpec(BaseModel):
 
 
 # the formats of probe sets on disk (``service.probes.sets``); a probe kind reads one of them
-ProbeSetFormat = Literal["systematicity", "productivity", "substitutivity"]
+ProbeSetFormat = Literal["systematicity", "productivity", "substitutivity", "counterfactual"]
 PROBE_SET_FORMATS: tuple[str, ...] = get_args(ProbeSetFormat)
 
 

@@ -7,6 +7,9 @@
   ``compcap probesets --repo`` (an existing repository, no retraining).
 * ``coco`` — from any COCO-format folder through the split code of ``compcap splits``
   (``compcap probeset --data DIR --kind K --out DIR``).
+* ``counterfactual`` — minimal pairs for the default captioner's held-out pairs (a seen-pair scene and
+  the same scene with the held-out value), written on demand only (``compcap probesets --kind
+  counterfactual``), never by a build.
 * ``tables`` — what both share (length terciles, the substitution table, the systematicity splits);
   ``write`` — the one writer of the on-disk format.
 """
@@ -17,7 +20,8 @@ from service.manifest import PROBE_SET_FORMATS
 
 PROBE_SEED_OFFSET = 104729  # the 10000th prime; build.TEST_SEED_OFFSET is 7919 (the 1000th)
 ZOO_EVAL_SEED = 20270313  # export.zoo.EVAL_SEED (not imported here: export.zoo imports torch)
-KINDS = PROBE_SET_FORMATS  # each set is named after its kind by default
+COUNTERFACTUAL = "counterfactual"  # written on demand only (export.probesets.counterfactual)
+KINDS = tuple(k for k in PROBE_SET_FORMATS if k != COUNTERFACTUAL)  # each set is named after its kind
 
 
 def probe_seed(seed: int) -> int:

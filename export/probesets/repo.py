@@ -18,7 +18,8 @@ from typing import Any
 from export.data.coco import load_folder
 from export.data.splits import Split, build_split, load_split, split_path_for, write_split
 from export.presets import Preset, get_preset
-from export.probesets import KINDS
+from export.probesets import COUNTERFACTUAL, KINDS
+from export.probesets.counterfactual import counterfactual_probe_set
 from export.probesets.sceneworld import sceneworld_probe_sets
 from export.progress import stages
 from service.manifest import (
@@ -30,6 +31,7 @@ from service.manifest import (
     load_manifest,
     load_probe_index,
 )
+from service.text.concepts import ConceptPair
 
 
 def preset_probe_sets(
@@ -81,29 +83,44 @@ def add_probe_sets(
     repo: Path, work: Path | None = None, kinds: Sequence[str] = KINDS, preset: str | None = None
 ) -> dict[str, Any]:
     """``compcap probesets --repo DIR``: (re)write the SceneWorld probe sets of a built repository and
-    list them in its probe index (entries of the same names are replaced)."""
+    list them in its probe index (entries of the same names are replaced). ``counterfactual`` (not
+    written unless asked for) needs only the training world's seed, not its images."""
     repo = Path(repo)
     manifest = load_manifest(repo)
     work = Path(work) if work is not None else repo.with_name(repo.name + ".work")
     train_dir = work / "data" / "train"
-    if not (train_dir / "captions.json").is_file():
+    seeded = [k for k in kinds if k != COUNTERFACTUAL]
+    if seeded and not (train_dir / "captions.json").is_file():
         render_training_world(repo, work, preset or manifest.preset)
-    seed = int(json.loads((train_dir / "captions.json").read_text(encoding="utf-8"))["info"]["seed"])
+    seed = training_seed(repo, train_dir)
     split_name = manifest.captioner(manifest.default_captioner).training.split
+    sizes = get_preset(preset or manifest.preset)
     t0 = time.perf_counter()
+    entries: list[ProbeSetEntry] = []
+    about = ""
     with stages(len(kinds) + 2) as stage:
-        stage("training references")
-        refs, about = training_references(train_dir, split_name, seed)
-        entries = preset_probe_sets(
-            repo,
-            get_preset(preset or manifest.preset),
-            seed,
-            refs,
-            about,
-            manifest.image.height,
-            kinds,
-            on_kind=lambda kind: stage(f"{kind} probe set"),
-        )
+        if seeded:
+            stage("training references")
+            refs, about = training_references(train_dir, split_name, seed)
+            entries += preset_probe_sets(
+                repo,
+                sizes,
+                seed,
+                refs,
+                about,
+                manifest.image.height,
+                seeded,
+                on_kind=lambda kind: stage(f"{kind} probe set"),
+            )
+        if COUNTERFACTUAL in kinds:
+            stage("counterfactual probe set")
+            default = manifest.captioner(manifest.default_captioner)
+            held = [ConceptPair(p.kind, p.modifier, p.noun) for p in default.training.held_out_pairs]
+            entries.append(
+                counterfactual_probe_set(
+                    repo, seed, manifest.image.height, held, sizes.probe_minimal_pairs, default.name
+                )
+            )
         stage("probe index")
         register_probe_sets(repo, entries, manifest)
     summary = {
@@ -115,6 +132,17 @@ def add_probe_sets(
     }
     print(json.dumps(summary, indent=2))
     return summary
+
+
+def training_seed(repo: Path, train_dir: Path) -> int:
+    """The training world's seed: from its rendered captions, else from ``build_report.json``."""
+    captions = Path(train_dir) / "captions.json"
+    if captions.is_file():
+        return int(json.loads(captions.read_text(encoding="utf-8"))["info"]["seed"])
+    report = Path(repo) / "build_report.json"
+    if not report.is_file():
+        raise FileNotFoundError(f"no training world under {train_dir} and no {report} to read its seed from")
+    return int(json.loads(report.read_text(encoding="utf-8"))["seed"])
 
 
 def render_training_world(repo: Path, work: Path, preset: str) -> None:

@@ -658,8 +658,16 @@ DRAWERS: dict[str, Callable[[np.random.Generator, Pen, dict[str, Any], RGB], Non
 }
 
 
-def render(graph: dict[str, Any], rng: np.random.Generator, image_size: int) -> np.ndarray:
-    """Render ``graph`` (objects in drawing order) into a uint8 [S, S, 3] image."""
+def render(
+    graph: dict[str, Any],
+    rng: np.random.Generator,
+    image_size: int,
+    object_rng: Callable[[int], np.random.Generator] | None = None,
+) -> np.ndarray:
+    """Render ``graph`` (objects in drawing order) into a uint8 [S, S, 3] image. ``object_rng(id)``:
+    each object draws from a generator of its own instead of ``rng`` (which then draws only the
+    background and the pixel noise), so that two graphs differing in one object render every other
+    object, the background and the noise identically (the counterfactual probe set's minimal pairs)."""
     size = image_size
     horizon = int(graph["horizon"])
     bg = background(rng, graph["background"], size, horizon)
@@ -667,9 +675,10 @@ def render(graph: dict[str, Any], rng: np.random.Generator, image_size: int) -> 
     draw = ImageDraw.Draw(image)
     _ground_details(rng, draw, graph["background"], size, horizon)
     for obj in graph["objects"]:
-        colour = _jitter(rng, CONCEPTS.colours[obj["colour"]]["rgb"], 7)
+        own = rng if object_rng is None else object_rng(int(obj["id"]))
+        colour = _jitter(own, CONCEPTS.colours[obj["colour"]]["rgb"], 7)
         pen = Pen(draw, obj["bbox"], obj["facing"])
-        DRAWERS[obj["noun"]](rng, pen, obj, colour)
+        DRAWERS[obj["noun"]](own, pen, obj, colour)
     out = np.asarray(image, dtype=np.int16)
     out = out + rng.integers(-5, 6, size=out.shape, dtype=np.int16)
     return np.clip(out, 0, 255).astype(np.uint8)

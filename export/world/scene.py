@@ -7,6 +7,7 @@ drawing order (back to front): later objects cover earlier ones.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -122,6 +123,7 @@ class _Obj:
                 self.prop = "grass" if background == "grass" and noun != "bird" else "food"
         self.layer = "sky" if action == "fly" else "ground"
         unit = _unit(rng, noun, self.size)
+        self.unit = unit  # the jittered unit extent (an edit of size or action rescales from it)
         fw, fh = POSE_BOX[noun][action if action in POSE_BOX[noun] else "none"]
         self.w = min(unit * fw, 0.96)
         self.h = min(unit * fh, 0.96)
@@ -256,9 +258,15 @@ def _relations(objs: list[_Obj]) -> list[dict[str, Any]]:
     return rel
 
 
-def scene_graph(rng: np.random.Generator, image_id: int, image_size: int) -> dict[str, Any]:
-    """A scene graph: background, objects (pixel boxes, drawing order) and relations; no captions yet."""
+def scene_graph(
+    rng: np.random.Generator, image_id: int, image_size: int, edit: Edit | None = None
+) -> dict[str, Any]:
+    """A scene graph: background, objects (pixel boxes, drawing order) and relations; no captions yet.
+    ``edit``: the same scene with one object's colour, size or action changed (``edit_scene``; raises
+    ``EditError`` where the change does not fit the scene)."""
     scene = sample_scene(rng)
+    if edit is not None:
+        edit_scene(scene, edit)
     objs: list[_Obj] = scene["objects"]
     out = []
     for i, o in enumerate(objs):
@@ -291,3 +299,81 @@ def scene_graph(rng: np.random.Generator, image_id: int, image_size: int) -> dic
         "relations": _relations(objs),
         "captions": [],
     }
+
+
+# ---------------------------------------------------------------------------------------------- edits
+
+EDIT_FIELDS = ("colour", "size", "action")
+EDIT_ACTIONS_EXCLUDED = frozenset({"ride", "fly", "none"})  # they change the layout (a horse, the sky)
+
+
+class EditError(ValueError):
+    """An edit that does not fit its scene (the message says why)."""
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Change object ``index`` (drawing order) so that its ``field`` (colour, size or action) is
+    ``value``. What follows from the change follows: a new size rescales the object's box, a new action
+    gives it that pose's box and, for eating or holding, a prop drawn from ``prop_seed``; the box keeps
+    its bottom centre (its centre in the sky), so the drawing order, the other objects and the
+    background stay as they are."""
+
+    index: int
+    field: str
+    value: str
+    prop_seed: tuple[int, ...] = (0,)
+
+    def __post_init__(self) -> None:
+        if self.field not in EDIT_FIELDS:
+            raise ValueError(f"field must be one of {EDIT_FIELDS}, got {self.field!r}")
+        if self.index < 0:
+            raise ValueError(f"index must be >= 0, got {self.index}")
+
+
+def edit_scene(scene: dict[str, Any], edit: Edit) -> None:
+    """Apply ``edit`` to a sampled scene (``sample_scene``) in place; ``EditError`` where the edited
+    object would leave the image, overlap another object more than the sampler allows, or ride/fly."""
+    objs: list[_Obj] = scene["objects"]
+    if edit.index >= len(objs):
+        raise EditError(f"the scene has {len(objs)} objects, no object {edit.index}")
+    obj = objs[edit.index]
+    if edit.field == "colour":
+        if edit.value not in COLOURS:
+            raise ValueError(f"value must be a colour of {COLOURS}, got {edit.value!r}")
+        obj.colour = edit.value
+        return
+    if obj.rider_of is not None or any(o.rider_of is obj for o in objs):
+        raise EditError("a rider or a ridden horse keeps its size and pose")
+    if edit.field == "size":
+        if edit.value not in SIZES:
+            raise ValueError(f"value must be a size of {SIZES}, got {edit.value!r}")
+        old, new = (float(CONCEPTS.sizes[s]["scale"]) for s in (obj.size, edit.value))
+        obj.size = edit.value
+        obj.unit *= new / old
+    else:
+        if edit.value not in ACTIONS[obj.noun] or edit.value in EDIT_ACTIONS_EXCLUDED:
+            raise EditError(f"a {obj.noun} cannot be edited to {edit.value!r}")
+        if obj.action in EDIT_ACTIONS_EXCLUDED:
+            raise EditError(f"a {obj.noun} that does {obj.action!r} keeps its action")
+        obj.action = edit.value
+        prng = np.random.default_rng(list(edit.prop_seed))
+        props = CONCEPTS.props
+        obj.prop = None
+        if edit.value == "hold":
+            obj.prop = props["hold"][int(prng.integers(len(props["hold"])))]
+        elif edit.value == "eat":
+            if obj.noun in PERSONS:
+                obj.prop = props["eat_person"][int(prng.integers(len(props["eat_person"])))]
+            else:
+                obj.prop = "grass" if scene["background"] == "grass" and obj.noun != "bird" else "food"
+    fw, fh = POSE_BOX[obj.noun][obj.action if obj.action in POSE_BOX[obj.noun] else "none"]
+    cx, bottom, cy = obj.x0 + obj.w / 2, obj.y0 + obj.h, obj.y0 + obj.h / 2
+    obj.w, obj.h = min(obj.unit * fw, 0.96), min(obj.unit * fh, 0.96)
+    obj.x0 = cx - obj.w / 2
+    obj.y0 = cy - obj.h / 2 if obj.layer == "sky" else bottom - obj.h
+    if obj.x0 < 0.0 or obj.x0 + obj.w > 1.0 or obj.y0 < 0.0:
+        raise EditError("the edited object would leave the image")
+    for other in objs:
+        if other is not obj and _overlap(obj.box, other.box) > MAX_OVERLAP:
+            raise EditError("the edited object would cover another one")

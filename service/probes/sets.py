@@ -24,7 +24,11 @@ Kind-specific keys of ``probe.json``:
   null`` ("4" = four or more objects), ``"length": {"short"|"medium"|"long": [ids]}`` and
   ``"length_edges": [e1, e2]`` (short: mean reference length <= e1, medium: <= e2, long: > e2);
 * substitutivity: ``"pairs": [{"category", "fine", "images": [ids]}]``, ``"substitutions": [[S1 fine,
-  S2 category], ...]``, ``"min_count"``, ``"synonym_counts"``.
+  S2 category], ...]``, ``"min_count"``, ``"synonym_counts"``;
+* counterfactual: ``"pairs": [{"kind", "modifier", "noun", "field", "minimal_pairs": [{"held_out": id,
+  "seen": id, "object": k, "seen_value": v}]}]`` — each minimal pair is a scene with a seen pair's
+  object (``seen_value`` with the noun) and the same scene with exactly that object's ``field`` set to
+  the held-out modifier (``export.probesets.counterfactual``).
 """
 
 from __future__ import annotations
@@ -67,6 +71,29 @@ class PairImages:
     group: int
     comb: tuple[int, ...]
     no_comb: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class MinimalPair:
+    """Counterfactual: a seen image and the same scene with object ``object``'s ``field`` changed from
+    ``seen_value`` to the held-out modifier."""
+
+    held_out: int
+    seen: int
+    object: int
+    seen_value: str
+
+
+@dataclass(frozen=True)
+class PairMinimalPairs:
+    """Counterfactual: the minimal pairs of one held-out pair."""
+
+    pair: ConceptPair
+    field: str
+    minimal_pairs: tuple[MinimalPair, ...]
+
+    def seen_pair(self, m: MinimalPair) -> ConceptPair:
+        return ConceptPair(self.pair.kind, m.seen_value, self.pair.noun)
 
 
 @dataclass(frozen=True)
@@ -150,6 +177,21 @@ class ProbeSet:
             (str(p["category"]), str(p["fine"]), [int(i) for i in p["images"]]) for p in self.info["pairs"]
         ]
 
+    def minimal_pairs(self) -> list[PairMinimalPairs]:
+        """Counterfactual: the minimal pairs of each held-out pair."""
+        self._require("counterfactual")
+        return [
+            PairMinimalPairs(
+                ConceptPair(str(p["kind"]), str(p["modifier"]), str(p["noun"])),
+                str(p["field"]),
+                tuple(
+                    MinimalPair(int(m["held_out"]), int(m["seen"]), int(m["object"]), str(m["seen_value"]))
+                    for m in p["minimal_pairs"]
+                ),
+            )
+            for p in self.info["pairs"]
+        ]
+
     def cider(self) -> CiderD | None:
         """CIDEr-D with the training references' document frequencies (None if the set has none)."""
         path = self.root / CIDER_FILE
@@ -201,6 +243,15 @@ def _check_kind(info: dict[str, Any], where: str, known: set[int]) -> None:
                 if info.get(by) is not None:
                     for name, ids in info[by].items():
                         _ids(ids, f"{where}: {by}[{name!r}]", known)
+        elif kind == "counterfactual":
+            if info.get("scene_graphs") is not True:
+                raise ProbeSetError(f"{where}: a counterfactual probe set needs its scene graphs")
+            for n, p in enumerate(info["pairs"]):
+                for key in ("kind", "modifier", "noun", "field"):
+                    if key not in p:
+                        raise ProbeSetError(f"{where}: pairs[{n}] has no {key!r}")
+                for m, mp in enumerate(p["minimal_pairs"]):
+                    _ids([mp["held_out"], mp["seen"]], f"{where}: pairs[{n}].minimal_pairs[{m}]", known)
         else:
             for n, p in enumerate(info["pairs"]):
                 if "category" not in p or "fine" not in p:

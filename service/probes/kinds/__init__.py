@@ -1,12 +1,13 @@
 """The registry of probe kinds (``service.probes.kind.ProbeKind``): the three of the seeds —
-systematicity (seed 000), productivity and substitutivity (seed 001) — and any a deployment or a test
-registers. The router, the schedule, the job's runner and gauges, ``compcap probe``'s tables and
-``GET /v1/probe-kinds`` (which the client and the web page read) all look kinds up here."""
+systematicity (seed 000), productivity and substitutivity (seed 001) —, counterfactual minimal pairs
+(issue 41), and any a deployment or a test registers. The router, the schedule, the job's runner and
+gauges, ``compcap probe``'s tables and ``GET /v1/probe-kinds`` (which the client and the web page
+read) all look kinds up here."""
 
 from __future__ import annotations
 
 from service.probes.kind import ProbeKind
-from service.probes.kinds import productivity, substitutivity, systematicity
+from service.probes.kinds import counterfactual, productivity, substitutivity, systematicity
 
 KINDS: dict[str, ProbeKind] = {}
 
@@ -33,7 +34,7 @@ def get_kind(name: str) -> ProbeKind | None:
     return KINDS.get(name)
 
 
-for _builtin in (systematicity.KIND, productivity.KIND, substitutivity.KIND):
+for _builtin in (systematicity.KIND, productivity.KIND, substitutivity.KIND, counterfactual.KIND):
     register(_builtin)
 
 __all__ = ["KINDS", "get_kind", "kind_names", "register", "unregister"]

@@ -1,0 +1,253 @@
+"""The counterfactual probe (issue 41): minimal pairs of SceneWorld scenes that differ in exactly one
+object's held-out attribute or action; hit rates of the held-out and the seen side, every top-1 miss
+classified by the scene graph, held-out − seen as a paired test, all with 95% intervals. The maths is
+``service.probes.counterfactual``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Gauge
+
+from service.probes.bounds import BoundedGauge
+from service.probes.counterfactual import KS, MISS_CLASSES, OUTCOMES, SIDES, counterfactual_result
+from service.probes.kind import ProbeKind, ProbeSpec, Progress, decode, invalid
+from service.probes.tables import cell, fixed, get, table
+from service.text.concepts import ConceptPair
+
+if TYPE_CHECKING:
+    from service.engine.client import EngineClient
+    from service.probes.parser import PairParser
+    from service.probes.sets import ProbeSet
+
+BOUNDS = (("estimate", "estimate"), ("low", "low"), ("high", "high"))
+
+
+async def run(
+    engine: EngineClient, spec: ProbeSpec, probe_set: ProbeSet, parser: PairParser, progress: Progress
+) -> dict[str, Any]:
+    """Pair by pair: decode both images of its minimal pairs (at most ``images`` of them), parse the
+    top-K captions, score; a partial result (without intervals) after each pair but the last."""
+    entries = probe_set.minimal_pairs()
+    if spec.pairs is not None:
+        entries = [e for e in entries if e.pair.label in spec.pairs]
+    minimal = {
+        e.pair.label: list(e.minimal_pairs if spec.images is None else e.minimal_pairs[: spec.images])
+        for e in entries
+    }
+    progress.total = 2 * sum(len(v) for v in minimal.values())
+    training = engine.manifest.captioner(spec.model).training
+    held_out = (
+        frozenset(ConceptPair(p.kind, p.modifier, p.noun) for p in training.held_out_pairs)
+        if training.held_out_known
+        else None
+    )
+    scenes = probe_set.scenes or {}
+    generated: dict[int, list[str]] = {}
+    attached: dict[str, frozenset[ConceptPair]] = {}
+    result: dict[str, Any] = {}
+    for n, entry in enumerate(entries, 1):
+        ids = [i for m in minimal[entry.pair.label] for i in (m.held_out, m.seen)]
+        generated.update(await decode(engine, probe_set, ids, spec.params, progress))
+        texts = [c for i in ids for c in generated[i][: KS[-1]]]
+        attached.update(await parser.pairs([t for t in texts if t not in attached]))
+        last = n == len(entries)
+        result = await asyncio.to_thread(
+            counterfactual_result,
+            entries[:n],
+            minimal,
+            generated,
+            attached,
+            scenes,
+            held_out,
+            KS,
+            last,
+        )
+        if not last:
+            progress.partial = result
+    return result
+
+
+def check(probe_set: ProbeSet, pairs: tuple[str, ...] | None) -> None:
+    """Every label of ``pairs`` is one of the set's held-out pairs."""
+    if pairs is None:
+        return
+    known = {p.pair.label for p in probe_set.minimal_pairs()}
+    for n, label in enumerate(pairs):
+        if label not in known:
+            raise invalid(f"unknown pair {label!r} (known: {', '.join(sorted(known))})", "pairs." + str(n))
+
+
+class Gauges:
+    """Hit rates and top-1 outcome shares of each side (mean over pairs; the 95% interval's bounds as
+    the ``_low`` / ``_high`` series, as every kind's), each pair's hit rates, and held-out − seen with its
+    p-value."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.hit = BoundedGauge(
+            "compcap_probe_counterfactual_hit_rate",
+            "Counterfactual probe: mean over held-out pairs of the share of minimal pairs whose side "
+            "(held_out: the held-out image, seen: its seen twin) is hit at K",
+            ["model", "ranker", "side", "k"],
+            r,
+        )
+        self.outcome = BoundedGauge(
+            "compcap_probe_counterfactual_outcome_rate",
+            "Counterfactual probe: share of top-1 captions of a side that hit or miss in each way "
+            "(modifier_elsewhere, noun_missing, wrong_value, modifier_omitted)",
+            ["model", "ranker", "side", "outcome"],
+            r,
+        )
+        self.pair_hit = Gauge(
+            "compcap_probe_counterfactual_pair_hit_rate",
+            "Counterfactual probe: one held-out pair's share of minimal pairs hit at K, per side",
+            ["model", "ranker", "pair", "side", "k"],
+            multiprocess_mode="mostrecent",
+            registry=r,
+        )
+        self.difference = BoundedGauge(
+            "compcap_probe_counterfactual_difference",
+            "Counterfactual probe: held-out minus seen hit rate at K on the same scenes (paired)",
+            ["model", "ranker", "k"],
+            r,
+        )
+        self.p_value = Gauge(
+            "compcap_probe_counterfactual_difference_p_value",
+            "Counterfactual probe: two-sided sign-flip permutation p-value of the held-out minus seen "
+            "hit rate at K",
+            ["model", "ranker", "k"],
+            multiprocess_mode="mostrecent",
+            registry=r,
+        )
+
+    def record(self, model: str, ranker: str, result: Mapping[str, Any]) -> None:
+        for side in SIDES:
+            part = result.get(side) or {}
+            for k, value in (part.get("recall") or {}).items():
+                if value is not None:
+                    self.hit.set((model, ranker, side, k), float(value), get(part, "recall_interval", k))
+            for outcome, value in (part.get("outcomes") or {}).items():
+                if value is not None:
+                    bounds = get(part, "outcome_intervals", outcome)
+                    self.outcome.set((model, ranker, side, outcome), float(value), bounds)
+        for row in result.get("pairs") or []:
+            for k, value in row["recall"].items():
+                if value is not None:
+                    self.pair_hit.labels(model, ranker, row["pair"], row["side"], k).set(value)
+        for k, test in (get(result, "difference", "recall") or {}).items():
+            if isinstance(test, Mapping):
+                d = test["difference"]
+                self.difference.set((model, ranker, k), float(d["estimate"]), d)
+                self.p_value.labels(model, ranker, k).set(float(test["p_value"]))
+
+    def accept(self, model: str, ranker: str, result: Mapping[str, Any]) -> None:
+        """No accepted baseline for this kind."""
+
+
+def _with_interval(estimate: Any, interval: Any, digits: int = 3) -> str:
+    if estimate is None:
+        return "-"
+    if not isinstance(interval, Mapping):
+        return fixed(estimate, digits)
+    return f"{fixed(estimate, digits)} [{fixed(interval['low'], digits)}, {fixed(interval['high'], digits)}]"
+
+
+def lines(result: Mapping[str, Any]) -> list[str]:
+    """Per pair and side: minimal pairs, hit@1 and hit@K, the top-1 outcome shares; the means over pairs
+    with their 95% intervals; held-out − seen with its interval and p-value."""
+    ks = [str(k) for k in (result.get("ks") or KS)]
+    out = [
+        "counterfactual minimal pairs: hit rate (a fraction) of the held-out image and of its seen twin; "
+        "top-1 outcome shares (hit, then the miss classes)"
+    ]
+    short = {"hit": "hit", "modifier_elsewhere": "elsewh", "noun_missing": "no noun"}
+    short |= {"wrong_value": "wrong", "modifier_omitted": "omitted"}
+    rows = [
+        [
+            cell(r["pair"]),
+            cell(r["side"]),
+            cell(r["images"]),
+            *(cell(get(r, "recall", k), digits=3) for k in ks),
+            *(cell(get(r, "outcomes", o), digits=3) for o in OUTCOMES),
+        ]
+        for r in result.get("pairs") or []
+    ]
+    heads = ["pair", "side", "n", *(f"hit@{k}" for k in ks), *(f"1:{short[o]}" for o in OUTCOMES)]
+    out.append(table(heads, rows))
+    summary = []
+    for side in SIDES:
+        part = result.get(side) or {}
+        summary.append(
+            [
+                side,
+                cell(part.get("pairs")),
+                *(_with_interval(get(part, "recall", k), get(part, "recall_interval", k)) for k in ks),
+            ]
+        )
+        for o in MISS_CLASSES:
+            summary.append(
+                [
+                    f"  {o}",
+                    "",
+                    _with_interval(get(part, "outcomes", o), get(part, "outcome_intervals", o)),
+                    *([""] * (len(ks) - 1)),
+                ]
+            )
+    out += [
+        "",
+        "mean over pairs [95% interval]",
+        table(["side", "pairs", *(f"hit@{k}" for k in ks)], summary),
+    ]
+    for k in ks:
+        test = get(result, "difference", "recall", k)
+        if isinstance(test, Mapping):
+            d = test["difference"]
+            out.append(
+                f"held-out − seen hit@{k}: {_with_interval(d['estimate'], d)} "
+                f"(paired, p = {test['p_value']:.4f})"
+            )
+    return out
+
+
+def summary(result: Mapping[str, Any]) -> str:
+    """Held-out and seen hit@1 with intervals, the paired difference, the held-out misses' classes."""
+    held, seen = result.get("held_out") or {}, result.get("seen") or {}
+    test = get(result, "difference", "recall", "1")
+    diff = ""
+    if isinstance(test, Mapping):
+        d = test["difference"]
+        diff = f" · difference {_with_interval(d['estimate'], d)} p {test['p_value']:.4f}"
+    misses = ", ".join(f"{o.replace('_', ' ')} {fixed(get(held, 'outcomes', o), 3)}" for o in MISS_CLASSES)
+    return (
+        f"held-out pairs ({held.get('pairs') or 0}, {result.get('minimal_pairs') or 0} minimal pairs): "
+        f"hit@1 {_with_interval(get(held, 'recall', '1'), get(held, 'recall_interval', '1'))}"
+        f" · seen twins {_with_interval(get(seen, 'recall', '1'), get(seen, 'recall_interval', '1'))}"
+        f"{diff} · held-out top-1: {misses}"
+    )
+
+
+def set_details(probe_set: ProbeSet) -> dict[str, Any]:
+    """Each held-out pair of the set with its field and number of minimal pairs."""
+    return {
+        "pairs": [
+            {"pair": p.pair.label, "field": p.field, "minimal_pairs": len(p.minimal_pairs)}
+            for p in probe_set.minimal_pairs()
+        ]
+    }
+
+
+KIND = ProbeKind(
+    name="counterfactual",
+    description="issue 41: minimal pairs (a seen pair's scene with one attribute or action set to the "
+    "held-out value): hit rates held-out vs seen, every miss classified by the scene graph",
+    run=run,
+    takes_pairs=True,
+    check=check,
+    gauges=Gauges,
+    table=lines,
+    summary=summary,
+    set_details=set_details,
+)
