@@ -239,6 +239,24 @@ def images_per_group(
     return max(1, math.ceil(within / budget))
 
 
+def between_sd(rates: Sequence[float], units: Sequence[int]) -> float:
+    """The spread between groups that ``images_per_group`` takes, from each group's observed hit rate
+    ``rates[g]`` over ``units[g]`` units: the rates' variance (ddof 1) less the mean binomial variance
+    a group's rate has from its own units (``r (1 − r) / (n − 1)``, unbiased; groups of one unit add
+    none), at least 0 — its square root. 0 with fewer than two groups. The demo's probe launcher has
+    a copy of it (``betweenSd`` in probes.js)."""
+    if len(rates) != len(units):
+        raise ValueError(f"rates and units must have one length, got {len(rates)} and {len(units)}")
+    kept = [(float(r), int(n)) for r, n in zip(rates, units, strict=True) if math.isfinite(r) and n >= 1]
+    if len(kept) < 2:
+        return 0.0
+    mean = sum(r for r, _ in kept) / len(kept)
+    spread = sum((r - mean) ** 2 for r, _ in kept) / (len(kept) - 1)
+    noisy = [r * (1 - r) / (n - 1) for r, n in kept if n > 1]
+    within = sum(noisy) / len(noisy) if noisy else 0.0
+    return math.sqrt(max(spread - within, 0.0))
+
+
 def _z(level: float) -> float:
     if level == LEVEL:
         return Z95
@@ -373,6 +391,7 @@ __all__ = [
     "RESAMPLES",
     "Interval",
     "PairedTest",
+    "between_sd",
     "binary_units",
     "bootstrap_interval",
     "bootstrap_sums",

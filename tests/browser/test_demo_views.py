@@ -34,7 +34,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from service.evaluation.intervals import images_per_group
+from service.evaluation.intervals import between_sd, images_per_group
 from tests.browser.conftest import Watch
 from tests.browser.test_demo_page import api_caption, api_get, assert_clean, open_demo
 from tests.integration.conftest import free_port, serving
@@ -236,7 +236,16 @@ def test_a_sample_explanation_shows_the_grounding_score_and_the_pointing_game(
     expect(grounding).to_contain_text("GroundingScore(δ)")
     deltas = grounding.locator(".delta").all_inner_texts()
     labels = {"0": "0", "1": "1", "3": "3", "5": "5", "inf": "∞"}
-    assert deltas == [f"δ={labels[k]}: {fixed(v)}" for k, v in out["grounding_score"].items()]
+    intervals = out["grounding_score_interval"]
+    assert intervals is not None and list(intervals) == list(out["grounding_score"])
+    assert deltas == [
+        f"δ={labels[k]}: {fixed(v)} [{fixed(intervals[k]['low'])}, {fixed(intervals[k]['high'])}]"
+        for k, v in out["grounding_score"].items()
+    ]  # each δ's GroundingScore with its 95% interval, as POST /v1/explain answers them
+    nouns = intervals["0"]["nouns"]
+    expect(grounding.locator(".ci-note")).to_have_text(
+        f"[95% interval over {nouns} noun{'s' * (nouns != 1)}]"
+    )
     horse = next(w for w in out["words"] if w["word"] == "horse")
     assert horse["pointing"] is not None  # the horse is an object of the scene: the pointing game is played
     played = [w for w in out["words"] if w["pointing"] is not None]
@@ -365,21 +374,22 @@ def test_the_in_domain_badge_shows_the_caption_flag(
 # ---------------------------------------------------------------------------------- probe launcher
 
 
-def run_probe_in_page(page: Any, url: str) -> dict[str, Any]:
-    """Launch a small systematicity probe from the page and wait for it; the job as the API has it."""
+def run_probe_in_page(page: Any, url: str, kind: str = "systematicity", images: int = 3) -> dict[str, Any]:
+    """Launch a small probe of ``kind`` from the page and wait for it; the job as the API has it."""
     from playwright.sync_api import expect
 
     sets = api_get(url, "/v1/probe-sets")["probe_sets"]
-    if not any(s["kind"] == "systematicity" for s in sets):
-        pytest.skip("this repository has no systematicity probe set")
-    expect(page.locator("#probe_kind option[value=systematicity]")).to_be_enabled()
-    page.select_option("#probe_kind", "systematicity")
+    if not any(s["kind"] == kind for s in sets):
+        pytest.skip(f"this repository has no {kind} probe set")
+    expect(page.locator(f"#probe_kind option[value={kind}]")).to_be_enabled()
+    page.select_option("#probe_kind", kind)
     expect(page.locator("#probe-about")).to_contain_text("pairs")
-    pairs = len(next(s for s in sets if s["kind"] == "systematicity")["pairs"])
+    pairs = len(next(s for s in sets if s["kind"] == kind)["pairs"])
     worst = images_per_group(0.05, pairs, 0.5)  # the sizing rule, before any result: rate 0.5
-    expect(page.locator("#probe-sizing")).to_contain_text(f"≈ {worst} images per pair for ± 5 points")
+    unit = "minimal pairs per pair" if kind == "counterfactual" else "images per pair"
+    expect(page.locator("#probe-sizing")).to_contain_text(f"≈ {worst} {unit} for ± 5 points")
     page.select_option("#probe_rerank", "false")
-    page.fill("#probe_images", "3")
+    page.fill("#probe_images", str(images))
     page.fill("#probe_beam_size", "2")
     page.click("#probe-run")
     expect(page.locator("#probe-live")).to_be_visible()
@@ -387,10 +397,19 @@ def run_probe_in_page(page: Any, url: str) -> dict[str, Any]:
     expect(status).to_have_text("succeeded", timeout=180_000)
     job_id = page.locator("#probe-job a").inner_text()
     job = api_get(url, f"/v1/probes/{job_id}")
-    assert job["status"] == "succeeded" and job["kind"] == "systematicity"
+    assert job["status"] == "succeeded" and job["kind"] == kind
     assert job["params"]["rerank"] is False and job["params"]["beam_size"] == 2
-    assert job["params"]["images"] == 3
+    assert job["params"]["images"] == images
     return job
+
+
+def sized_by(result: dict[str, Any], k: str) -> int | None:
+    """The sizing rule's images per pair after ``result``: its held-out rate at K (kept in [0.01,
+    0.99]) and the spread between its held-out pairs' rates (``between_sd``)."""
+    rate = min(max(result["held_out"]["recall"][k], 0.01), 0.99)
+    held = [r for r in result["pairs"] if r["held_out"] and r["images"] > 0]
+    spread = between_sd([r["recall"][k] for r in held], [r["images"] for r in held])
+    return images_per_group(0.05, result["held_out"]["pairs"], rate, spread)
 
 
 def chart_rows(page: Any, kind: str) -> list[tuple[str, str]]:
@@ -460,10 +479,15 @@ def test_the_probe_launcher_runs_a_job_and_draws_held_out_against_seen(
     expect(page.locator(f'#probe-table a[href="v1/probes/{job["id"]}"]')).to_have_count(1)
     page.select_option("#probe_k", "5")
     # the sizing rule now takes its rate from this result's held-out Recall@5 (kept in [0.01, 0.99])
-    rate = min(max(result["held_out"]["recall"]["5"], 0.01), 0.99)
-    sized = images_per_group(0.05, result["held_out"]["pairs"], rate)
-    expect(page.locator("#probe-sizing")).to_contain_text(f"≈ {sized} images per pair")
-    expect(page.locator("#probe-sizing")).to_contain_text("the last result's held-out Recall@5")
+    # and the spread between its held-out pairs' Recall@5
+    sized = sized_by(result, "5")
+    sizing = page.locator("#probe-sizing")
+    if sized is None:
+        expect(sizing).to_contain_text("more pairs are needed")
+    else:
+        expect(sizing).to_contain_text(f"≈ {sized} images per pair")
+        expect(sizing).to_contain_text("the last result's held-out Recall@5")
+    expect(page.locator("#probe-outcomes")).to_be_hidden()  # counterfactual results only
     screenshot(page, "probe", tmp_path, "#probes")
     assert_clean(watch)
 
@@ -502,6 +526,151 @@ def test_the_probe_chart_shows_every_pair_when_held_out_pairs_are_unknown(
     ) == {"bar all"}
     expect(page.locator("#probe-legend")).to_contain_text("not known")
     expect(page.locator("#probe-legend")).not_to_contain_text("seen in training")
+    assert_clean(watch)
+
+
+def test_the_pages_sizing_rule_is_the_python_one(demo_server: str, browser_page: tuple[Any, Watch]) -> None:
+    """The launcher's copies of ``images_per_group`` and ``between_sd`` (probes.js ``imagesPerPair``,
+    ``betweenSd``) give the Python functions' answers on a grid of inputs, None included."""
+    page, watch = browser_page
+    open_demo(page, demo_server)
+    rng = np.random.default_rng(11)
+    cases = [
+        (half, groups, rate, sd)
+        for half in (0.02, 0.05, 0.1)
+        for groups in (1, 6, 24)
+        for rate in (0.0, 0.01, 0.2, 0.5, 0.99)
+        for sd in (0.0, 0.03, 0.1, 0.3)
+    ]
+    spreads = []
+    for size in (0, 1, 2, 6, 24):
+        images = [int(n) for n in rng.integers(1, 12, size)]
+        rates = [float(rng.integers(0, n + 1) / n) for n in images]
+        spreads.append((rates, images))
+    spreads.append(([0.0, 1.0, 0.5], [1, 1, 4]))
+    got = page.evaluate(
+        """async ([cases, spreads]) => {
+          const m = await import("./demo-static/probes.js");
+          return [cases.map(c => m.imagesPerPair(...c)), spreads.map(([r, n]) => m.betweenSd(r, n))];
+        }""",
+        [cases, spreads],
+    )
+    assert got[0] == [images_per_group(*c) for c in cases]
+    assert got[1] == [pytest.approx(between_sd(r, n), abs=1e-12) for r, n in spreads]
+    assert None in got[0] and any(v > 0 for v in got[1])
+    assert_clean(watch)
+
+
+@pytest.fixture(scope="module")
+def counterfactual_server(tiny_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A ready ``compcap serve`` on a copy of ``tiny_repo`` with its counterfactual probe set
+    (``compcap probesets --kind counterfactual``; the build does not write it)."""
+    from export.probesets.repo import add_probe_sets
+
+    work = tmp_path_factory.mktemp("counterfactual")
+    repo = work / "model_repo"
+    shutil.copytree(tiny_repo, repo, symlinks=True)
+    add_probe_sets(repo, kinds=["counterfactual"])
+    port = free_port()
+    env = {**os.environ, "COMPCAP_INTRA_OP_THREADS": "1", "COMPCAP_STATE_URL": ""}
+    cmd = [sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--repo", str(repo)]
+    with serving(cmd, env, port, work / "serve.log") as url:
+        yield url
+
+
+def test_the_counterfactual_probe_draws_pairs_and_outcome_shares(
+    counterfactual_server: str, browser_page: tuple[Any, Watch], tmp_path: Path
+) -> None:
+    """A counterfactual job from the launcher: the generic chart draws each pair's hit rate on its
+    held-out side and on its seen side (with the means and their error bars), and a table gives the
+    top-1 outcome shares of each side with their intervals, a stacked bar each, and held-out − seen
+    with its interval and p-value — as the job's result has them; the sizing hint then reads this
+    result's held-out hit rate and spread between pairs."""
+    from playwright.sync_api import expect
+
+    from service.probes.counterfactual import OUTCOMES
+
+    page, watch = browser_page
+    open_demo(page, counterfactual_server)
+    job = run_probe_in_page(page, counterfactual_server, kind="counterfactual", images=2)
+    result = job["result"]
+    assert result["outcome_classes"] == list(OUTCOMES)
+    expect(page.locator("#probe_k")).to_have_value("5")
+    for k in ("5", "1"):
+        page.select_option("#probe_k", k)
+        held = [r for r in result["pairs"] if r["held_out"]]
+        seen = [r for r in result["pairs"] if not r["held_out"]]
+        assert len(held) == len(seen) == result["held_out"]["pairs"] > 0
+        assert chart_rows(page, "mean") == [
+            (f"held out · mean of {len(held)}", fixed(result["held_out"]["recall"][k])),
+            (f"seen · mean of {len(seen)}", fixed(result["seen"]["recall"][k])),
+        ]
+        assert chart_rows(page, "pair") == [(r["pair"], fixed(r["recall"][k])) for r in held + seen]
+        classes = page.locator("#probe-chart g.row.pair rect.bar").evaluate_all(
+            "bs => bs.map(b => b.getAttribute('class'))"
+        )
+        assert classes == ["bar held"] * len(held) + ["bar seen"] * len(seen)
+        drawn = page.locator("#probe-chart g.row g.ci").evaluate_all(
+            "cs => cs.map(c => [Number(c.dataset.low), Number(c.dataset.high)])"
+        )
+        owners = [result["held_out"], result["seen"], *held, *seen]
+        ivs = [o["recall_interval"][k] for o in owners if o["recall_interval"][k] is not None]
+        assert drawn == [[iv["low"], iv["high"]] for iv in ivs] and drawn
+
+    box = page.locator("#probe-outcomes")
+    expect(box).to_be_visible()
+    heads = box.locator("thead th.outcome").all_inner_texts()
+    assert heads == [o.replace("_", " ") for o in OUTCOMES]
+    for side in ("held_out", "seen"):
+        part = result[side]
+        row = box.locator(f"tr[data-side={side}]")
+        expect(row.locator("th")).to_have_text(f"{side.replace('_', ' ')} · {part['pairs']} pairs")
+        cells = row.locator("td.num").evaluate_all(
+            "cs => cs.map(c => [c.querySelector('.share').textContent, c.dataset.low, c.dataset.high])"
+        )
+        want = []
+        for o in OUTCOMES:
+            iv = part["outcome_intervals"][o]
+            want.append([fixed(part["outcomes"][o]), str(iv["low"]), str(iv["high"])])
+        assert [[a, float(b), float(c)] for a, b, c in cells] == [[a, float(b), float(c)] for a, b, c in want]
+        texts = row.locator("td.num .ci-text").all_inner_texts()
+        assert texts == [
+            f"[{fixed(part['outcome_intervals'][o]['low'])}, {fixed(part['outcome_intervals'][o]['high'])}]"
+            for o in OUTCOMES
+        ]
+        # the stacked bar: one part per outcome, as wide as its share (the shares add up to the bar)
+        widths = row.locator(".stack-part").evaluate_all(
+            "ps => ps.map(p => [p.dataset.outcome, p.getBoundingClientRect().width])"
+        )
+        full = row.locator(".stack").evaluate("s => s.getBoundingClientRect().width")
+        assert [o for o, _ in widths] == list(OUTCOMES)
+        for (o, width), share in zip(widths, (part["outcomes"][o] for o in OUTCOMES), strict=True):
+            assert width == pytest.approx(share * full, abs=1.0), o
+    diff = box.locator("tr[data-side=difference]")
+    cells = diff.locator("td.num").all()
+    assert len(cells) == len(OUTCOMES)
+    for cell, o in zip(cells, OUTCOMES, strict=True):
+        test = result["difference"]["outcomes"][o]
+        d = test["difference"]
+        estimate = fixed(d["estimate"])
+        expect(cell.locator(".share")).to_have_text(f"+{estimate}" if d["estimate"] > 0 else estimate)
+        expect(cell.locator(".ci-text")).to_have_text(f"[{fixed(d['low'])}, {fixed(d['high'])}]")
+        expect(cell.locator(".p-value")).to_have_text(f"p = {fixed(test['p_value'])}")
+        assert float(cell.get_attribute("data-p") or "nan") == test["p_value"]
+    recall = result["difference"]["recall"]["1"]
+    expect(box.locator(".recall-test")).to_contain_text(f"p = {fixed(recall['p_value'])}")
+    expect(box.locator("caption")).to_contain_text(f"{result['minimal_pairs']} minimal pairs")
+
+    # the sizing hint reads this result's held-out hit rate at K and its spread between pairs
+    page.select_option("#probe_k", "5")
+    sized = sized_by(result, "5")
+    sizing = page.locator("#probe-sizing")
+    if sized is None:
+        expect(sizing).to_contain_text("more pairs are needed")
+    else:
+        expect(sizing).to_contain_text(f"≈ {sized} minimal pairs per pair")
+        expect(sizing).to_contain_text("the last result's held-out hit@5")
+    screenshot(page, "counterfactual", tmp_path, "#probe-live")
     assert_clean(watch)
 
 

@@ -594,10 +594,24 @@ function showExplanation(out, roundTripMs) {
     ` render ${ms(t.render)}) · round trip ${ms(roundTripMs)}`;
   const grounding = $("grounding");
   if (out.grounding_score) {
+    // each δ's score with its 95% bootstrap interval over the caption's nouns (grounding_score_interval)
+    const intervals = out.grounding_score_interval || {};
     grounding.replaceChildren(el("strong", "GroundingScore(δ)"));
+    let nouns = null;
     for (const delta of GROUNDING_DELTAS) {
       const label = delta === "inf" ? "∞" : delta;
-      grounding.append(el("span", `δ=${label}: ${num(out.grounding_score[delta], 3)}`, "delta"));
+      const iv = intervals[delta];
+      const bounds = iv ? ` [${num(iv.low, 3)}, ${num(iv.high, 3)}]` : "";
+      const item = el("span", `δ=${label}: ${num(out.grounding_score[delta], 3)}${bounds}`, "delta");
+      if (iv) {
+        item.title = `95% bootstrap interval over the caption's ${iv.nouns} noun${iv.nouns === 1 ? "" : "s"}`;
+        nouns = iv.nouns;
+      }
+      grounding.append(item);
+    }
+    if (nouns !== null) {
+      const note = `[95% interval over ${nouns} noun${nouns === 1 ? "" : "s"}]`;
+      grounding.append(el("span", note, "muted ci-note"));
     }
   } else if (out.scene_graph) {
     grounding.replaceChildren(el("span", "No noun in the caption: no GroundingScore.", "muted"));

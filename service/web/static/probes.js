@@ -22,9 +22,10 @@ const run = {
   job: null, // the id of the job the launcher follows
   poll: null,
   result: null, // the systematicity result the chart shows
-  sized: null, // the last finished systematicity result: the sizing rule's rate
+  sized: {}, // kind -> its last finished result: the sizing rule's rate and spread between pairs
   listTimer: null,
 };
+const SIZED_KINDS = new Set(["systematicity", "counterfactual"]); // results with per-pair hit rates
 
 // ---------------------------------------------------------------- recent jobs
 
@@ -103,35 +104,82 @@ function probeSetOf(kind) {
   return kind ? run.sets.find((s) => s.kind === kind.probe_sets) || null : null;
 }
 
-// The sizing rule (service.evaluation.intervals.images_per_group with no spread between pairs): the
-// images per pair that make the 95% interval of a mean over `pairs` pairs about ± `half`, when the
-// rate is near `rate`: z² r (1 − r) / (G h²), rounded up.
-export function imagesPerPair(half, pairs, rate) {
+// The sizing rule, a copy of service.evaluation.intervals.images_per_group: the images per pair that
+// make the 95% interval of a mean over `pairs` pairs about ± `half`, when the rate is near `rate` and
+// the pairs' own rates spread with standard deviation `betweenSd`. From the variance of a mean of pair
+// means, sd² / G + r (1 − r) / (G n): n = ⌈(r (1 − r) / G) / ((h / z)² − sd² / G)⌉; null when the
+// spread alone is wider than ± `half` (more pairs are needed, not more images).
+export function imagesPerPair(half, pairs, rate, betweenSd = 0) {
   const z = 1.959963984540054;
+  const budget = (half / z) ** 2 - betweenSd ** 2 / pairs;
   const within = (rate * (1 - rate)) / pairs;
-  return within === 0 ? 1 : Math.max(1, Math.ceil((within * z * z) / (half * half)));
+  if (within === 0) return 1;
+  if (budget <= 0) return null;
+  return Math.max(1, Math.ceil(within / budget));
+}
+
+// The spread between pairs from per-pair hit rates, a copy of service.evaluation.intervals.between_sd:
+// the rates' variance (n − 1) less the mean binomial variance one pair's rate has from its own images
+// (r (1 − r) / (n − 1), an unbiased estimate), at least 0 — its square root. 0 with fewer than 2 pairs.
+export function betweenSd(rates, images) {
+  const kept = rates.map((r, i) => [r, images[i]]).filter(([r, n]) => Number.isFinite(r) && n >= 1);
+  if (kept.length < 2) return 0;
+  const mean = kept.reduce((sum, [r]) => sum + r, 0) / kept.length;
+  const spread = kept.reduce((sum, [r]) => sum + (r - mean) ** 2, 0) / (kept.length - 1);
+  const noisy = kept.filter(([, n]) => n > 1);
+  const within = noisy.length
+    ? noisy.reduce((sum, [r, n]) => sum + (r * (1 - r)) / (n - 1), 0) / noisy.length
+    : 0;
+  return Math.sqrt(Math.max(spread - within, 0));
+}
+
+// the sizing rule's inputs from the last finished result of the kind: its held-out mean rate at K and
+// the spread between its held-out pairs' rates (null: no such result)
+function sizingBasis(kind, k) {
+  const last = run.sized[kind];
+  if (!last || !last.held_out || typeof last.held_out.recall?.[k] !== "number") return null;
+  const rows = (last.pairs || []).filter((r) => r.held_out && r.images > 0 && r.recall);
+  const rates = rows.map((r) => r.recall[k]);
+  const images = rows.map((r) => r.images);
+  return {
+    pairs: last.held_out.pairs || rows.length,
+    rate: last.held_out.recall[k],
+    sd: betweenSd(rates, images),
+    perPair: rows.length >= 2,
+  };
 }
 
 function showSizing() {
   const kind = probeKind();
   const set = probeSetOf(kind);
   const node = $("probe-sizing");
-  if (!kind || kind.name !== "systematicity" || !set || !Array.isArray(set.pairs) || !set.pairs.length) {
+  const sized = kind && SIZED_KINDS.has(kind.name);
+  if (!sized || !set || !Array.isArray(set.pairs) || !set.pairs.length) {
     node.textContent = "";
+    delete node.dataset.images;
+    delete node.dataset.betweenSd;
     return;
   }
-  const last = run.sized && run.sized.held_out ? run.sized.held_out : null;
   const k = $("probe_k").value || "5";
-  const seen = last && last.recall ? last.recall[k] : null;
-  const pairs = last && last.pairs ? last.pairs : set.pairs.length;
-  const known = typeof seen === "number";
-  const rate = known ? Math.min(Math.max(seen, 0.01), 0.99) : 0.5;
-  const n = imagesPerPair(0.05, pairs, rate);
-  const basis = known ? `the last result's held-out Recall@${k}` : "worst case";
+  const basis = sizingBasis(kind.name, k);
+  const pairs = basis ? basis.pairs : set.pairs.length;
+  const rate = basis ? Math.min(Math.max(basis.rate, 0.01), 0.99) : 0.5;
+  const sd = basis ? basis.sd : 0;
+  const n = imagesPerPair(0.05, pairs, rate, sd);
+  const label = kind.name === "counterfactual" ? "hit@" : "Recall@";
+  const why = basis
+    ? `the last result's held-out ${label}${k}` +
+      (basis.perPair ? `, spread between pairs ${num(sd, 3)}` : "")
+    : "worst case";
+  const unit = kind.name === "counterfactual" ? "minimal pairs per pair" : "images per pair";
   node.textContent =
-    `≈ ${n} images per pair for ± 5 points on the mean of ${pairs} ${last ? "held-out " : ""}pairs ` +
-    `(rate ${num(rate, 2)}, ${basis})`;
-  node.dataset.images = String(n);
+    n === null
+      ? `the spread between pairs (${num(sd, 3)}) alone is wider than ± 5 points on the mean of ` +
+        `${pairs} held-out pairs: more pairs are needed, not more images`
+      : `≈ ${n} ${unit} for ± 5 points on the mean of ${pairs} ${basis ? "held-out " : ""}pairs ` +
+        `(rate ${num(rate, 2)}, ${why})`;
+  node.dataset.images = n === null ? "" : String(n);
+  node.dataset.betweenSd = String(sd);
 }
 
 function describeProbeKind() {
@@ -223,6 +271,8 @@ async function runProbe(event) {
   probeRunning(true);
   $("probe-chart").replaceChildren();
   $("probe-chart-head").hidden = true;
+  $("probe-outcomes").replaceChildren();
+  $("probe-outcomes").hidden = true;
   showProbeJob(job);
   $("probe-live").hidden = false;
   loadProbes();
@@ -287,7 +337,7 @@ function showProbeJob(job) {
     drawRecall();
   }
   if (job.result && job.result.held_out) {
-    run.sized = job.result; // the sizing rule's rate comes from the last finished result
+    run.sized[job.kind] = job.result; // the sizing rule's rate comes from the last finished result
     showSizing();
   }
 }
@@ -341,7 +391,8 @@ function drawRecall() {
   if (!result) return;
   fillKs(result.ks || [1, 2, 3, 4, 5]);
   const k = $("probe_k").value;
-  const known = result.held_out_known !== false;
+  // a counterfactual result's sides are the set's (held-out value against seen), known either way
+  const known = result.held_out_known !== false || Boolean(result.outcome_classes && result.seen);
   legend(known);
   const value = (part) => (part && part.recall ? part.recall[k] : null);
   const interval = (owner) => (owner && owner.recall_interval ? owner.recall_interval[k] || null : null);
@@ -426,6 +477,128 @@ function drawRecall() {
     `Recall@${k} per concept pair` + (known ? ", held out against seen" : ", every pair"),
   );
   $("probe-chart-head").hidden = false;
+  drawOutcomes(k);
+}
+
+// ---------------------------------------------------------------- counterfactual outcomes
+
+const OUTCOME_NAMES = {
+  hit: "hit",
+  modifier_elsewhere: "modifier elsewhere",
+  noun_missing: "noun missing",
+  wrong_value: "wrong value",
+  modifier_omitted: "modifier omitted",
+};
+
+function signed(value, digits) {
+  return typeof value === "number" && value > 0 ? `+${num(value, digits)}` : num(value, digits);
+}
+
+function share(value, iv) {
+  const cell = el("td", null, "num");
+  cell.append(el("span", num(value, 3), "share"));
+  if (iv && typeof iv.low === "number") {
+    cell.append(" ", el("span", `[${num(iv.low, 3)}, ${num(iv.high, 3)}]`, "ci-text"));
+    cell.dataset.low = String(iv.low);
+    cell.dataset.high = String(iv.high);
+  }
+  return cell;
+}
+
+// The top-1 outcome shares of a counterfactual result (hit and the four miss classes), held out
+// against seen, each with its 95% interval and a stacked bar, and held-out − seen with its interval
+// and permutation p-value (the result's `difference.outcomes`); hidden for other kinds
+function drawOutcomes(k) {
+  const box = $("probe-outcomes");
+  const result = run.result;
+  const classes = result && Array.isArray(result.outcome_classes) ? result.outcome_classes : null;
+  if (!classes || !result.held_out || !result.seen) {
+    box.replaceChildren();
+    box.hidden = true;
+    return;
+  }
+  const table = el("table", null, "outcomes-table");
+  const head = el("tr");
+  head.append(el("th", "top-1 caption"), el("th", "shares"));
+  for (const c of classes) {
+    const th = el("th", OUTCOME_NAMES[c] || c, `outcome ${c}`);
+    th.scope = "col";
+    head.append(th);
+  }
+  table.append(el("thead"));
+  table.tHead.append(head);
+  const body = el("tbody");
+  for (const [side, label] of [
+    ["held_out", "held out"],
+    ["seen", "seen"],
+  ]) {
+    const part = result[side];
+    const row = el("tr", null, `side ${side}`);
+    row.dataset.side = side;
+    const name = el("th", `${label} · ${part.pairs} pairs`);
+    name.scope = "row";
+    const stack = el("span", null, "stack");
+    stack.setAttribute("role", "img");
+    const parts = [];
+    for (const c of classes) {
+      const value = part.outcomes ? part.outcomes[c] : null;
+      const piece = el("span", null, `stack-part ${c}`);
+      piece.style.width = `${Math.max(0, (value || 0) * 100)}%`;
+      piece.dataset.outcome = c;
+      piece.title = `${OUTCOME_NAMES[c] || c}: ${num(value, 3)}`;
+      stack.append(piece);
+      parts.push(`${OUTCOME_NAMES[c] || c} ${num(value, 3)}`);
+    }
+    stack.setAttribute("aria-label", `${label}: ${parts.join(", ")}`);
+    const stackCell = el("td", null, "stack-cell");
+    stackCell.append(stack);
+    row.append(name, stackCell);
+    for (const c of classes) {
+      const iv = part.outcome_intervals ? part.outcome_intervals[c] : null;
+      row.append(share(part.outcomes ? part.outcomes[c] : null, iv));
+    }
+    body.append(row);
+  }
+  const tests = result.difference && result.difference.outcomes ? result.difference.outcomes : {};
+  const diff = el("tr", null, "side difference");
+  diff.dataset.side = "difference";
+  const diffName = el("th", "held out − seen");
+  diffName.scope = "row";
+  diff.append(diffName, el("td", "paired over the minimal pairs", "muted small"));
+  for (const c of classes) {
+    const test = tests[c];
+    const held = result.held_out.outcomes ? result.held_out.outcomes[c] : null;
+    const seen = result.seen.outcomes ? result.seen.outcomes[c] : null;
+    const both = typeof held === "number" && typeof seen === "number";
+    const estimate = test ? test.difference.estimate : both ? held - seen : null;
+    const cell = share(null, test ? test.difference : null);
+    cell.querySelector(".share").textContent = signed(estimate, 3);
+    if (test) {
+      cell.append(el("span", `p = ${num(test.p_value, 3)}`, "p-value"));
+      cell.dataset.p = String(test.p_value);
+    }
+    diff.append(cell);
+  }
+  body.append(diff);
+  table.append(body);
+  const recallTest = result.difference && result.difference.recall ? result.difference.recall[k] : null;
+  const caption = el("caption", null, "small");
+  caption.append(
+    "Counterfactual minimal pairs: what each side's top-1 caption did, as shares of " +
+      `${result.minimal_pairs} minimal pairs (mean over pairs, 95% interval).`,
+  );
+  if (recallTest) {
+    const d = recallTest.difference;
+    const text =
+      ` Hit@${k} held out − seen ${signed(d.estimate, 3)} [${num(d.low, 3)}, ${num(d.high, 3)}],` +
+      ` p = ${num(recallTest.p_value, 3)}.`;
+    caption.append(el("span", text, "recall-test"));
+  }
+  table.prepend(caption);
+  const wrap = el("div", null, "table-wrap");
+  wrap.append(table);
+  box.replaceChildren(wrap);
+  box.hidden = false;
 }
 
 export function initProbes() {

@@ -9,6 +9,7 @@ import pytest
 
 from service.evaluation.intervals import (
     Z95,
+    between_sd,
     binary_units,
     bootstrap_interval,
     bootstrap_sums,
@@ -74,6 +75,27 @@ def test_the_sizing_rule_inverts_the_variance_of_a_mean_of_means() -> None:
     assert images_per_group(0.01, groups=6, rate=0.2, between_sd=0.2) is None  # the spread alone is wider
     with pytest.raises(ValueError, match="half_width"):
         images_per_group(0, groups=6)
+
+
+def test_the_spread_between_groups_leaves_out_the_binomial_noise() -> None:
+    """Pairs with one true rate: the observed rates differ only by their images' noise, and the
+    estimate of the spread between pairs is near 0; pairs whose true rates spread with sd 0.2 give about
+    0.2 — across many seeds, the squared estimate is unbiased for the true variance."""
+    rng = np.random.default_rng(5)
+    images = 40
+    estimates = {0.0: [], 0.2: []}
+    for _ in range(300):
+        for sd in estimates:
+            true = np.clip(0.4 + sd * rng.standard_normal(24), 0, 1)
+            observed = [float(np.mean(g)) for g in hits(rng, list(true), images)]
+            estimates[sd].append(between_sd(observed, [images] * 24) ** 2)
+    assert np.mean(estimates[0.0]) < 0.002
+    true_var = float(np.var(np.clip(0.4 + 0.2 * rng.standard_normal(200_000), 0, 1)))
+    assert np.mean(estimates[0.2]) == pytest.approx(true_var, rel=0.15)
+    assert between_sd([0.5], [10]) == 0.0 and between_sd([], []) == 0.0
+    assert between_sd([0.0, 1.0], [1, 1]) == pytest.approx(np.sqrt(0.5))  # one image each: no noise to remove
+    with pytest.raises(ValueError, match="one length"):
+        between_sd([0.1, 0.2], [3])
 
 
 def test_a_statistic_of_sums_is_bootstrapped_over_units() -> None:
