@@ -32,6 +32,7 @@ from compcap_client.calls import (
     compare_request,
     explain_request,
     probe_body,
+    probe_compare_path,
     probe_path,
 )
 from compcap_client.errors import CompCapError, CompCapTransportError, RetryPolicy, exchange
@@ -41,6 +42,7 @@ from compcap_client.results import (
     Comparison,
     Explanation,
     ModelsInfo,
+    ProbeComparison,
     ProbeJob,
     ReadyStatus,
 )
@@ -345,6 +347,14 @@ class _Api:
     def cancel_probe(self, job_id: str) -> Flow[ProbeJob]:
         """``DELETE /v1/probes/{id}``: the job, cancelled (or its final status if it had finished)."""
         return (yield from self._parsed(Request("DELETE", probe_path(job_id)), ProbeJob.from_json))
+
+    @operation
+    def compare_probes(self, a: str, b: str) -> Flow[ProbeComparison]:
+        """``GET /v1/probes/{a}/compare/{b}``: paired tests of two succeeded jobs of one kind and probe
+        set on the images both scored — per headline figure the difference ``a`` − ``b`` with its 95%
+        interval and the permutation p-value (a 409 ``CompCapError`` when they are not comparable)."""
+        request = Request("GET", probe_compare_path(a, b))
+        return (yield from self._parsed(request, ProbeComparison.from_json))
 
     @operation
     def wait_probe(

@@ -191,6 +191,11 @@ def probe_path(job_id: str) -> str:
     return f"/v1/probes/{quote(str(job_id), safe='')}"
 
 
+def probe_compare_path(a: str, b: str) -> str:
+    """``GET /v1/probes/{a}/compare/{b}``'s path, each id quoted."""
+    return f"{probe_path(a)}/compare/{quote(str(b), safe='')}"
+
+
 __all__ = [
     "Flow",
     "Outcome",
@@ -202,5 +207,6 @@ __all__ = [
     "configuration_list",
     "explain_request",
     "probe_body",
+    "probe_compare_path",
     "probe_path",
 ]

@@ -215,6 +215,112 @@ class ReadyStatus:
 
 
 @dataclass(frozen=True)
+class Interval:
+    """A figure with its 95% interval: ``estimate``, the percentile bootstrap bounds ``low``/``high``,
+    the bootstrap standard error ``se``, the ``groups`` (pairs) and ``units`` (images) resampled."""
+
+    estimate: float
+    low: float
+    high: float
+    se: float | None = None
+    groups: int | None = None
+    units: int | None = None
+    level: float = 0.95
+    resamples: int | None = None
+
+    @property
+    def half_width(self) -> float:
+        return (self.high - self.low) / 2
+
+    def __contains__(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Interval:
+        def opt(key: str, kind: Any) -> Any:
+            return None if d.get(key) is None else kind(d[key])
+
+        return cls(
+            estimate=float(d["estimate"]),
+            low=float(d["low"]),
+            high=float(d["high"]),
+            se=opt("se", float),
+            groups=opt("groups", int),
+            units=opt("units", int),
+            level=float(d.get("level", 0.95)),
+            resamples=opt("resamples", int),
+        )
+
+
+def _interval_at(result: Mapping[str, Any] | None, path: tuple[str | int, ...]) -> Interval | None:
+    """The ``Interval`` of the figure at ``path`` of a probe result (its ``X_interval`` sibling)."""
+    if not path:
+        raise ValueError("path must name a figure, e.g. ('held_out', 'recall', '5')")
+
+    def walk(node: Any, keys: tuple[str | int, ...]) -> Any:
+        for key in keys:
+            if isinstance(node, Mapping):
+                node = node.get(key if isinstance(key, str) else str(key))
+            elif isinstance(node, list) and isinstance(key, int) and -len(node) <= key < len(node):
+                node = node[key]
+            else:
+                return None
+        return node
+
+    for i in range(len(path) - 1, -1, -1):  # the deepest figure first: X_interval beside X
+        owner, key = walk(result, path[:i]), path[i]
+        if not isinstance(owner, Mapping) or not isinstance(key, str):
+            continue
+        # ``outcomes`` has ``outcome_intervals`` (counterfactual), every other X its ``X_interval``
+        sibling = next((n for n in (f"{key}_interval", f"{key[:-1]}_intervals") if n in owner), None)
+        if sibling is not None:
+            found = walk(owner[sibling], path[i + 1 :])
+            if isinstance(found, Mapping) and "low" in found and "high" in found:
+                estimate = walk(owner.get(key), path[i + 1 :])
+                if "estimate" not in found and isinstance(estimate, (int, float)):
+                    found = {**found, "estimate": estimate}
+                return Interval.from_json(found) if "estimate" in found else None
+            return None
+    return None
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """One figure of two probe jobs on the same images: ``difference`` (first − second) with its
+    interval, and the two-sided sign-flip permutation ``p_value``."""
+
+    difference: Interval
+    p_value: float
+    permutations: int
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> PairedTest:
+        return cls(Interval.from_json(d["difference"]), float(d["p_value"]), int(d["permutations"]))
+
+
+@dataclass(frozen=True)
+class ProbeComparison:
+    """``GET /v1/probes/{a}/compare/{b}``: paired tests of two succeeded jobs of one kind and probe set
+    on the images both scored; ``figures`` maps a figure (``"held_out.recall_at_5"``, ...) to its
+    test (``None``: no shared unit)."""
+
+    a: str
+    b: str
+    kind: str
+    probe_set: str | None
+    figures: dict[str, PairedTest | None]
+    intervals: dict[str, Any] = field(default_factory=dict)  # how the intervals were drawn
+
+    def __getitem__(self, figure: str) -> PairedTest | None:
+        return self.figures[figure]
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ProbeComparison:
+        figures = {str(k): None if v is None else PairedTest.from_json(v) for k, v in d["figures"].items()}
+        return _known(cls, d, figures=figures, intervals=dict(d.get("intervals") or {}))
+
+
+@dataclass(frozen=True)
 class ProbeJob:
     """A live probe job (``GET /v1/probes/{id}``). ``partial`` and ``result`` are the kind's result
     dicts (``None`` in listings, and until there is one)."""
@@ -234,6 +340,10 @@ class ProbeJob:
     created_at: float | None = None
     started_at: float | None = None
     finished_at: float | None = None
+    accepted_at: float | None = None  # when the result was accepted as the alerts' baseline
+    replica: str = ""  # the gateway replica that runs (ran) the job
+    scheduled: bool = False  # started by the probe schedule
+    cancel_requested: bool = False  # a cancel was asked for and the job's replica has not ended it yet
 
     @property
     def finished(self) -> bool:
@@ -243,6 +353,14 @@ class ProbeJob:
     @property
     def succeeded(self) -> bool:
         return self.status == "succeeded"
+
+    def interval(self, *path: str | int) -> Interval | None:
+        """The 95% interval of the result's figure at ``path`` (keys and list indices), which the
+        gateway answers as the figure's sibling ``<name>_interval`` of the same shape:
+        ``job.interval("held_out", "recall", "5")`` reads ``result["held_out"]["recall_interval"]["5"]``.
+        ``None`` where the result has no interval there (no result yet, a running job's partial
+        figures, a figure without units)."""
+        return _interval_at(self.result, path)
 
     def to_json(self) -> dict[str, Any]:
         """The job in the gateway's JSON shape."""
@@ -273,6 +391,10 @@ class ProbeJob:
             created_at=opt_float("created_at"),
             started_at=opt_float("started_at"),
             finished_at=opt_float("finished_at"),
+            accepted_at=opt_float("accepted_at"),
+            replica=str(d.get("replica") or ""),
+            scheduled=bool(d.get("scheduled", False)),
+            cancel_requested=bool(d.get("cancel_requested", False)),
         )
 
 
@@ -333,6 +455,15 @@ class GuidedBackpropInfo:
 
 
 @dataclass(frozen=True)
+class GroundingInterval:
+    """GroundingScore's 95% bootstrap interval at one δ, over the caption's ``nouns``."""
+
+    low: float
+    high: float
+    nouns: int
+
+
+@dataclass(frozen=True)
 class Explanation:
     """``POST /v1/explain``: the caption explained (``source``: ``engine``, its best caption, or
     ``client``, the caption given) and one map per word over the image regions; with a probe image
@@ -355,8 +486,8 @@ class Explanation:
     integrated_gradients: IntegratedGradientsInfo | None = None
     guided_backprop: GuidedBackpropInfo | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
-    # by δ: {"low", "high", "nouns"}, GroundingScore's 95% interval over the caption's nouns
-    grounding_score_interval: dict[str, dict[str, float]] | None = None
+    # by δ: GroundingScore's 95% interval over the caption's nouns (None: no scene graph or noun)
+    grounding_score_interval: dict[str, GroundingInterval] | None = None
 
     @property
     def texts(self) -> list[str]:
@@ -371,6 +502,12 @@ class Explanation:
             d,
             words=[ExplainedWord.from_json(w) for w in d["words"]],
             grounding_score=d.get("grounding_score"),
+            grounding_score_interval=None
+            if d.get("grounding_score_interval") is None
+            else {
+                str(delta): GroundingInterval(float(iv["low"]), float(iv["high"]), int(iv["nouns"]))
+                for delta, iv in d["grounding_score_interval"].items()
+            },
             integrated_gradients=None if ig is None else _known(IntegratedGradientsInfo, ig),
             guided_backprop=None if gb is None else _known(GuidedBackpropInfo, gb),
         )
@@ -457,11 +594,15 @@ __all__ = [
     "Comparison",
     "ExplainedWord",
     "Explanation",
+    "GroundingInterval",
     "GuidedBackpropInfo",
     "ImageCaptions",
     "IntegratedGradientsInfo",
+    "Interval",
     "ModelsInfo",
     "PairSimilarity",
+    "PairedTest",
+    "ProbeComparison",
     "ProbeJob",
     "RankerInfo",
     "ReadyStatus",

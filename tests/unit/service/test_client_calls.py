@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import typing
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,10 @@ from compcap_client import (
     CaptionResult,
     CompCapClient,
     CompCapError,
+    Explanation,
     ImageFileNotFoundError,
     ProbeImage,
+    ProbeJob,
 )
 from compcap_client.images import image_file, image_files
 from tests.integration.conftest import ROOT, free_port, serving
@@ -205,6 +208,7 @@ def test_both_clients_send_the_same_requests() -> None:
         ("compare", ([image], {"A": "butd", "B": {"model": "butr", "rerank": "vsepp"}}), {}),
         ("start_probe", ("systematicity",), {"pairs": ("black cat",), "images": 2}),
         ("cancel_probe", ("job/1",), {}),
+        ("compare_probes", ("job/1", "p 2"), {}),
     ]  # fmt: skip
     sync_seen, sync_handler = recording()
     async_seen, async_handler = recording()
@@ -246,6 +250,7 @@ def test_both_clients_send_the_same_requests() -> None:
     ]
     assert json.loads(sync_seen[7].content) == {"kind": "systematicity", "pairs": ["black cat"], "images": 2}
     assert sync_seen[8].method == "DELETE" and sync_seen[8].url.raw_path == b"/v1/probes/job%2F1"
+    assert sync_seen[9].method == "GET" and sync_seen[9].url.raw_path == b"/v1/probes/job%2F1/compare/p%202"
 
 
 def test_one_retry_loop_serves_both_clients() -> None:
@@ -272,7 +277,7 @@ def test_one_retry_loop_serves_both_clients() -> None:
 
 def test_methods_are_written_once_with_real_signatures() -> None:
     sync, aio = CompCapClient(), AsyncCompCapClient()
-    for name in ("caption", "explain", "compare", "models", "wait_probe", "start_probe"):
+    for name in ("caption", "explain", "compare", "models", "wait_probe", "start_probe", "compare_probes"):
         sync_method, async_method = getattr(sync, name), getattr(aio, name)
         assert inspect.signature(sync_method) == inspect.signature(async_method), name
         assert "self" not in inspect.signature(sync_method).parameters
@@ -319,6 +324,7 @@ def test_result_types_mirror_the_server_schemas() -> None:
     from service.api import schemas as api
     from service.compare import schemas as compare
     from service.explain import schemas as explain
+    from service.probes import router as probes
 
     pairs: list[tuple[Any, Any]] = [
         (results.Caption, api.CaptionOut),
@@ -335,10 +341,77 @@ def test_result_types_mirror_the_server_schemas() -> None:
         (results.ResolvedConfiguration, compare.ResolvedConfiguration),
         (results.ComparedImage, compare.ComparedImage),
         (results.PairSimilarity, compare.PairSimilarity),
+        (results.GroundingInterval, explain.GroundingInterval),
+        (results.Interval, probes.Interval),
+        (results.PairedTest, probes.PairedTest),
+        (results.ProbeComparison, probes.ProbeComparison),
+        (results.ProbeJob, probes.ProbeJobResponse),
     ]
+    flattened = {results.ProbeJob: {"progress"}}  # ProbeJob holds progress as done and total
     for mine, theirs in pairs:
-        missing = set(theirs.model_fields) - {f.name for f in dataclasses.fields(mine)}
+        have = {f.name for f in dataclasses.fields(mine)}
+        missing = set(theirs.model_fields) - have - flattened.get(mine, set())
         assert not missing, f"{mine.__name__} lacks {sorted(missing)} of {theirs.__name__}"
+    assert set(probes.ProbeProgress.model_fields) <= {f.name for f in dataclasses.fields(results.ProbeJob)}
+    # the typed intervals: what the explain answer's model says, the client reads as a GroundingInterval
+    grounding = explain.ExplainResponse.model_fields["grounding_score_interval"].annotation
+    assert "GroundingInterval" in str(grounding)
+    hints = typing.get_type_hints(results.Explanation, vars(results))
+    assert hints["grounding_score_interval"] == (dict[str, results.GroundingInterval] | None)
+
+
+def test_probe_results_read_their_intervals_and_comparisons() -> None:
+    """``ProbeJob.interval`` finds a figure's ``X_interval`` sibling at any depth (mappings and lists);
+    a comparison's figures are typed paired tests; an explanation's intervals are ``GroundingInterval`` s."""
+    from compcap_client import GroundingInterval, Interval, PairedTest, ProbeComparison
+
+    iv = {"estimate": 0.2, "low": 0.1, "high": 0.35, "se": 0.06, "groups": 6, "units": 18}
+    job = ProbeJob.from_json(
+        {
+            "id": "p1",
+            "status": "succeeded",
+            "result": {
+                "held_out": {"recall": {"5": 0.2, "1": None}, "recall_interval": {"5": iv, "1": None}},
+                "pairs": [{"pair": "black cat", "outcomes": {"hit": 0.2}, "outcome_intervals": {"hit": iv}}],
+            },
+        }
+    )
+    assert job.interval("held_out", "recall", "5") == Interval(0.2, 0.1, 0.35, 0.06, 6, 18)
+    assert job.interval("held_out", "recall", 5) == job.interval("held_out", "recall", "5")
+    assert job.interval("pairs", 0, "outcomes", "hit") == job.interval("held_out", "recall", "5")
+    assert job.interval("held_out", "recall", "1") is None  # a figure without units
+    assert job.interval("held_out", "recall", "9") is None and job.interval("pairs", 3, "outcomes") is None
+    assert ProbeJob.from_json({"id": "p2", "status": "running"}).interval("held_out", "recall", "5") is None
+    with pytest.raises(ValueError, match="path"):
+        job.interval()
+    found = job.interval("held_out", "recall", "5")
+    assert found is not None and 0.25 in found and 0.4 not in found
+    assert found.half_width == pytest.approx(0.125)
+    comparison = ProbeComparison.from_json(
+        {
+            "a": "p1",
+            "b": "p2",
+            "kind": "systematicity",
+            "probe_set": "systematicity",
+            "figures": {"held_out.recall_at_5": {"difference": iv, "p_value": 0.04, "permutations": 999},
+                        "seen.recall_at_5": None},
+            "intervals": {"level": 0.95},
+            "new_field": 1,  # a newer gateway's: ignored
+        }
+    )  # fmt: skip
+    assert comparison["held_out.recall_at_5"] == PairedTest(Interval.from_json(iv), 0.04, 999)
+    assert comparison.figures["seen.recall_at_5"] is None and comparison.intervals == {"level": 0.95}
+    words = [{"index": 0, "word": "dog", "noun": "dog", "logprob": -1.0, "values": [0.5], "argmax_region": 0}]
+    explanation = Explanation.from_json(
+        {
+            **{k: "x" for k in ("model", "method", "attribute_to", "caption", "source")},
+            **{"grid": None, "grid_area": [0, 0, 1, 1], "image_size": [8, 8], "scene_graph": True},
+            "words": words,
+            "grounding_score": {"0": 0.62},
+            "grounding_score_interval": {"0": {"low": 0.41, "high": 0.8, "nouns": 3}},
+        }
+    )
+    assert explanation.grounding_score_interval == {"0": GroundingInterval(0.41, 0.8, 3)}
 
 
 # -- against a real gateway ------------------------------------------------------------------------------
@@ -428,6 +501,8 @@ def test_explain_attention_a_gradient_method_and_a_probe_image(gateway: str, tin
         assert given.source == "client" and given.texts == ["a", "dog", "on", "the", "grass"]
         assert given.scene_graph and list(given.grounding_score or {}) == ["0", "1", "3", "5", "inf"]
         assert list(given.grounding_score_interval or {}) == ["0", "1", "3", "5", "inf"]
+        zero = (given.grounding_score_interval or {})["0"]
+        assert zero.low <= (given.grounding_score or {})["0"] <= zero.high and zero.nouns >= 1
         dog = given.words[1]
         assert dog.noun == "dog" and dog.overlay is None and isinstance(dog.grounded, bool)
         assert dog.under_argmax is not None and isinstance(dog.under_argmax.labels, list)
@@ -523,3 +598,56 @@ def test_gateway_errors_of_explain_and_compare(gateway: str) -> None:
         raise AssertionError("no error")
 
     assert asyncio.run(run()).status == 422
+
+
+@pytest.mark.integration  # starts compcap serve
+def test_compare_probes_gives_typed_paired_tests_on_both_clients(gateway: str) -> None:
+    """Two systematicity jobs on the same images (two captioners): ``compare_probes`` gives the
+    gateway's paired tests typed, the same from both clients; a job's ``interval`` reads its result's
+    intervals; an unknown job is the gateway's 404."""
+    from compcap_client import PairedTest
+
+    with client(gateway) as sync:
+        if not any(s["kind"] == "systematicity" for s in sync.probe_sets()):
+            pytest.skip("the tiny repository has no systematicity probe set")
+        started = [
+            sync.start_probe("systematicity", model=m, rerank=False, beam_size=2, images=2)
+            for m in ("butd", "butr")
+        ]
+        a, b = (sync.wait_probe(j.id, poll_s=0.2, timeout_s=240) for j in started)
+        assert a.succeeded and b.succeeded and a.result is not None and b.result is not None
+        out = sync.compare_probes(a.id, b.id)
+        raw = httpx.get(
+            f"{gateway}/v1/probes/{a.id}/compare/{b.id}",
+            headers={"Authorization": f"Bearer {KEY}"},
+            trust_env=False,
+            timeout=60,
+        ).json()
+        assert (out.a, out.b, out.kind, out.probe_set) == (a.id, b.id, "systematicity", raw["probe_set"])
+        assert set(out.figures) == set(raw["figures"]) and out.intervals == raw["intervals"]
+        for name, test in out.figures.items():
+            want = raw["figures"][name]
+            if want is None:
+                assert test is None
+                continue
+            assert isinstance(test, PairedTest) and test.p_value == want["p_value"]
+            d = test.difference
+            assert (d.estimate, d.low, d.high, d.units) == tuple(
+                want["difference"][f] for f in ("estimate", "low", "high", "units")
+            )
+        held = out["held_out.recall_at_5"]
+        assert held is not None and held.difference.estimate == pytest.approx(
+            a.result["held_out"]["recall"]["5"] - b.result["held_out"]["recall"]["5"]
+        )
+        mine = a.interval("held_out", "recall", "5")
+        assert mine is not None and mine.low == a.result["held_out"]["recall_interval"]["5"]["low"]
+        assert mine.estimate == pytest.approx(a.result["held_out"]["recall"]["5"])
+        with pytest.raises(CompCapError) as unknown:
+            sync.compare_probes(a.id, "no-such-job")
+        assert unknown.value.status == 404 and unknown.value.code == "unknown_job"
+
+    async def run() -> Any:
+        async with async_client(gateway) as aio:
+            return await aio.compare_probes(a.id, b.id)
+
+    assert asyncio.run(run()) == out
