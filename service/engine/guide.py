@@ -37,15 +37,17 @@ class GuideState:
     """One request's guided search so far (lives on its ``Request``)."""
 
     image_embedding: np.ndarray | None = None  # float32 [I, J], its images by the guide's ranker
-    scored: dict[Key, float] = field(default_factory=dict)  # re-scored continuations → cosine
-    rest: dict[Key, float] = field(default_factory=dict)  # a caption → its other continuations' cosine
+    scored: dict[Key, float] = field(default_factory=dict)  # re-scored continuation → its potential
+    rest: dict[Key, float] = field(default_factory=dict)  # a caption → its other continuations' potential
+    cosine: dict[Key, float] = field(default_factory=dict)  # re-scored continuation → its cosine
     last: int | None = None  # words so far at the last re-scoring step
-    undo: tuple[dict[Key, float], dict[Key, float], int | None] | None = None  # before the last one
+    undo: tuple[dict[Key, float], dict[Key, float], dict[Key, float], int | None] | None = None
     texts: int = 0  # partial captions the ranker embedded for this request (its cost)
     calls: int = 0  # steps at which it did
 
     def potential(self, key: Key) -> float:
-        """The cosine a beam of caption ``key`` carries in its score (0 before any re-scoring)."""
+        """What a beam of caption ``key`` carries in its score, over the weight: the cosine of its caption
+        as last re-scored times that caption's length normalisation (0 before any re-scoring)."""
         if self.last is None:
             return 0.0
         head = key[: self.last + 2]  # the image, then the words up to the last re-scoring
@@ -65,6 +67,7 @@ class GuidedRows:
     a: int
     b: int
     image: np.ndarray
+    length_penalty: float = 1.0  # the request's: score = sum log-prob / words ** length_penalty
 
 
 @dataclass
@@ -97,7 +100,7 @@ class StepPlan:
             words[r, s] = c
         for (r, _), c in zip(self.end_text, values[len(self.word_text) :], strict=True):
             prefix[r] = c
-        scored = self.rows.state.scored
+        scored = self.rows.state.cosine
         for r, key in enumerate(self.keys):
             if np.isnan(prefix[r]) and key in scored:
                 prefix[r] = scored[key]
@@ -165,7 +168,7 @@ def plan_rows(
     keys: list[Key] = [(image[r], *row) for r, row in enumerate(tokens[a:b, 1 : t + 1].tolist())]
     state, guide = rows.state, rows.guide
     if state.last == t and state.undo is not None:
-        state.scored, state.rest, state.last = state.undo
+        state.scored, state.rest, state.cosine, state.last = state.undo
         state.undo = None
     potential = np.asarray([state.potential(k) for k in keys], dtype=np.float64)
     if guide.scores_words(t):
@@ -179,7 +182,7 @@ def plan_rows(
                 plan.word_text.append((r, slot, (*key, word)))
     ends = np.isfinite(logprobs[a:b, eos])
     for r, key in enumerate(keys):  # a caption's cosine for its end token, unless just re-scored
-        if t and ends[r] and key not in state.scored:
+        if t and ends[r] and key not in state.cosine:
             plan.end_text.append((r, key))
     return plan
 
@@ -190,31 +193,35 @@ def shape_rows(plan: StepPlan, logprobs: np.ndarray, eos: int, cosine: np.ndarra
     then remembers what each continuation carries."""
     a, b = plan.rows.a, plan.rows.b
     word_cosine, prefix_cosine = plan.cosines(cosine)
-    bonus = guide_bonus(word_cosine, prefix_cosine, plan.potential, plan.rows.guide.weight)
+    lp = plan.rows.length_penalty
+    now, after = float(max(plan.t, 1)) ** lp, float(plan.t + 1) ** lp
+    bonus = guide_bonus(word_cosine, prefix_cosine, plan.potential, plan.rows.guide.weight, now, after)
     out = apply_guide(logprobs[a:b], plan.words, bonus, eos)
     state = plan.rows.state
     if plan.captions:
         state.texts += len(plan.captions)
         state.calls += 1
-    _remember(plan, bonus)
+    _remember(plan, bonus, word_cosine)
     return out
 
 
-def _remember(plan: StepPlan, bonus: GuideBonus) -> None:
-    """After a re-scoring step: the cosine each continuation now carries (the older ones are no longer
-    read: every live beam's caption was re-scored at this step)."""
+def _remember(plan: StepPlan, bonus: GuideBonus, word_cosine: np.ndarray) -> None:
+    """After a re-scoring step: what each continuation now carries, and the cosines of the re-scored
+    ones (the older entries are no longer read: every live beam's caption was re-scored at this step)."""
     if not plan.words.shape[1]:
         return
     state = plan.rows.state
     scored: dict[Key, float] = {}
     rest: dict[Key, float] = {}
+    cosine: dict[Key, float] = {}
     for r, key in enumerate(plan.keys):
         rest[key] = float(bonus.rest_potential[r])
         for s, word in enumerate(plan.words[r].tolist()):
             if word >= 0:
                 scored[(*key, word)] = float(bonus.word_potential[r, s])
-    state.undo = (state.scored, state.rest, state.last)
-    state.scored, state.rest, state.last = scored, rest, plan.t
+                cosine[(*key, word)] = float(word_cosine[r, s])
+    state.undo = (state.scored, state.rest, state.cosine, state.last)
+    state.scored, state.rest, state.cosine, state.last = scored, rest, cosine, plan.t
 
 
 async def _embed_images(runner: ModelRunner, plans: Sequence[StepPlan]) -> None:

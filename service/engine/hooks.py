@@ -58,7 +58,7 @@ from service.text.vocabulary import SPECIALS
 MAX_HOOKS = 16  # hooks in one request
 MAX_WORDS = 1000  # words / ids / pairs per hook
 DEFAULT_DIVERSITY_PENALTY = 0.5
-DEFAULT_GUIDE_EVERY, DEFAULT_GUIDE_WEIGHT, DEFAULT_GUIDE_POOL = 1, 1.0, 10  # ranker_guided
+DEFAULT_GUIDE_EVERY, DEFAULT_GUIDE_WEIGHT, DEFAULT_GUIDE_POOL = 2, 2.0, 5  # ranker_guided: the study's choice
 MAX_GUIDE_TEXTS = 2048  # ranker_guided: beam_size × (pool + 1), the partial captions per image per call
 GUIDE_EXCLUDES = ("synonym_substitution", "force_words")  # they force words the ranker did not score
 
@@ -379,8 +379,8 @@ def _force_words(p: HookParams, vocab: TokenVocabulary, out: ResolvedHooks) -> N
     "ranker_guided",
     "search for what the ranker would choose: every `every` words, each beam's `pool` most likely next "
     "words are re-scored by log-prob + weight × the ranker's cosine between the partial caption and "
-    "the image (a beam's score carries the cosine of its caption as last re-scored; a finished "
-    "caption's, that of its whole text), so the beams the ranker favours are kept",
+    "the image (× its length normalisation), so the beams the ranker favours are kept; a finished "
+    "caption scores its normalised log-prob + weight × its whole text's cosine",
     {
         "every": f"re-score the words every k steps, integer >= 1 (default {DEFAULT_GUIDE_EVERY})",
         "weight": f"λ, 0-100 (default {DEFAULT_GUIDE_WEIGHT:g}; 0: plain beam search)",

@@ -359,23 +359,33 @@ class GuideBonus:
     words: np.ndarray  # float64 [N, P] added to the candidate words' log-probs (``rest`` in -1 slots)
     rest: np.ndarray  # float64 [N] added to every other word of the row
     eos: np.ndarray  # float64 [N] added to the end token's log-prob
-    word_potential: np.ndarray  # float64 [N, P] the cosine a candidate's continuation carries
-    rest_potential: np.ndarray  # float64 [N] the cosine the row's other continuations carry
+    word_potential: np.ndarray  # float64 [N, P] cosine × normalisation a candidate's continuation carries
+    rest_potential: np.ndarray  # float64 [N] the same for the row's other continuations
 
 
 def guide_bonus(
-    word_cosine: np.ndarray, prefix_cosine: np.ndarray, potential: np.ndarray, weight: float
+    word_cosine: np.ndarray,
+    prefix_cosine: np.ndarray,
+    potential: np.ndarray,
+    weight: float,
+    now: float = 1.0,
+    after: float = 1.0,
 ) -> GuideBonus:
-    """Potential-based shaping of one step by the ranker's cosine.
+    """Potential-based shaping of one step by the ranker's cosine, such that a finished caption's
+    normalised score is its normalised log-prob + ``weight`` × its cosine (BUTR+RR's re-ranking
+    criterion with ``weight`` = 1 / ``rerank_weight``).
 
-    Every beam's cumulative score holds log-prob + ``weight`` × the cosine of its partial caption as it
-    was last re-scored (its ``potential`` [N]: 0 before the first re-scoring). A candidate word of
-    cosine ``word_cosine`` [N, P] (NaN in an empty slot) gets ``weight × (cosine − potential)``, so its
-    new score is its log-prob + ``weight`` × its own cosine; every other word of the row gets the row's
-    smallest candidate cosine (so it never overtakes a re-scored word of higher log-prob); the end token
-    gets ``weight × (prefix_cosine − potential)`` (the finished caption is scored by its whole text's
-    cosine), 0 where ``prefix_cosine`` [N] is NaN. P may be 0 (a step that re-scores only the end).
-    Returns ``GuideBonus``. ``weight = 0`` adds exactly 0 everywhere. Pure."""
+    ``now`` / ``after``: the search's length normalisation of the rows' captions so far and of their
+    continuations (``words ** length_penalty``: t and t + 1 words). Every beam's cumulative score holds
+    log-prob + ``weight`` × ``potential`` [N], the cosine of its partial caption as it was last
+    re-scored times that caption's normalisation (0 before the first re-scoring). A candidate word of
+    cosine ``word_cosine`` [N, P] (NaN in an empty slot) gets ``weight × (cosine × after − potential)``:
+    its cumulative score becomes log-prob + ``weight`` × its own cosine × ``after``; every other word of
+    the row gets the row's smallest candidate cosine instead (so it never overtakes a re-scored word of
+    higher log-prob); the end token gets ``weight × (prefix_cosine × now − potential)``, 0 where
+    ``prefix_cosine`` [N] is NaN, so that the finished caption, divided by ``now``, scores its normalised
+    log-prob + ``weight`` × its whole text's cosine. P may be 0 (a step that re-scores only the end).
+    Returns ``GuideBonus`` (its potentials in the same units). ``weight = 0`` adds exactly 0. Pure."""
     word_cosine = np.asarray(word_cosine, dtype=np.float64)
     potential = np.asarray(potential, dtype=np.float64)
     prefix_cosine = np.asarray(prefix_cosine, dtype=np.float64)
@@ -385,12 +395,14 @@ def guide_bonus(
             f"word_cosine must be [N, P] and prefix_cosine [N] for N={n}, got "
             f"{list(word_cosine.shape)}, {list(prefix_cosine.shape)}"
         )
+    if not (now > 0 and after > 0):
+        raise ValueError(f"now and after must be > 0, got {now}, {after}")
     scored = ~np.isnan(word_cosine)
     any_scored = scored.any(axis=1)
     lowest = np.where(scored, word_cosine, np.inf).min(axis=1) if word_cosine.shape[1] else np.full(n, np.inf)
-    rest_potential = np.where(any_scored, lowest, potential)
-    word_potential = np.where(scored, word_cosine, rest_potential[:, None])
-    eos = np.where(np.isnan(prefix_cosine), 0.0, weight * (prefix_cosine - potential))
+    rest_potential = np.where(any_scored, lowest * after, potential)
+    word_potential = np.where(scored, word_cosine * after, rest_potential[:, None])
+    eos = np.where(np.isnan(prefix_cosine), 0.0, weight * (prefix_cosine * now - potential))
     return GuideBonus(
         words=weight * (word_potential - potential[:, None]),
         rest=weight * (rest_potential - potential),

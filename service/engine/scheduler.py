@@ -256,9 +256,8 @@ class Scheduler:
             if span is None or guide is None or request.guide is None or request.encoded is None:
                 continue
             a, b = span
-            guided.append(
-                GuidedRows(request.guide, guide, request.encoded.regions, request.images, a, b, image[a:b])
-            )
+            regions, lp = request.encoded.regions, request.params.length_penalty
+            guided.append(GuidedRows(request.guide, guide, regions, request.images, a, b, image[a:b], lp))
         if not guided:
             return out
         if not isinstance(out.logprobs, np.ndarray):

@@ -68,6 +68,19 @@ def test_bonus_without_candidates_scores_only_the_end() -> None:
     np.testing.assert_allclose(b.eos, [0.3, 0.0])
 
 
+def test_normalisation_makes_finished_scores_normalised_logprob_plus_weight_times_cosine() -> None:
+    # a beam of 3 words re-scored at 2 words (potential = cosine 0.3 × 2) ends now: divided by 3 words,
+    # its score is its normalised log-prob + weight × its whole caption's cosine
+    b = guide_bonus(np.zeros((1, 0)), np.array([0.5]), np.array([0.3 * 2]), 4.0, now=3.0, after=4.0)
+    cum = -2.4 + 4.0 * 0.3 * 2  # its log-prob and what the earlier re-scoring put in
+    assert (cum + b.eos[0]) / 3.0 == pytest.approx(-2.4 / 3.0 + 4.0 * 0.5)
+    c = guide_bonus(np.array([[0.2, 0.6]]), np.array([np.nan]), np.array([0.3 * 2]), 4.0, now=3.0, after=4.0)
+    np.testing.assert_allclose(c.word_potential, [[0.8, 2.4]])  # cosine × the continuation's 4 words
+    np.testing.assert_allclose(c.words, [[4.0 * (0.8 - 0.6), 4.0 * (2.4 - 0.6)]])
+    with pytest.raises(ValueError, match="now and after"):
+        guide_bonus(np.zeros((1, 0)), np.zeros(1), np.zeros(1), 1.0, now=0.0)
+
+
 def test_weight_zero_adds_exactly_nothing() -> None:
     rng = np.random.default_rng(0)
     lp = np.log(rng.dirichlet(np.ones(9), size=4)).astype(np.float32)
@@ -129,7 +142,8 @@ def test_hook_is_registered_with_its_parameters() -> None:
 
 def test_hook_resolves_with_defaults_and_given_values() -> None:
     out = resolve_hooks([{"name": "ranker_guided"}], vocab())
-    assert out.guide is not None and out.guide.every == 1 and out.guide.ranker is None
+    assert out.guide is not None and (out.guide.every, out.guide.weight, out.guide.pool) == (2, 2.0, 5)
+    assert out.guide.ranker is None
     out = resolve_hooks(
         [
             {"name": "no_repeat_ngram", "params": {"n": 2}},
@@ -222,8 +236,8 @@ def test_scores_telescope_to_logprob_plus_weight_times_cosine() -> None:
     lp1[:, [EOS, 6, 7]] = [[-1.0, -0.2, -0.4], [-0.8, -0.3, -0.6]]
     out1, asked = step(guide, state, np.array([[1, 5], [1, 4]]), lp1)
     assert asked == [[5, 6], [5, 7], [4, 6], [4, 7]]  # the ends' cosines are known: not asked again
-    total = (-0.5 + 2 * cos((5,))) + out1[0, 6]  # the beam 'red cat' after step 1
-    assert total == pytest.approx(-0.5 - 0.2 + 2 * cos((5, 6)), rel=1e-6)
+    total = (-0.5 + 2 * cos((5,))) + out1[0, 6]  # the beam 'red cat' after step 1, of 2 words:
+    assert total / 2 == pytest.approx((-0.5 - 0.2) / 2 + 2 * cos((5, 6)), rel=1e-6)  # normalised + λ·cos
     np.testing.assert_allclose(out1[:, EOS], lp1[:, EOS], rtol=1e-6)  # a finished caption: its own cosine
     assert state.texts == 6 and state.calls == 2
 
@@ -243,8 +257,9 @@ def test_every_k_keeps_the_last_potential_and_scores_ends_each_step() -> None:
     lp2[0, [EOS, 7]] = [-0.5, -0.1]
     out2, asked = step(guide, state, np.array([[1, 5, 6]]), lp2)
     assert asked == [[5, 6, 7], [5, 6]]  # a word re-scored, and the caption so far for its end
-    np.testing.assert_allclose(out2[0, EOS], -0.5 + cos((5, 6)) - cos((5,)), rtol=1e-5)
-    np.testing.assert_allclose(out2[0, 7], -0.1 + cos((5, 6, 7)) - cos((5,)), rtol=1e-5)
+    # potential: cosine × words at the last re-scoring ('red': 1 word); ends: 2 words, words: 3
+    np.testing.assert_allclose(out2[0, EOS], -0.5 + 2 * cos((5, 6)) - cos((5,)), rtol=1e-5)
+    np.testing.assert_allclose(out2[0, 7], -0.1 + 3 * cos((5, 6, 7)) - cos((5,)), rtol=1e-5)
 
 
 def test_a_step_made_again_is_shaped_the_same() -> None:
