@@ -276,6 +276,16 @@ class BeamBatch:
         pool = (self.fin_tokens, self.fin_len, self.fin_cum, self.fin_score)
         return [pool_hypotheses(*pool, int(img), min(n_best, int(self.beam[img]))) for img in mine]
 
+    def row_owners(self, step: BatchRows) -> tuple[np.ndarray, np.ndarray]:
+        """(request key int64 [N], image within that request int64 [N]) of each row of ``step`` (a
+        request's images are consecutive in the batch)."""
+        image = step.image_index
+        if not self.n_images or not image.size:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        starts = np.flatnonzero(np.concatenate([[True], self.key[1:] != self.key[:-1]]))
+        first = starts[np.searchsorted(starts, np.arange(self.n_images), side="right") - 1]
+        return self.key[image], image - first[image]
+
     def discard(self, *keys: int) -> None:
         """Remove requests ``keys`` (those present) without results, with one compaction."""
         keys = tuple(k for k in keys if k in self.steps)

@@ -165,6 +165,16 @@ class CohortBatch:
         self._last = (joined, spans)
         return joined
 
+    def row_owners(self, step: BatchRows) -> tuple[np.ndarray, np.ndarray]:
+        """(request key [N], image within that request [N]) of each row of ``step`` (the last
+        ``rows()``), as ``BeamBatch.row_owners``."""
+        if self._last is None or self._last[0] is not step:
+            raise ValueError("step must be the BatchRows the last rows() call returned")
+        parts = [cohort.row_owners(sub) for cohort, sub, _, _ in self._last[1]]
+        if not parts:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return np.concatenate([k for k, _ in parts]), np.concatenate([i for _, i in parts])
+
     def _states(self) -> tuple[object, np.ndarray, list[int]]:
         """(the last step call's state_out, every cohort's new initial states, each cohort's first row
         in them)."""

@@ -19,8 +19,11 @@ of such words and every other pair whose words the tokenizer writes without its 
 ``synonym_substitution``'s ``return_original`` (default true) sets ``compare_without``: the caller may
 decode the same request without that hook too (the gateway returns it as the original caption); ``min_length``
 (``min_words``) and ``diverse_beam`` (``groups``, [``diversity_penalty``, 0.5]) are search parameters
-that the JSON API keeps accepting as hooks. A bad spec raises ``HookError`` whose ``loc`` is where in
-the request body (``("hooks", 0, "params", "n")``).
+that the JSON API keeps accepting as hooks; ``ranker_guided`` (``every``, ``weight``, ``pool``, ``ranker``)
+sets ``guide`` (a ``RankerGuide``: the scheduler calls the ranker during the search,
+``service.engine.guide``), its cost bounded by ``beam_size × (pool + 1) <= MAX_GUIDE_TEXTS`` and its
+ranker resolved against the manifest by ``resolve_params``. A bad spec raises ``HookError`` whose
+``loc`` is where in the request body (``("hooks", 0, "params", "n")``).
 """
 
 from __future__ import annotations
@@ -31,11 +34,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.engine.processors import (
+    MAX_GUIDE_POOL,
+    MAX_GUIDE_WEIGHT,
     BanSequences,
     BanWords,
     ForceWords,
     LogitsProcessor,
     NoRepeatNgram,
+    RankerGuide,
     SynonymSubstitution,
 )
 from service.text.concepts import load_concepts
@@ -52,6 +58,9 @@ from service.text.vocabulary import SPECIALS
 MAX_HOOKS = 16  # hooks in one request
 MAX_WORDS = 1000  # words / ids / pairs per hook
 DEFAULT_DIVERSITY_PENALTY = 0.5
+DEFAULT_GUIDE_EVERY, DEFAULT_GUIDE_WEIGHT, DEFAULT_GUIDE_POOL = 2, 2.0, 5  # ranker_guided: the study's choice
+MAX_GUIDE_TEXTS = 2048  # ranker_guided: beam_size × (pool + 1), the partial captions per image per call
+GUIDE_EXCLUDES = ("synonym_substitution", "force_words")  # they force words the ranker did not score
 
 
 class HookError(ValueError):
@@ -85,6 +94,8 @@ class ResolvedHooks:
     diversity_penalty: float = 0.0
     diverse_index: int | None = None
     compare_without: int | None = None  # a hook asking for the captions without it too (its index)
+    guide: RankerGuide | None = None  # ranker_guided
+    guide_index: int | None = None
 
     def check(self, beam_size: int, max_length: int) -> None:
         """Validate against the request's beam size and length; raises ``HookError``."""
@@ -96,6 +107,24 @@ class ResolvedHooks:
             raise HookError(
                 "min_length", "min_words", f"must be <= max_length {max_length}", self.min_words_index
             )
+        if self.guide is not None:
+            texts = beam_size * (self.guide.pool + 1)
+            if texts > MAX_GUIDE_TEXTS:
+                raise HookError(
+                    "ranker_guided",
+                    "pool",
+                    f"beam_size × (pool + 1) = {beam_size} × {self.guide.pool + 1} = {texts} partial "
+                    f"captions per image per ranker call; at most {MAX_GUIDE_TEXTS}",
+                    self.guide_index,
+                )
+            clash = [n for n in GUIDE_EXCLUDES if n in self.names]
+            if clash:
+                raise HookError(
+                    "ranker_guided",
+                    None,
+                    f"cannot be combined with {clash[0]} (it forces words the ranker did not score)",
+                    self.guide_index,
+                )
 
     @property
     def ordered_names(self) -> tuple[str, ...]:
@@ -346,6 +375,35 @@ def _force_words(p: HookParams, vocab: TokenVocabulary, out: ResolvedHooks) -> N
     out.processors.append(p.processor("ids", lambda: ForceWords(ids, vocab.eos_id)))
 
 
+@hook(
+    "ranker_guided",
+    "search for what the ranker would choose: every `every` words, each beam's `pool` most likely next "
+    "words are re-scored by log-prob + weight × the ranker's cosine between the partial caption and "
+    "the image (× its length normalisation), so the beams the ranker favours are kept; a finished "
+    "caption scores its normalised log-prob + weight × its whole text's cosine",
+    {
+        "every": f"re-score the words every k steps, integer >= 1 (default {DEFAULT_GUIDE_EVERY})",
+        "weight": f"λ, 0-100 (default {DEFAULT_GUIDE_WEIGHT:g}; 0: plain beam search)",
+        "pool": f"words re-scored per beam, 1-50 (default {DEFAULT_GUIDE_POOL}); "
+        f"beam_size × (pool + 1) <= {MAX_GUIDE_TEXTS}",
+        "ranker": "a ranker name (GET /v1/models; default: the captioner's own ranking head)",
+    },
+    repeatable=False,
+)
+def _ranker_guided(p: HookParams, vocab: TokenVocabulary, out: ResolvedHooks) -> None:
+    every = p.integer("every", 1) if p.has("every") else DEFAULT_GUIDE_EVERY
+    pool = p.integer("pool", 1) if p.has("pool") else DEFAULT_GUIDE_POOL
+    weight = p.number("weight", DEFAULT_GUIDE_WEIGHT, 0.0)
+    ranker = p.raw.get("ranker")
+    if ranker is not None and (not isinstance(ranker, str) or not ranker):
+        raise p.error("ranker", f"must be a ranker name, got {ranker!r}")
+    if pool > MAX_GUIDE_POOL:
+        raise p.error("pool", f"must be <= {MAX_GUIDE_POOL}, got {pool}")
+    if weight > MAX_GUIDE_WEIGHT:
+        raise p.error("weight", f"must be <= {MAX_GUIDE_WEIGHT:g}, got {weight}")
+    out.guide, out.guide_index = RankerGuide(every, weight, pool, ranker), p.index
+
+
 # ------------------------------------------------------------------------------------- the registry
 def hook_catalog() -> list[dict[str, Any]]:
     """The registry as JSON-able data (name, description, params) for documentation endpoints."""
@@ -395,7 +453,11 @@ def resolve_hooks(specs: Sequence[Any] | None, vocab: TokenVocabulary) -> Resolv
 
 __all__ = [
     "DEFAULT_DIVERSITY_PENALTY",
+    "DEFAULT_GUIDE_EVERY",
+    "DEFAULT_GUIDE_POOL",
+    "DEFAULT_GUIDE_WEIGHT",
     "HOOKS",
+    "MAX_GUIDE_TEXTS",
     "MAX_HOOKS",
     "MAX_WORDS",
     "HookError",

@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from service.engine.hooks import HookError, resolve_hooks, spec_parts
-from service.engine.processors import LogitsProcessor
+from service.engine.hooks import HookError, ResolvedHooks, resolve_hooks, spec_parts
+from service.engine.processors import LogitsProcessor, RankerGuide
 from service.manifest import Manifest
 from service.settings import EngineSettings
 from service.text.subword import TokenVocabulary
@@ -90,6 +90,7 @@ class SearchParams:
     early_stopping: bool = False  # transformers search: stop at n finished captions
     compare_without: int | None = None  # a hook that asks for the captions without it too (its index)
     hooks: tuple[dict[str, Any], ...] = ()  # the hook specs the processors came from, as plain data
+    guide: RankerGuide | None = None  # ranker_guided (its ranker resolved to a name): the scheduler's
 
     def __post_init__(self) -> None:
         if self.beam_size < 1:
@@ -190,6 +191,7 @@ def resolve_params(
     except HookError as exc:
         raise InvalidParameterError(".".join(str(p) for p in exc.loc), str(exc)) from None
     specs = tuple(plain_spec(spec, index) for index, spec in enumerate(hooks or []))
+    guide = _guide(manifest, cap.name, cap.ranker, resolved)
     return SearchParams(
         model=cap.name,
         beam_size=beam,
@@ -208,7 +210,29 @@ def resolve_params(
         search=cap.search,
         early_stopping=cap.early_stopping or beam == 1,  # one beam: generate's greedy search
         hooks=specs,
+        guide=guide,
     )
+
+
+def _guide(
+    manifest: Manifest, captioner: str, own: str | None, resolved: ResolvedHooks
+) -> RankerGuide | None:
+    """The ``ranker_guided`` hook with its ranker resolved to a name of the manifest (the captioner's own
+    by default); an error names ``hooks.<i>.params.ranker``."""
+    guide = resolved.guide
+    if guide is None:
+        return None
+    where = f"hooks.{resolved.guide_index}.params.ranker"
+    rankers = [r.name for r in manifest.rankers]
+    known = ", ".join(rankers) or "(none)"
+    name = guide.ranker or own
+    if name is None:
+        raise InvalidParameterError(where, f"{captioner} has no ranker of its own; name one of {known}")
+    if name not in rankers:
+        raise InvalidParameterError(
+            where, f"unknown ranker {name!r}{did_you_mean(name, rankers)}; rankers: {known}"
+        )
+    return RankerGuide(guide.every, guide.weight, guide.pool, name)
 
 
 def plain_spec(spec: Any, index: int) -> dict[str, Any]:

@@ -10,6 +10,10 @@ constraints (banned ids, no EOS before ``min_length`` words, only EOS at ``max_l
 
 * ``BanWords(ids)`` — the words never appear.
 * ``NoRepeatNgram(n)`` — no n-gram twice in a caption (``n=2`` also stops seed 003's "dog dog dog").
+* ``RankerGuide(every, weight, pool, ranker)`` — the ``ranker_guided`` hook's parameters; its maths
+  (``guide_candidates``, ``guide_bonus``, ``apply_guide``) shapes a request's log-probs with a ranker's
+  cosine between each partial caption and the image; the ranker calls are the engine's
+  (``service.engine.guide``), made before the step's selection.
 * ``SynonymSubstitution(pairs)`` — seed 001 §4.3: per row, when the argmax token starts an S1 word,
   its S2 synonym's first token gets log-prob 0 and every other token ``-inf``; an S2 word of several
   tokens is then forced to its end, one token per step (the state keyed on the row's prefix). Which
@@ -23,6 +27,7 @@ Which JSON hook builds which processor (and the hooks that are search parameters
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -297,4 +302,148 @@ class ForceWords:
         return out
 
 
-__all__ = ["NEG_INF", "BanWords", "ForceWords", "LogitsProcessor", "NoRepeatNgram", "SynonymSubstitution"]
+MAX_GUIDE_WEIGHT = 100.0  # λ of ranker_guided
+MAX_GUIDE_POOL = 50  # candidates re-scored per row
+
+
+class RankerGuide:
+    """The ``ranker_guided`` hook's search: every ``every`` words, each live row's ``pool`` most likely
+    next words are re-scored by log-prob + ``weight`` × the ranker's cosine between the partial caption
+    (prefix + word) and the image (``ranker``: a ranker name, None for the captioner's own). Not a
+    ``LogitsProcessor``: it needs a model call, which the scheduler makes (``service.engine.guide``);
+    the maths are ``guide_candidates``, ``guide_bonus`` and ``apply_guide``."""
+
+    def __init__(self, every: int, weight: float, pool: int, ranker: str | None = None) -> None:
+        self.every = _int_arg("every", every, 1)
+        self.pool = _int_arg("pool", pool, 1)
+        if self.pool > MAX_GUIDE_POOL:
+            raise ValueError(f"pool must be <= {MAX_GUIDE_POOL}, got {pool}")
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not np.isfinite(weight):
+            raise ValueError(f"weight must be a finite number, got {weight!r}")
+        if not 0.0 <= weight <= MAX_GUIDE_WEIGHT:
+            raise ValueError(f"weight must be in [0, {MAX_GUIDE_WEIGHT:g}], got {weight}")
+        if ranker is not None and (not isinstance(ranker, str) or not ranker):
+            raise ValueError(f"ranker must be a ranker name, got {ranker!r}")
+        self.weight, self.ranker = float(weight), ranker
+
+    def scores_words(self, t: int) -> bool:
+        """Whether the step that writes word ``t + 1`` re-scores words (``t`` words so far)."""
+        return t % self.every == 0
+
+    def __repr__(self) -> str:
+        args = f"every={self.every}, weight={self.weight}, pool={self.pool}, ranker={self.ranker!r}"
+        return f"RankerGuide({args})"
+
+
+def guide_candidates(logprobs: np.ndarray, pool: int, eos: int) -> np.ndarray:
+    """Each row's ``pool`` most likely words, best first, the end token excluded.
+
+    logprobs: float [N, V]. Returns int64 [N, P] with P = min(pool, V - 1); a slot is -1 where the row
+    has fewer finite words. Ties go to the lower id. Pure."""
+    n, v = logprobs.shape
+    p = min(pool, v - 1)
+    if not n or p <= 0:
+        return np.zeros((n, max(p, 0)), dtype=np.int64)
+    values = np.asarray(logprobs, dtype=np.float64).copy()
+    values[:, eos] = NEG_INF
+    order = np.argsort(-values, axis=1, kind="stable")[:, :p]
+    finite = np.isfinite(np.take_along_axis(values, order, axis=1))
+    return np.where(finite, order, -1).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class GuideBonus:
+    """What ``guide_bonus`` adds to a step's log-probs, and the potentials the rows' continuations then
+    carry (cosines, for the next re-scoring step's ``potential``). Shapes: N rows, P candidates."""
+
+    words: np.ndarray  # float64 [N, P] added to the candidate words' log-probs (``rest`` in -1 slots)
+    rest: np.ndarray  # float64 [N] added to every other word of the row
+    eos: np.ndarray  # float64 [N] added to the end token's log-prob
+    word_potential: np.ndarray  # float64 [N, P] cosine × normalisation a candidate's continuation carries
+    rest_potential: np.ndarray  # float64 [N] the same for the row's other continuations
+
+
+def guide_bonus(
+    word_cosine: np.ndarray,
+    prefix_cosine: np.ndarray,
+    potential: np.ndarray,
+    weight: float,
+    now: float = 1.0,
+    after: float = 1.0,
+) -> GuideBonus:
+    """Potential-based shaping of one step by the ranker's cosine, such that a finished caption's
+    normalised score is its normalised log-prob + ``weight`` × its cosine (BUTR+RR's re-ranking
+    criterion with ``weight`` = 1 / ``rerank_weight``).
+
+    ``now`` / ``after``: the search's length normalisation of the rows' captions so far and of their
+    continuations (``words ** length_penalty``: t and t + 1 words). Every beam's cumulative score holds
+    log-prob + ``weight`` × ``potential`` [N], the cosine of its partial caption as it was last
+    re-scored times that caption's normalisation (0 before the first re-scoring). A candidate word of
+    cosine ``word_cosine`` [N, P] (NaN in an empty slot) gets ``weight × (cosine × after − potential)``:
+    its cumulative score becomes log-prob + ``weight`` × its own cosine × ``after``; every other word of
+    the row gets the row's smallest candidate cosine instead (so it never overtakes a re-scored word of
+    higher log-prob); the end token gets ``weight × (prefix_cosine × now − potential)``, 0 where
+    ``prefix_cosine`` [N] is NaN, so that the finished caption, divided by ``now``, scores its normalised
+    log-prob + ``weight`` × its whole text's cosine. P may be 0 (a step that re-scores only the end).
+    Returns ``GuideBonus`` (its potentials in the same units). ``weight = 0`` adds exactly 0. Pure."""
+    word_cosine = np.asarray(word_cosine, dtype=np.float64)
+    potential = np.asarray(potential, dtype=np.float64)
+    prefix_cosine = np.asarray(prefix_cosine, dtype=np.float64)
+    n = potential.shape[0]
+    if word_cosine.ndim != 2 or word_cosine.shape[0] != n or prefix_cosine.shape != (n,):
+        raise ValueError(
+            f"word_cosine must be [N, P] and prefix_cosine [N] for N={n}, got "
+            f"{list(word_cosine.shape)}, {list(prefix_cosine.shape)}"
+        )
+    if not (now > 0 and after > 0):
+        raise ValueError(f"now and after must be > 0, got {now}, {after}")
+    scored = ~np.isnan(word_cosine)
+    any_scored = scored.any(axis=1)
+    lowest = np.where(scored, word_cosine, np.inf).min(axis=1) if word_cosine.shape[1] else np.full(n, np.inf)
+    rest_potential = np.where(any_scored, lowest * after, potential)
+    word_potential = np.where(scored, word_cosine * after, rest_potential[:, None])
+    eos = np.where(np.isnan(prefix_cosine), 0.0, weight * (prefix_cosine * now - potential))
+    return GuideBonus(
+        words=weight * (word_potential - potential[:, None]),
+        rest=weight * (rest_potential - potential),
+        eos=eos,
+        word_potential=word_potential,
+        rest_potential=rest_potential,
+    )
+
+
+def apply_guide(logprobs: np.ndarray, words: np.ndarray, bonus: GuideBonus, eos: int) -> np.ndarray:
+    """``logprobs`` [N, V] with ``bonus`` added: ``bonus.rest`` to every word, ``bonus.words`` to the
+    candidate ``words`` [N, P] (-1: an empty slot) instead, ``bonus.eos`` to the end token. A new array
+    of the input's dtype; ``-inf`` stays ``-inf``. Pure."""
+    out = np.array(logprobs)
+    n = out.shape[0]
+    add = np.repeat(bonus.rest[:, None], out.shape[1], axis=1)
+    rows, cols = np.nonzero(words >= 0)
+    add[rows, words[rows, cols]] = bonus.words[rows, cols]
+    add[np.arange(n), eos] = bonus.eos
+    out += add.astype(out.dtype)
+    return out
+
+
+def cosines(text: np.ndarray, image: np.ndarray) -> np.ndarray:
+    """Row-wise dot products of L2-normalised embeddings: ``text`` [C, J], ``image`` [C, J] → [C]. Pure."""
+    return np.einsum("cj,cj->c", np.asarray(text, np.float64), np.asarray(image, np.float64))
+
+
+__all__ = [
+    "MAX_GUIDE_POOL",
+    "MAX_GUIDE_WEIGHT",
+    "NEG_INF",
+    "BanWords",
+    "ForceWords",
+    "GuideBonus",
+    "LogitsProcessor",
+    "NoRepeatNgram",
+    "RankerGuide",
+    "SynonymSubstitution",
+    "apply_guide",
+    "cosines",
+    "guide_bonus",
+    "guide_candidates",
+]

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from service.engine.beam import Hypothesis
+from service.engine.guide import GuideState
 from service.engine.observer import StepObserver
 from service.engine.params import SearchParams
 from service.engine.runner import Encoded
@@ -65,6 +66,7 @@ class Request:
     hypotheses: list[list[Hypothesis]] | None = None
     iterations: int = 0
     domain: tuple[list[float], list[bool]] | None = None  # its images' typicality (``engine.domain``)
+    guide: GuideState | None = None  # the ranker_guided hook's state, while it decodes
 
     @property
     def n_images(self) -> int:

@@ -304,6 +304,35 @@ class ModelRunner:
         out = await self.backend.infer(ranker.text, {"tokens": tokens, "length": length})
         return np.asarray(out["embedding"], dtype=np.float32)
 
+    async def ranker_images(
+        self, ranker: str, regions: np.ndarray, images: np.ndarray | None = None
+    ) -> np.ndarray:
+        """L2-normalised image embeddings float32 [I, J] by ``ranker``: of the ``regions`` [I, R, D], of
+        the shared encoder's regions of ``images`` where ``regions`` are empty (a captioner with its own
+        encoder), or of ``images`` themselves for a ranker that reads pixels."""
+        entry = self.manifest.ranker(ranker)
+        if entry.reads == "pixels":
+            assert images is not None
+            return await self.embed_pixels(entry, images)
+        if not regions.size:
+            assert images is not None
+            regions = await self.encode_images(images)
+        return await self.embed_images(entry, regions)
+
+    async def ranker_texts(
+        self, ranker: str, captions: Sequence[Sequence[int]], texts: Sequence[str] | None = None
+    ) -> np.ndarray:
+        """L2-normalised caption embeddings float32 [C, J] by ``ranker``: of word ids without BOS/EOS
+        (``captions``, any length >= 1: partial captions too), or of their ``texts`` (for a ranker with
+        its own tokenizer, and a word ranker of a subword captioner's captions, which reads them as
+        words)."""
+        entry = self.manifest.ranker(ranker)
+        if entry.tokens is not None:
+            assert texts is not None
+            return await self.embed_texts(entry, texts)
+        words = captions if texts is None else [self._words().encode(t) for t in texts]
+        return await self.embed_captions(entry, words)
+
     async def rank(
         self,
         ranker: str,
@@ -312,32 +341,17 @@ class ModelRunner:
         images: np.ndarray | None = None,
         texts: Sequence[Sequence[str]] | None = None,
     ) -> list[list[float]]:
-        """Cosine between each image and each of its captions: one image call for all images (of the
-        ``regions`` [I, R, D], the shared encoder's regions of ``images`` where ``regions`` are empty, or
-        ``images`` themselves for a ranker that reads pixels), one text call for all captions (per image,
-        word ids without BOS/EOS in ``captions``, or their ``texts``: for a ranker with its own
-        tokenizer, and a word ranker of a subword captioner's captions, which reads them as words)."""
-        entry = self.manifest.ranker(ranker)
+        """Cosine between each image and each of its captions: one image call for all images
+        (``ranker_images``), one text call for all captions (per image, word ids without BOS/EOS in
+        ``captions``, or their ``texts``: ``ranker_texts``)."""
         flat = [c for per_image in captions for c in per_image]
         if not flat:
             return [[] for _ in captions]
         flat_texts = [t for per_image in texts for t in per_image] if texts is not None else None
-        if entry.reads == "pixels":
-            assert images is not None
-            image_emb_call = self.embed_pixels(entry, images)
-        else:
-            if not regions.size:  # a captioner with its own encoder: the shared encoder's regions
-                assert images is not None
-                regions = await self.encode_images(images)
-            image_emb_call = self.embed_images(entry, regions)
-        if entry.tokens is not None:
-            assert flat_texts is not None
-            text_emb_call = self.embed_texts(entry, flat_texts)
-        else:
-            words = flat if flat_texts is None else [self._words().encode(t) for t in flat_texts]
-            text_emb_call = self.embed_captions(entry, words)
         owner = np.repeat(np.arange(len(captions)), [len(c) for c in captions])
-        image_emb, text_emb = await asyncio.gather(image_emb_call, text_emb_call)
+        image_emb, text_emb = await asyncio.gather(
+            self.ranker_images(ranker, regions, images), self.ranker_texts(ranker, flat, flat_texts)
+        )
         scores = np.einsum("cj,cj->c", text_emb, image_emb[owner])
         out: list[list[float]] = []
         start = 0

@@ -27,9 +27,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from service.engine.beam_batch import BatchRows, Joining
+from service.engine.beam_batch import BatchRows, Joining, request_spans
 from service.engine.cohorts import COHORT_BOUNDS, CohortBatch
 from service.engine.domain import DomainModel
+from service.engine.guide import GuidedRows, GuideState, guide_step
 from service.engine.limits import QueueFullError
 from service.engine.observer import StepObserver
 from service.engine.params import SearchParams
@@ -71,6 +72,8 @@ class Scheduler:
         length = min(settings.max_length_cap, captioner.max_length)
         cohorts = COHORT_BOUNDS if settings.beam_cohorts else ()  # (): one array as wide as the widest
         self._batch = CohortBatch(settings.max_beam_size, length, ids.bos, ids.eos, banned_ids, cohorts)
+        self._eos = ids.eos
+        self._guided: dict[int, Request] = {}  # decoding requests with the ranker_guided hook
         self._banned = len(set(banned_ids))
         self._vocab = runner.vocab_size(captioner.name)
         self._waiting: list[tuple[int, int, Request]] = []  # heap of (priority, key, request)
@@ -196,6 +199,8 @@ class Scheduler:
                 if rows is not None:
                     stepped = list(self._decoding.values())
                     out = await self._execute(rows, stepped)
+                    if out is not None and self._guided:
+                        out = await self._guide(rows, out)
                     if out is not None:
                         self._update(rows, out, stepped)
                     continue
@@ -238,11 +243,46 @@ class Scheduler:
                 self.metrics.hook_applications.labels(hook=name).inc(count)
         return out
 
+    async def _guide(self, rows: BatchRows, out: StepOutput) -> StepOutput | None:
+        """The ``ranker_guided`` requests' rows of this step shaped by their rankers
+        (``service.engine.guide``: one ranker text call per ranker for all of them); None when the
+        ranker failed (those requests fail; the others' step is made again)."""
+        keys, image = self._batch.row_owners(rows)
+        spans = request_spans(keys)
+        guided: list[GuidedRows] = []
+        for key, request in self._guided.items():
+            span = spans.get(key)
+            guide = request.params.guide
+            if span is None or guide is None or request.guide is None or request.encoded is None:
+                continue
+            a, b = span
+            regions, lp = request.encoded.regions, request.params.length_penalty
+            guided.append(GuidedRows(request.guide, guide, regions, request.images, a, b, image[a:b], lp))
+        if not guided:
+            return out
+        if not isinstance(out.logprobs, np.ndarray):
+            raise TypeError("a ranker_guided step needs whole log-prob rows")
+        try:
+            logprobs = await guide_step(
+                self.runner,
+                guided,
+                rows.tokens,
+                rows.lengths,
+                out.logprobs,
+                self._eos,
+                self.decode,
+                word_ids=self.cap.tokens is None,
+            )
+        except Exception as exc:
+            self._release(list(self._guided.values()), S.FAILED, exc)
+            return None
+        return StepOutput(logprobs, out.state, out.attention)
+
     def _top_k(self) -> int | None:
         """The words per row a step returns (``service.engine.sparse``): for a vocabulary of real size
-        while no request reads whole rows, the widest beam's best (plus the end and banned words);
-        else None: whole rows."""
-        if self._vocab < SPARSE_MIN_VOCAB or self._batch.reads_whole_rows:
+        while no request reads whole rows (nor is ``ranker_guided``), the widest beam's best (plus the
+        end and banned words); else None: whole rows."""
+        if self._vocab < SPARSE_MIN_VOCAB or self._batch.reads_whole_rows or self._guided:
             return None
         k = top_k_for(self._batch.capacity, self._banned + self._batch.sparse_budget)
         return k if 4 * k <= self._vocab else None
@@ -325,6 +365,9 @@ class Scheduler:
         for request in joining:
             request.status = S.DECODING
             self._decoding[request.key] = request
+            if request.params.guide is not None:
+                request.guide = GuideState()
+                self._guided[request.key] = request
 
     def _admit(self) -> None:
         """Start encoding the waiting requests that fit the row and request budgets (one batch at a time)."""
@@ -435,6 +478,7 @@ class Scheduler:
                     self._pace(request)
                 request.holds_rows = False
             self._decoding.pop(request.key, None)
+            self._guided.pop(request.key, None)
             self._live.pop(request.key, None)
             if request.status is S.WAITING:
                 self._n_waiting -= 1

@@ -367,6 +367,7 @@ def test_repeatable_hooks_may_be_given_twice() -> None:
         "synonym_substitution",
         "diverse_beam",
         "force_words",
+        "ranker_guided",
     }
 
 
@@ -383,6 +384,7 @@ def test_a_hook_is_one_record_registered_once() -> None:
             "synonym_substitution",
             "diverse_beam",
             "force_words",
+            "ranker_guided",
         ]
     )
     assert HOOKS["no_repeat_ngram"].params == {"n": "n-gram size, >= 1 (2 stops 'dog dog dog')"}
@@ -407,6 +409,7 @@ def test_registry_limits_and_catalog() -> None:
             "synonym_substitution",
             "diverse_beam",
             "force_words",
+            "ranker_guided",
         }
     )
     assert set(catalog["diverse_beam"]["params"]) == {"groups", "diversity_penalty"}
