@@ -9,9 +9,11 @@ and take the statistic of each resample; the interval is the percentile interval
 them. Seeded (``seed``), so the same data give the same interval on every machine.
 
 A **paired test** compares two systems scored on the same units: the per-unit differences are the
-data; the two-sided p-value is that of a sign-flip permutation test (each group's differences flipped
-together, which keeps the pairing and the grouping), and the difference's interval is the two-stage
-bootstrap of the differences.
+data; the two-sided p-value is that of a sign-flip permutation test with the flips per unit (it keeps
+the pairing and takes the groups as given: a test about these pairs), and the difference's interval is
+the two-stage bootstrap of the differences (which also resamples the groups: about pairs like these).
+With few groups the two can disagree — a small p-value beside an interval that holds 0 — and both are
+reported.
 
 Shapes: a figure's data is ``Sequence[Sequence[float]]`` — ``groups[g][u]`` the value of unit ``u`` of
 group ``g`` (a hit is 1.0, a miss 0.0). Groups may have different sizes; an empty group is left out
