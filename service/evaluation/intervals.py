@@ -84,6 +84,13 @@ class PairedTest:
         }
 
 
+def _check(level: float, resamples: int) -> None:
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    if resamples < 100:
+        raise ValueError(f"resamples must be >= 100, got {resamples}")
+
+
 def _kept(groups: Sequence[Sequence[float]]) -> list[np.ndarray]:
     kept = [np.asarray(g, dtype=np.float64) for g in groups if len(g) > 0]
     for g in kept:
@@ -124,27 +131,13 @@ def bootstrap_interval(
     seed: int = SEED,
 ) -> Interval | None:
     """The mean of group means with its two-stage bootstrap percentile interval (None: no unit)."""
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
-    if resamples < 100:
-        raise ValueError(f"resamples must be >= 100, got {resamples}")
+    _check(level, resamples)
     kept = _kept(groups)
     if not kept:
         return None
     estimate = float(np.mean([g.mean() for g in kept]))
     reps = _resampled_means(kept, resamples, np.random.default_rng(seed))
-    tail = (1 - level) / 2
-    low, high = np.quantile(reps, [tail, 1 - tail])
-    return Interval(
-        estimate,
-        float(min(low, estimate)),
-        float(max(high, estimate)),
-        float(reps.std(ddof=1)),
-        len(kept),
-        int(sum(len(g) for g in kept)),
-        level,
-        resamples,
-    )
+    return _percentile(estimate, reps, level, len(kept), int(sum(len(g) for g in kept)))
 
 
 def bootstrap_sums(
@@ -158,10 +151,7 @@ def bootstrap_sums(
     image's n-gram counts): ``units[u]`` the unit's row of counts, ``statistic`` maps column sums
     ``[R, d]`` to ``[R]`` figures. One-stage bootstrap over the units (each resample draws the units'
     multiplicities); the estimate is the statistic of the full sums (None: no unit)."""
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
-    if resamples < 100:
-        raise ValueError(f"resamples must be >= 100, got {resamples}")
+    _check(level, resamples)
     if not units:
         return None
     rows = np.asarray(units, dtype=np.float64)
@@ -172,18 +162,7 @@ def bootstrap_sums(
     weights = rng.multinomial(n, np.full(n, 1.0 / n), size=resamples)  # [R, n] times each unit is drawn
     reps = np.asarray(statistic(weights @ rows), dtype=np.float64)
     estimate = float(np.asarray(statistic(rows.sum(axis=0, keepdims=True)))[0])
-    tail = (1 - level) / 2
-    low, high = np.quantile(reps, [tail, 1 - tail])
-    return Interval(
-        estimate,
-        float(min(low, estimate)),
-        float(max(high, estimate)),
-        float(reps.std(ddof=1)),
-        1,
-        n,
-        level,
-        resamples,
-    )
+    return _percentile(estimate, reps, level, 1, n)
 
 
 def paired_test(
@@ -341,10 +320,7 @@ def stratified_interval(
     groups (one trained model each) of each group's mean over its pairs — with its bootstrap interval:
     groups (pairs) are resampled within each stratum, units (images) within each drawn group.
     ``strata[t][g][u]``; None when no unit at all."""
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
-    if resamples < 100:
-        raise ValueError(f"resamples must be >= 100, got {resamples}")
+    _check(level, resamples)
     if not any(_kept(g) for g in strata):
         return None
     reps, est, groups, units = _joint_replicates([strata], resamples, np.random.default_rng(seed))
@@ -364,10 +340,7 @@ def ratio_interval(
     units' pairing is not known (only per-group counts); with per-unit pairing a paired test is
     sharper. A resample whose denominator is 0 counts as an infinite ratio (the upper bound may be
     inf). None when the denominator's estimate is 0 or there is no unit."""
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
-    if resamples < 100:
-        raise ValueError(f"resamples must be >= 100, got {resamples}")
+    _check(level, resamples)
     if not any(_kept(g) for g in numerator) or not any(_kept(g) for g in denominator):
         return None
     reps, est, groups, units = _joint_replicates(
