@@ -66,5 +66,17 @@ class Checkpoints:
             self.save(name, model, log)
         return log
 
+    def made(
+        self, name: str, empty: Callable[[], M], make: Callable[[], tuple[M, TrainLog]]
+    ) -> tuple[M, TrainLog]:
+        """For a trainer that builds its own model: ``name``'s model from its checkpoint (loaded into
+        ``empty()``) when one matches, else ``make()``'s (then saved)."""
+        model = empty()
+        log = self.load(name, model)
+        if log is None:
+            model, log = make()
+            self.save(name, model, log)
+        return model, log
+
 
 __all__ = ["Checkpoints", "fingerprint"]

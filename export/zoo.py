@@ -1,11 +1,13 @@
 """``make models``: the model zoo of seeds 000/001/002 in one Triton repository. BUTD and BUTR for each of
-the 4 held-out groups, SAT, Transformer and M2 for group 1, a FULL BUTD (nothing held out) and VSE++ on
-group 1 — all on one frozen visual encoder (the stand-in for bottom-up features, trained on scene graphs,
-not captions). Every captioner is selected on its split's val set (greedy BLEU-4 after each epoch, best
-epoch kept, early stop after ``patience`` epochs without improvement; FULL uses the val set of the
-training world's "full" split and trains on that split's train set). Evaluation data come from a world
-seed never used for training. The repository also holds the probe sets (``export.probesets``; training
-references: the group-1 split's train set, that of the default captioner ``butr_g1``)."""
+the 4 held-out groups, SAT, Transformer and M2 for group 1, a FULL BUTD (nothing held out) and a VSE++
+per group (``vsepp_g<group>``: the separately trained ranker that re-ranks BUTD's beams in the report's
+control rows, trained on its group's split like the captioners) — all on one frozen visual encoder (the
+stand-in for bottom-up features, trained on scene graphs, not captions). Every captioner is selected on
+its split's val set (greedy BLEU-4 after each epoch, best epoch kept, early stop after ``patience``
+epochs without improvement; FULL uses the val set of the training world's "full" split and trains on
+that split's train set). Evaluation data come from a world seed never used for training. The repository
+also holds the probe sets (``export.probesets``; training references: the group-1 split's train set,
+that of the default captioner ``butr_g1``)."""
 
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ from export.data.coco import load_folder
 from export.data.splits import Split, build_split, split_dir_for, write_split
 from export.models.architectures import ARCHITECTURES
 from export.models.visual_encoder import VisualEncoder
+from export.models.vsepp import VSEPP
 from export.package import TrainedCaptioner, TrainedRanker, architecture_entries, export_repository
 from export.presets import Preset, get_preset
 from export.probesets.repo import preset_probe_sets, write_manifest
@@ -117,8 +120,26 @@ def build_zoo(
     work: str | Path | None = None,
     groups: Sequence[int] = GROUPS,
     eval_seed: int = EVAL_SEED,
+    *,
+    train_seed: int | None = None,
+    plan: Sequence[tuple[str, int | None]] | None = None,
+    probe_sets: bool = True,
 ) -> Manifest:
-    """Train and package the zoo at ``out``; write the evaluation world and its splits under the work dir."""
+    """Train and package the zoo at ``out``; write the evaluation world and its splits under the work dir.
+
+    ``seed`` makes the worlds, the splits and the visual encoder; ``train_seed`` (default ``seed``) the
+    captioners' and rankers' initialisation and batch order, so that another training seed retrains them
+    on the same data and regions. ``plan`` (default ``zoo_plan(groups)``) lists the captioners to train;
+    ``probe_sets=False`` leaves the probe sets out (a repository for an evaluation only)."""
+    train_seed = seed if train_seed is None else train_seed
+    if plan is None:
+        plan = zoo_plan(groups)
+    unknown = sorted({kind for kind, _ in plan} - set(ARCHITECTURES))
+    if unknown:
+        raise ValueError(f"plan: unknown architecture {unknown[0]!r}; known: {', '.join(ARCHITECTURES)}")
+    outside = sorted({g for _, g in plan if g is not None and g not in groups})
+    if outside:
+        raise ValueError(f"plan: group {outside[0]} is not one of groups {list(groups)}")
     p = replace(get_preset(preset), caption_epochs=get_preset(preset).zoo_caption_epochs)
     started = time.perf_counter()
     work_dir = Path(work) if work else out.with_name(out.name + ".work")
@@ -139,18 +160,25 @@ def build_zoo(
     regions_hash = hashlib.sha256(regions.numpy().tobytes()).hexdigest()[:16]
     checkpoints = Checkpoints(
         work_dir / "checkpoints",
-        fingerprint(preset=p, seed=seed, regions=regions_hash, vocab=vocab.words, groups=list(groups)),
+        fingerprint(
+            preset=p,
+            seed=seed,
+            regions=regions_hash,
+            vocab=vocab.words,
+            groups=list(groups),
+            **({"train_seed": train_seed} if train_seed != seed else {}),
+        ),
     )
     trained: list[TrainedCaptioner] = []
     rankers: list[TrainedRanker] = []
     logs: dict[str, TrainLog] = {"visual_encoder": enc_log}
-    for kind, group in zoo_plan(groups):
+    for kind, group in plan:
         arch = ARCHITECTURES[kind]
         split = splits[group] if group is not None else full
         rows = np.array([position[i] for i in split.sets["train"]])
         val = validation_set(split, position, regions, captions, p.val_images)
         name = f"{kind}_g{group}" if group is not None else f"{kind}_full"
-        torch.manual_seed(seed + len(trained))
+        torch.manual_seed(train_seed + len(trained))
         model = arch.build(len(vocab), regions.size(-1), regions.size(1), p)
         snapshot = EpochSnapshot(checkpoints.folder / f"{name}.epoch.pt", checkpoints.key)
         train = partial(
@@ -159,7 +187,7 @@ def build_zoo(
             captions=[captions[i] for i in rows],
             vocab=vocab,
             preset=p,
-            seed=seed,
+            seed=train_seed,
             desc=name,
             rank=arch.ranks,
             learning_rate=arch.learning_rate(p),
@@ -174,11 +202,21 @@ def build_zoo(
         )
         trained.append(captioner)
         rankers += joint
+    for i, g in enumerate(groups):  # group 1's seed (train_seed + 3) is the one zoo's single VSE++ had
+        rows = np.array([position[j] for j in splits[g].sets["train"]])
+        name = f"vsepp_g{g}"
+        vsepp, vlog = checkpoints.made(
+            name,
+            partial(VSEPP, len(vocab), regions.size(-1), p.word_dim, p.hidden_dim, p.joint_dim),
+            partial(
+                train_vsepp, regions[rows], [captions[j] for j in rows], vocab, p, train_seed + 3 + 100 * i
+            ),
+        )
+        logs[name] = vlog
+        rankers.append(
+            TrainedRanker(name, "VSE++", vsepp, training_record(splits[g], len(rows), vlog, dataset))
+        )
     first = splits[groups[0]]
-    rows = np.array([position[i] for i in first.sets["train"]])
-    vsepp, vlog = train_vsepp(regions[rows], [captions[i] for i in rows], vocab, p, seed + 3)
-    logs["vsepp"] = vlog
-    rankers.append(TrainedRanker("vsepp", "VSE++", vsepp, training_record(first, len(rows), vlog, dataset)))
     staging = out.with_name(out.name + ".staging")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -189,11 +227,13 @@ def build_zoo(
     # probe sets: training references of the default captioner's split (butr_g<first group>)
     refs = [captions[position[i]] for i in first.sets["train"]]
     about = f"systematicity/{groups[0]} split train set of the training world ({len(refs)} images)"
-    manifest.probe_sets = preset_probe_sets(staging, p, seed, refs, about)
-    write_manifest(staging, manifest)
+    if probe_sets:
+        manifest.probe_sets = preset_probe_sets(staging, p, seed, refs, about)
+        write_manifest(staging, manifest)
     report: dict[str, Any] = {
         "preset": p.name,
         "seed": seed,
+        "train_seed": train_seed,
         "eval_seed": eval_seed,
         "eval_data": str(eval_dir),
         "seconds": round(time.perf_counter() - started, 1),
