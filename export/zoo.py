@@ -158,8 +158,9 @@ def build_zoo(
     regions = extract_regions(encoder, images)
     dataset = f"sceneworld(seed={seed}, images={len(images)})"
     regions_hash = hashlib.sha256(regions.numpy().tobytes()).hexdigest()[:16]
+    # another training seed keeps its checkpoints apart: the zoo's own stay where a rerun finds them
     checkpoints = Checkpoints(
-        work_dir / "checkpoints",
+        work_dir / "checkpoints" / ("" if train_seed == seed else f"train_seed{train_seed}"),
         fingerprint(
             preset=p,
             seed=seed,

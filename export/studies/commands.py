@@ -457,6 +457,51 @@ def _counterfactual(args: argparse.Namespace) -> int:
     return 0
 
 
+def _seeds_arguments(parser: argparse.ArgumentParser) -> None:
+    _repo_argument(parser)
+    parser.add_argument(
+        "--seeds",
+        action=ListAction,
+        item=positive_int,
+        default=(1, 2),
+        metavar="SEED",
+        help="training seeds besides the zoo's own (its models are the first seed)",
+    )
+    parser.add_argument("--group", type=held_out_group, default=1, help="the held-out group retrained")
+    parser.add_argument(
+        "--data",
+        type=existing_dir,
+        default=None,
+        help="evaluation world (default: the zoo's, <repo>.work/data/eval_<seed>)",
+    )
+    parser.add_argument(
+        "--out",
+        type=writable_dir,
+        default="reports",
+        help="folder of the reproduction report (its reproduction.json gives the zoo's seed and λ); "
+        "seeds.{md,json,png} are written there",
+    )
+
+
+def _seeds(args: argparse.Namespace) -> int:
+    from export.studies.seeds import run_seeds
+
+    out = Path(args.out)
+    if not (out / "reproduction.json").is_file():
+        missing = out / "reproduction.json"
+        print(f"compcap seeds: {missing} is missing: run compcap report first", file=sys.stderr)
+        return 2
+    report = run_seeds(Path(args.repo), list(args.seeds), out, group=args.group, data=args.data)
+    for name, test in report["pooled"].items():
+        d = test["difference"]
+        print(
+            f"{name}: {100 * d['estimate']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}] points of "
+            f"Recall@5, p = {test['p_value']:.3g} (pooled over {len(report['per_seed'])} seeds)"
+        )
+    print(f"wrote {out / 'seeds.md'}")
+    return 0
+
+
 COMMANDS: CommandTable = {
     "evaluate": Command(
         "evaluate every captioner of a repository on a split", _evaluate_arguments, _evaluate
@@ -486,6 +531,11 @@ COMMANDS: CommandTable = {
         "issue 41 counterfactual minimal pairs: held-out vs seen hit rates and miss classes, with intervals",
         _counterfactual_arguments,
         _counterfactual,
+    ),
+    "seeds": Command(
+        "issue 43: one group's BUTD, BUTR, VSE++ on more training seeds; the control rows' paired tests",
+        _seeds_arguments,
+        _seeds,
     ),
     "mad": Command(
         "seed 003 maximum-discrepancy comparison: NGSM-selected pairwise sets, dominance/Perron ranking",

@@ -31,7 +31,9 @@ The JSON written (and returned)::
     {"split": kind, "group": group, "images": N,
      "results": [{"captioner": ..., "ranker": ... | null, "trained_on": ...,
                   "recall_at_k": {"1": r, ..., "5": r} | null, "recall_at_5_mean": r | null,
-                  "per_pair": {...} | null, "by_bucket": {...} | null, "per_category": {...} | null,
+                  "per_pair": {label: {..., "images": n, "hits": {"1": h, ...},
+                               "first_rank": {image id: first rank holding the pair | null}}} | null,
+                  "by_bucket": {...} | null, "per_category": {...} | null,
                   "bleu1": x, "bleu4": x, "meteor": x | null, "rouge_l": x, "cider_d": x,
                   "asl": x, "types": n, "ttr1": x, "ttr2": x, "novel": x}, ...]}
 
@@ -144,6 +146,7 @@ def evaluate(
     *,
     pairs_fn: PairsFn | None = None,
     captioners: Sequence[str] | None = None,
+    runs: Sequence[tuple[str, str | None]] | None = None,
     meteor: bool = True,
     rerank_beam_size: int = 100,
     rerank_weight: float = 0.0,
@@ -157,7 +160,9 @@ def evaluate(
 
     ``limit`` keeps the first N evaluation images; ``pairs_fn`` replaces the spaCy attachment checker
     (``service.text.attachment.AttachmentChecker().pairs_batch``); ``json_out`` also writes the result;
-    ``captioners`` restricts the runs to those captioners (default: all); ``meteor=False`` skips METEOR
+    ``captioners`` restricts the runs to those captioners (default: all); ``runs`` gives the (captioner,
+    ranker or None) runs instead, any ranker with any captioner (e.g. BUTD re-ranked by VSE++, the
+    report's control); ``meteor=False`` skips METEOR
     (a Java start per run). Re-ranked runs re-rank ``rerank_beam_size`` beams (100, as the seeds' own
     BUTR+RR evaluation) by ranker cosine + ``rerank_weight`` × normalised log-prob (0: the ranker alone).
 
@@ -209,7 +214,15 @@ def evaluate(
         repo = Path(repo)
         manifest = load_manifest(repo)
         catalogue = Catalogue.of(manifest)
-    runs = [run for run in catalogue.runs(fallback_ranker) if captioners is None or run[0] in captioners]
+    if runs is not None:
+        runs = list(dict.fromkeys(runs))
+        for cap, ranker in runs:
+            if cap not in {c for c, _, _ in catalogue.captioners}:
+                raise ValueError(f"runs: {cap!r} is not a captioner of {repo or url}")
+            if ranker is not None and ranker not in catalogue.rankers:
+                raise ValueError(f"runs: {ranker!r} is not a ranker of {repo or url}")
+    else:
+        runs = [r for r in catalogue.runs(fallback_ranker) if captioners is None or r[0] in captioners]
     if not runs:
         raise ValueError(f"none of {list(captioners or [])} is a captioner of {repo or url}")
     if url is not None:
@@ -248,7 +261,10 @@ def evaluate(
             "per_category": None,
         }
         if parse is not None:
-            report = recall_at_k(generated, references, held_out, parse, ks=KS).to_dict()
+            recall = recall_at_k(generated, references, held_out, parse, ks=KS)
+            report = recall.to_dict()
+            for label, pair in recall.per_pair.items():  # which image was hit: for paired tests
+                report["per_pair"][label]["first_rank"] = {str(i): r for i, r in pair.first_rank.items()}
             row.update(
                 recall_at_k=_round_tree(report["recall_at_k"]),
                 recall_at_5_mean=_r(report["recall_at_k"]["5"]),

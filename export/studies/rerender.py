@@ -11,7 +11,7 @@ from typing import Any
 
 
 def _renderers() -> dict[str, Callable[[dict[str, Any]], str]]:
-    from export.studies import explanation_report, mad_report, productivity, substitutivity
+    from export.studies import explanation_report, mad_report, productivity, seeds, substitutivity
 
     return {
         "explanations.json": explanation_report.render_markdown,
@@ -19,6 +19,7 @@ def _renderers() -> dict[str, Callable[[dict[str, Any]], str]]:
         "productivity_length.json": productivity.markdown,
         "productivity_density.json": productivity.markdown,
         "mad.json": mad_report.render_markdown,
+        "seeds.json": seeds.markdown,
     }
 
 

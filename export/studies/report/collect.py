@@ -27,15 +27,33 @@ def row_specs() -> list[tuple[str, str, bool]]:
     return specs
 
 
+# The control rows (issue 43): BUTD's beams re-ranked the same way (B = 100, the same weight) by a ranker
+# not trained jointly with it — the separately trained VSE++ of its group, and BUTR's ranking head of its
+# group — so that "re-ranking 100 beams" and "training the ranker jointly with the captioner" separate.
+# (row, captioner architecture, ranker prefix), placed after the row named in CONTROLS_AFTER.
+CONTROLS = (("BUTD+VSE++", "butd", "vsepp"), ("BUTD+BUTR head", "butd", "butr"))
+CONTROLS_AFTER = "BUTR+RR"
+
+
 def rows_for(manifest: Manifest, groups: Sequence[int]) -> dict[str, list[tuple[int, str, str | None]]]:
-    """Table row → [(group, captioner, ranker)] whose results are averaged into it; last, "FULL": the zoo's
-    captioner trained with nothing held out, evaluated on every group's sets."""
+    """Table row → [(group, captioner, ranker)] whose results are averaged into it: the architectures'
+    rows, the control rows (``CONTROLS``) after BUTR+RR, and last "FULL": the zoo's captioner trained
+    with nothing held out, evaluated on every group's sets. A row lists the groups the zoo has its
+    models for."""
     names = {c.name for c in manifest.captioners}
+    rankers = {r.name for r in manifest.rankers}
     rows: dict[str, list[tuple[int, str, str | None]]] = {}
     for label, arch, rerank in row_specs():
         rows[label] = [
             (g, f"{arch}_g{g}", f"{arch}_g{g}" if rerank else None) for g in groups if f"{arch}_g{g}" in names
         ]
+        if label == CONTROLS_AFTER:
+            for control, cap, ranker in CONTROLS:
+                rows[control] = [
+                    (g, f"{cap}_g{g}", f"{ranker}_g{g}")
+                    for g in groups
+                    if f"{cap}_g{g}" in names and f"{ranker}_g{g}" in rankers
+                ]
     full = [f"{a.name}_full" for a in ARCHITECTURES.values() if a.zoo_full and f"{a.name}_full" in names]
     rows["FULL"] = [(g, full[0], None) for g in groups] if full else []
     return {k: v for k, v in rows.items() if v}
@@ -58,13 +76,15 @@ def mean_of(values: list[float | None]) -> float | None:
 def collect(
     zoo: Path, data: Path, groups: Sequence[int], out: Path, rerank_weight: float = 0.0
 ) -> dict[str, Any]:
-    """Evaluate each group's captioners (and FULL) on both sets; write and return the raw results.
-    BUTR+RR re-ranks 100 beams with ``rerank_weight``."""
+    """Evaluate each group's runs (every row's captioner and ranker, FULL too) on both sets; write and
+    return the raw results. Every re-ranked run (BUTR+RR and the controls) re-ranks 100 beams with
+    ``rerank_weight``."""
     manifest = load_manifest(zoo)
     rows = rows_for(manifest, groups)
     raw: dict[str, Any] = {}
     for g in groups:
-        caps = sorted({cap for entries in rows.values() for grp, cap, _ in entries if grp == g})
+        of_group = ((cap, rk) for entries in rows.values() for grp, cap, rk in entries if grp == g)
+        runs = list(dict.fromkeys(of_group))
         for set_name in SETS:
             key = f"group{g}/{set_name}"
             raw[key] = evaluate(
@@ -75,8 +95,7 @@ def collect(
                 g,
                 out / f"systematicity_{g}_{set_name}.json",
                 set_name=set_name,
-                captioners=caps,
-                fallback_ranker=False,
+                runs=runs,
                 rerank_weight=rerank_weight,
             )
     listed = {k: [list(e) for e in v] for k, v in rows.items()}

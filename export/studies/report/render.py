@@ -14,7 +14,7 @@ from export.studies.report.tables import (
     targets,
     weight_table,
 )
-from export.studies.report.uncertainty import METHOD, cell
+from export.studies.report.uncertainty import METHOD, PAIRED_METHOD, cell
 
 
 def selection_note(chosen: list[dict[str, Any]], build: dict[str, Any]) -> str:
@@ -138,6 +138,44 @@ def rerank_lines(collected: dict[str, Any]) -> list[str]:
     return lines
 
 
+def control_lines(table: dict[str, Any], found: dict[str, Any]) -> list[str]:
+    """The control rows' section: what each separates, and the paired tests (``uncertainty.PAIRED``) —
+    differences of mean Recall@5 ×100 with their intervals and p-values — with what they support."""
+    paired = found.get("paired") or {}
+    if "BUTD+VSE++" not in table or not paired:
+        return []
+    lines = [
+        "",
+        "## Re-ranking or joint training? The control rows",
+        "",
+        "Seed 000 credits BUTR+RR's recall of held-out pairs to the ranking head trained *jointly* with the",
+        "captioner. Two control rows re-rank BUTD's beams exactly as BUTR+RR re-ranks its own (B = 100, the",
+        "same λ): **BUTD+VSE++** by the VSE++ of the same group, trained separately on the same split, and",
+        "**BUTD+BUTR head** by the ranking head of the group's BUTR (joint training's ranker on beams that",
+        "joint training did not shape). " + PAIRED_METHOD,
+        "",
+        "| comparison (a vs b) | difference a − b in R@5 ×100 [95% interval] | p-value |",
+        "|---|---|---|",
+    ]
+    for name, test in paired.items():
+        d = test["difference"]
+        lines.append(
+            f"| {name} | {100 * d['estimate']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}] | "
+            f"{test['p_value']:.3g} |"
+        )
+    verdicts = []
+    for name, test in paired.items():
+        d, p = test["difference"], f"p = {test['p_value']:.3g}"
+        if d["low"] > 0:
+            verdicts.append(f"{name}: a is higher (interval above 0, {p})")
+        elif d["high"] < 0:
+            verdicts.append(f"{name}: b is higher (interval below 0, {p})")
+        else:
+            verdicts.append(f"{name}: no significant difference (interval spans 0, {p})")
+    lines += ["", "At the 5% level: " + "; ".join(verdicts) + "."]
+    return lines
+
+
 def render(
     table: dict[str, Any],
     collected: dict[str, Any],
@@ -211,6 +249,7 @@ def render(
             + " |"
         )
     lines += per_group_lines(collected, found)
+    lines += control_lines(table, found)
     notes = collected.get("notes") or []
     if notes:
         lines += ["", *(f"Note: {n}" for n in notes)]

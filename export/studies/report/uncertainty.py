@@ -22,6 +22,7 @@ from service.evaluation.intervals import (
     Interval,
     binary_units,
     bootstrap_interval,
+    paired_test,
     ratio_interval,
     stratified_interval,
 )
@@ -29,6 +30,23 @@ from service.evaluation.intervals import (
 KS = "12345"
 # (numerator, denominator, target): the targets' ratios of mean Recall@5
 RATIOS = (("BUTR+RR", "BUTD", 2.0), ("FULL", "BUTR+RR", 1.5))
+# (a, b): rows compared image for image (the control rows, issue 43). BUTR+RR against BUTD+VSE++ asks
+# whether the jointly trained ranker beats a separately trained one at the same B; BUTD+BUTR head
+# against BUTD+VSE++, which ranker, on the same beams; BUTR+RR against BUTD+BUTR head, which beams, with
+# the same kind of ranker; the others, what re-ranking 100 beams gives at all.
+PAIRED = (
+    ("BUTR+RR", "BUTD+VSE++"),
+    ("BUTR+RR", "BUTD"),
+    ("BUTD+VSE++", "BUTD"),
+    ("BUTD+BUTR head", "BUTD+VSE++"),
+    ("BUTR+RR", "BUTD+BUTR head"),
+)
+PAIRED_METHOD = (
+    "Paired: both rows' Recall@5 on the same (held-out pair, image) cases, a hit per image from its "
+    "stored first rank; the difference a − b in mean Recall@5 (pairs of every group pooled) with its "
+    "95% bootstrap interval (pairs, then images within a pair) and a two-sided sign-flip permutation "
+    "p-value (10 000 flips, per image)."
+)
 METHOD = (
     "95% percentile bootstrap, 2000 resamples, seed 0: held-out pairs resampled within each group "
     "(one trained model each), images within each drawn pair; the hit vector of a pair is rebuilt "
@@ -52,6 +70,49 @@ def row_strata(collected: dict[str, Any], label: str, k: str = "5") -> list[list
         _pairs(find_result(collected["raw"][f"group{g}/test"]["results"], c, r), k)
         for g, c, r in collected["rows"][label]
     ]
+
+
+def paired_units(collected: dict[str, Any], a: str, b: str, k: int = 5) -> tuple[list[list[float]], ...]:
+    """Rows ``a`` and ``b``'s Test Comb hits at ``k`` on the same cases: two [pair][image] lists, pairs of
+    every group both rows have, images in the same order; empty when the evaluations stored no first
+    ranks (reports written before issue 43)."""
+    out_a: list[list[float]] = []
+    out_b: list[list[float]] = []
+    b_entries = {g: (c, r) for g, c, r in collected["rows"][b]}
+    for g, cap, ranker in collected["rows"][a]:
+        if g not in b_entries:
+            continue
+        results = collected["raw"][f"group{g}/test"]["results"]
+        pa = find_result(results, cap, ranker).get("per_pair") or {}
+        pb = find_result(results, *b_entries[g]).get("per_pair") or {}
+        for label, pair in pa.items():
+            ranks_a, ranks_b = pair.get("first_rank"), (pb.get(label) or {}).get("first_rank")
+            if ranks_a is None or ranks_b is None:
+                return [], []
+            images = sorted(ranks_a)
+            if sorted(ranks_b) != images:
+                raise ValueError(f"rows {a} and {b} were scored on different images of {label} (group {g})")
+
+            def hit(rank: int | None) -> float:
+                return 1.0 if rank is not None and rank <= k else 0.0
+
+            out_a.append([hit(ranks_a[i]) for i in images])
+            out_b.append([hit(ranks_b[i]) for i in images])
+    return out_a, out_b
+
+
+def paired_tests(collected: dict[str, Any]) -> dict[str, Any]:
+    """``PAIRED``'s comparisons, "a vs b" → ``PairedTest.as_dict`` (difference of mean Recall@5 with its
+    interval, p-value), for the pairs of rows present with stored first ranks."""
+    out: dict[str, Any] = {}
+    for a, b in PAIRED:
+        if a not in collected["rows"] or b not in collected["rows"]:
+            continue
+        units_a, units_b = paired_units(collected, a, b)
+        test = paired_test(units_a, units_b) if units_a else None
+        if test is not None:
+            out[f"{a} vs {b}"] = test.as_dict()
+    return out
 
 
 def _d(found: Interval | None) -> dict[str, Any] | None:
@@ -80,6 +141,12 @@ def intervals(collected: dict[str, Any]) -> dict[str, Any]:
         if num in collected["rows"] and den in collected["rows"]:
             ratio = ratio_interval(row_strata(collected, num), row_strata(collected, den))
             out["ratios"][f"{num} / {den}"] = {"target": target, **(_d(ratio) or {})}
+    control = "BUTD+VSE++"
+    if control in collected["rows"] and "BUTD" in collected["rows"]:
+        ratio = ratio_interval(row_strata(collected, control), row_strata(collected, "BUTD"))
+        out["ratios"][f"{control} / BUTD"] = _d(ratio) or {}
+    out["paired"] = paired_tests(collected)
+    out["paired_method"] = PAIRED_METHOD
     return out
 
 

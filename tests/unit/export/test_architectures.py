@@ -34,8 +34,9 @@ BEFORE: dict[str, tuple[str, str, str | None, bool]] = {
 
 
 def _manifest(*names: str) -> Any:
-    """A stand-in for a manifest listing captioners ``names`` (``rows_for`` reads only their names)."""
-    return SimpleNamespace(captioners=[SimpleNamespace(name=n) for n in names])
+    """A stand-in for a manifest listing captioners ``names`` and no rankers (``rows_for`` reads only
+    their names; the control rows, which need rankers, are ``test_report_controls``'s)."""
+    return SimpleNamespace(captioners=[SimpleNamespace(name=n) for n in names], rankers=[])
 
 
 @pytest.mark.parametrize("kind", list(ARCHITECTURES))

@@ -41,6 +41,26 @@ def test_a_checkpoint_skips_training_and_restores_the_weights(tmp_path: Path) ->
     assert fingerprint(a=1, b=2) == fingerprint(b=2, a=1) != fingerprint(a=1, b=3)
 
 
+def test_a_model_its_trainer_builds_is_made_once_then_loaded(tmp_path: Path) -> None:
+    """``Checkpoints.made``: for trainers that build their own model (VSE++): made and saved once,
+    then loaded into an empty model of the same shape; another key makes it again."""
+    calls: list[int] = []
+
+    def make() -> tuple[nn.Module, TrainLog]:
+        calls.append(1)
+        return nn.Linear(4, 3), TrainLog(seconds=0.5, epochs=1)
+
+    store = Checkpoints(tmp_path, fingerprint(part="vsepp", seed=3))
+    first, log = store.made("vsepp_g1", lambda: nn.Linear(4, 3), make)
+    again = Checkpoints(tmp_path, fingerprint(part="vsepp", seed=3))
+    second, log2 = again.made("vsepp_g1", lambda: nn.Linear(4, 3), make)
+    assert calls == [1] and again.loaded == ["vsepp_g1"] and log2 == log
+    for a, b in zip(first.state_dict().values(), second.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    Checkpoints(tmp_path, fingerprint(part="vsepp", seed=4)).made("vsepp_g1", lambda: nn.Linear(4, 3), make)
+    assert calls == [1, 1]
+
+
 def test_the_zoo_encoder_trains_once_then_loads_bit_for_bit(tmp_path: Path, monkeypatch) -> None:
     """``resumable_encoder`` trains the visual encoder on its first call only; the training itself is
     replaced by a random init here (the real one takes minutes), the save/load path is the real one."""
