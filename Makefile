@@ -32,7 +32,7 @@ TRITON_HTTP_PORT    ?= 8000
 TRITON_GRPC_PORT    ?= 8001
 TRITON_METRICS_PORT ?= 8002
 
-.PHONY: docs probesets install serve-venv serve-test-tools triton-venv ort-gpu triton run build models report explain-report test test-unit lint clean locks test-tools gpu-check
+.PHONY: seeds docs probesets install serve-venv serve-test-tools triton-venv ort-gpu triton run build models report explain-report test test-unit lint clean locks test-tools gpu-check
 
 # torch: from local disk where the machine keeps its wheel (no index asked), else PyTorch's CPU index
 $(STAMP): requirements.lock requirements-torch.lock requirements-models.lock pyproject.toml
@@ -145,6 +145,10 @@ models: $(STAMP)
 
 report: $(STAMP)
 	$(VENV)/bin/compcap report --repo $(ZOO) --out reports --rerank-sweep
+
+# issue 43: group 1's BUTD, BUTR and VSE++ on two more training seeds, evaluated as the report (after it)
+seeds: $(STAMP)
+	$(VENV)/bin/compcap seeds --repo $(ZOO) --seeds 1 2 --out reports
 
 # seed 002's grounding study on the zoo (explanations per captioner x method; reports/explanations.md)
 explain-report: $(STAMP)
