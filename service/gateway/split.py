@@ -123,6 +123,15 @@ def split_environment(settings: Settings, folder: Path) -> dict[str, str]:
     return env
 
 
+def split_folder() -> Path:
+    """A new folder, readable by this user only, for one split's engine-core socket and metrics files:
+    in the temporary directory (``TMPDIR``, else ``/tmp``), so a pod with a read-only root gives it a
+    writable, memory-backed volume there."""
+    folder = Path(tempfile.mkdtemp(prefix="compcap-core-"))
+    os.chmod(folder, 0o700)
+    return folder
+
+
 def serve_split(settings: Settings) -> None:
     """Serve with ``settings.api_processes`` HTTP processes and one engine core (module docstring)."""
     import uvicorn
@@ -132,8 +141,7 @@ def serve_split(settings: Settings) -> None:
             "COMPCAP_STATE_URL='' keeps the features' state in each process: with --api-processes > 1 "
             "give it a store every process shares (the default SQLite file, or PostgreSQL)"
         )
-    folder = Path(tempfile.mkdtemp(prefix="compcap-core-"))
-    os.chmod(folder, 0o700)
+    folder = split_folder()
     env = split_environment(settings, folder)
     os.environ.update(env)  # uvicorn's workers are spawned with this environment
     core = CoreSupervisor(env)
@@ -156,4 +164,4 @@ def serve_split(settings: Settings) -> None:
             shutil.rmtree(folder)
 
 
-__all__ = ["CoreSupervisor", "app_factory", "serve_split", "split_environment"]
+__all__ = ["CoreSupervisor", "app_factory", "serve_split", "split_environment", "split_folder"]

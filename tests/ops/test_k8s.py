@@ -8,7 +8,10 @@ Secrets, non-root, read-only root filesystems, GPUs only where Triton runs, Trit
 pods, a budget, no surge, spread) and termination budgets, Triton reachable only from the gateway
 (NetworkPolicy, no HTTP API), one ServiceMonitor per component, the co-located variant's shared
 ``/dev/shm``, the probe sets' way into the pods (the init containers' script, run here), and the
-PostgreSQL component."""
+PostgreSQL component. The GPU overlays run ``compcap serve --api-processes N`` (N HTTP processes and one
+engine core per pod): a CPU requested per process, the core's socket and every process's metrics files on
+a writable memory-backed volume, one scrape summing every process's metrics (the HPAs' included), and
+grace periods that cover the split's drain."""
 
 from __future__ import annotations
 
@@ -66,6 +69,18 @@ SECRET_EXAMPLES = {
 # CoreDNS gives the records of a Service (its kubernetes plugin's default)
 GRACE_MARGIN_S = 10
 DNS_TTL_S = 5
+# `compcap serve --api-processes N` (service.gateway.split) in the overlays whose gateway feeds a GPU:
+# embedded-gpu and triton-gpu-shm hold it in the pod, triton-gpu's Triton does not batch the step model
+# across gateways. The CPU-only embedded overlay runs one process (k8s/README.md, "Processes per pod").
+SPLIT_OVERLAYS = ("embedded-gpu", "triton-gpu", "triton-gpu-shm")
+# memory requested per process of a split at least (N HTTP processes, the engine core, the parent): an
+# idle HTTP process measured about 100 MB resident here
+PROCESS_MIB = 128
+# uvicorn's multiprocess supervisor reads its signal queue every 0.5 s before it passes SIGTERM on to the
+# HTTP processes (uvicorn.supervisors.multiprocess.Multiprocess.run), rounded up
+SUPERVISOR_POLL_S = 1
+# the longest path of a Unix socket (sun_path, with its terminating NUL)
+SUN_PATH_MAX = 107
 
 # Triton's metric names: the first group as a local tritonserver 2.51 (.venv-triton, CPU) exposes them on
 # its metrics port for the tiny repository; the GPU group from Triton's docs/user_guide/metrics.md (a GPU
@@ -233,6 +248,25 @@ def probe_budget_s(probe: dict[str, Any]) -> int:
     return int(probe.get("initialDelaySeconds", 0)) + int(probe["failureThreshold"]) * int(
         probe["periodSeconds"]
     )
+
+
+QUANTITY = re.compile(r"(\d+(?:\.\d+)?)(m|Ki|Mi|Gi|Ti|k|M|G|T)?")
+SCALE = {
+    None: 1.0, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+    "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40,
+}  # fmt: skip
+
+
+def quantity(value: str | int | float) -> float:
+    """A Kubernetes resource quantity (``500m``, ``2``, ``1536Mi``, ``3Gi``) as a plain number."""
+    match = QUANTITY.fullmatch(str(value))
+    assert match, f"{value!r}: not a quantity these manifests use"
+    return float(match[1]) * SCALE[match[2]]
+
+
+def test_quantity() -> None:
+    assert quantity("500m") == 0.5 and quantity(2) == quantity("2") == 2
+    assert quantity("1536Mi") == 1.5 * 2**30 == quantity("1.5Gi") and quantity("1k") == 1000
 
 
 def setting(container: dict[str, Any], field: str) -> Any:
@@ -469,6 +503,12 @@ def test_gateway_environment_validates_as_settings(
     assert settings.backend == BACKEND[rendered.overlay]
     assert settings.triton_shared_memory is (rendered.overlay == "triton-gpu-shm")
     assert settings.api_key_set(), "the probe routes need a key"
+    assert (settings.api_processes > 1) is (rendered.overlay in SPLIT_OVERLAYS), settings.api_processes
+    if settings.api_processes > 1:  # serve_split refuses a store of one process's memory
+        assert settings.state_url and settings.state_url == SECRET_EXAMPLES["COMPCAP_STATE_URL"]
+    # the parent of a split sets these for its processes; a value here would make every process of a
+    # one-process pod call a core that is not there (engine_socket) or write metrics files (the other)
+    assert not {"COMPCAP_ENGINE_SOCKET", "PROMETHEUS_MULTIPROC_DIR"} & {e["name"] for e in gateway["env"]}
 
 
 def test_secrets_come_from_secrets_that_are_not_in_the_repository(rendered: Rendered) -> None:
@@ -499,6 +539,74 @@ def test_no_state_on_pod_volumes(rendered: Rendered) -> None:
     spec = pod_spec(rendered.get("Deployment", "compcap-gateway"))
     assert all(set(v) == {"name", "emptyDir"} for v in spec["volumes"]), spec["volumes"]
     assert "COMPCAP_PROBE_HISTORY" not in env_of(gateway_container(rendered))
+
+
+# --- several processes per pod (compcap serve --api-processes) ---------------------------------------
+
+
+def memory_volume_bytes(spec: dict[str, Any], container: dict[str, Any]) -> float:
+    """The sizeLimits of the memory-backed emptyDirs ``container`` writes to (their pages count against
+    its memory limit)."""
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    return sum(
+        quantity(volumes[m["name"]]["emptyDir"]["sizeLimit"])
+        for m in container.get("volumeMounts", [])
+        if volumes.get(m["name"], {}).get("emptyDir", {}).get("medium") == "Memory" and not m.get("readOnly")
+    )
+
+
+def test_every_process_of_the_gateway_has_its_cpu_and_memory(rendered: Rendered) -> None:
+    """N HTTP processes + 1 engine core: a CPU requested for each, and no CPU limit (a CFS quota used up
+    by the HTTP processes would stall the engine core's loop until the next period); at least
+    PROCESS_MIB per process (N, the core, the parent); the memory limit leaves room above the request
+    for the memory-backed volumes the gateway writes (their pages count against it)."""
+    spec = pod_spec(rendered.get("Deployment", "compcap-gateway"))
+    gateway = gateway_container(rendered)
+    requests, limits = gateway["resources"]["requests"], gateway["resources"]["limits"]
+    assert quantity(limits["memory"]) >= quantity(requests["memory"]) + memory_volume_bytes(spec, gateway)
+    processes = setting(gateway, "api_processes")
+    if processes == 1:
+        return
+    assert quantity(requests["cpu"]) >= processes + 1, f"{processes} HTTP processes + 1 engine core"
+    assert "cpu" not in limits
+    assert quantity(requests["memory"]) >= (processes + 2) * PROCESS_MIB * 2**20
+
+
+@pytest.mark.parametrize("overlay", SPLIT_OVERLAYS)
+def test_the_split_writes_its_socket_and_metrics_on_a_memory_backed_volume(
+    overlay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where ``serve_split`` puts the engine core's socket and every process's metrics files (a new folder
+    in the temporary directory, as the container's Python finds it) is a writable emptyDir with medium
+    Memory and a size limit: the root filesystem is read-only, and the mmap'd metrics files, written on
+    every observation, stay off the node's disk. A new folder per start: a restarted container never
+    sums a dead process's counters into its scrape."""
+    from service.gateway.split import split_environment, split_folder
+    from service.settings import Settings
+
+    r = render(overlay)
+    spec = pod_spec(r.get("Deployment", "compcap-gateway"))
+    gateway = gateway_container(r)
+    env = env_of(gateway)
+    # tempfile.gettempdir(): the first of these variables that is set, else /tmp (the image sets none)
+    temp = next((env[n] for n in ("TMPDIR", "TEMP", "TMP") if n in env), "/tmp")
+    here = tmp_path / "container-temp"
+    here.mkdir()
+    monkeypatch.setenv("TMPDIR", str(here))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # tempfile caches the directory it found
+    folder = split_folder()
+    assert folder.parent == here and folder != split_folder(), "a new folder per start"
+    written = split_environment(Settings.model_construct(), folder)
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    for variable in ("COMPCAP_ENGINE_SOCKET", "PROMETHEUS_MULTIPROC_DIR"):
+        inside = Path(temp) / Path(written[variable]).relative_to(here)  # the path in the container
+        mounts = [m for m in gateway["volumeMounts"] if inside.is_relative_to(m["mountPath"])]
+        assert mounts, f"{overlay}: {variable}={inside} is on the read-only root filesystem"
+        mount = max(mounts, key=lambda m: len(m["mountPath"]))
+        assert not mount.get("readOnly"), f"{overlay}: {inside} is on a read-only mount"
+        empty_dir = volumes[mount["name"]].get("emptyDir", {})
+        assert empty_dir.get("medium") == "Memory" and "sizeLimit" in empty_dir, (overlay, variable)
+        assert len(str(inside).encode()) < SUN_PATH_MAX, inside
 
 
 # --- Triton -----------------------------------------------------------------------------------------
@@ -724,27 +832,42 @@ def test_triton_stays_up_through_drains_and_rollouts(rendered: Rendered) -> None
         assert spreads and all(t["whenUnsatisfiable"] == "ScheduleAnyway" for t in spreads), name
 
 
+def gateway_drain_s(gateway: dict[str, Any]) -> tuple[float, float]:
+    """Seconds after the pod is told to stop by which (the gateway's last caption is answered, the
+    gateway's every process has exited): the preStop pause, then the drain of at most the request
+    deadline (uvicorn lets requests in flight finish, a caption ends by COMPCAP_REQUEST_DEADLINE_S, and
+    what is left then is cancelled). A split (``--api-processes`` > 1) adds its supervisor's passing
+    SIGTERM on to the HTTP processes before, and the engine core's stop (at most ``STOP_S``, then
+    SIGKILL) after."""
+    from service.gateway.split import STOP_S
+
+    split = setting(gateway, "api_processes") > 1
+    captions_end = (
+        pre_stop_s(gateway) + (SUPERVISOR_POLL_S if split else 0) + setting(gateway, "request_deadline_s")
+    )
+    return captions_end, captions_end + (STOP_S if split else 0)
+
+
 def test_grace_periods_cover_pre_stop_and_drain_with_margin(rendered: Rendered) -> None:
     """terminationGracePeriodSeconds >= preStop + drain + margin for every container: the gateway drains
-    for at most its request deadline (uvicorn lets requests in flight finish, a caption ends by
-    COMPCAP_REQUEST_DEADLINE_S, and ``serve`` cancels what is left then), Triton for
-    --exit-timeout-secs. Triton's preStop outlasts its callers:
-    in the gateway's pod the gateway's pause and drain; as a Service, the DNS TTL plus the gateways'
+    for at most its request deadline (``gateway_drain_s``; with several processes, then its engine core
+    stops), Triton for --exit-timeout-secs. Triton's preStop outlasts its callers:
+    in the gateway's pod the gateway's last caption; as a Service, the DNS TTL plus the gateways'
     resolution period (COMPCAP_TRITON_RESOLVE_S) before they stop picking it."""
     gateway = gateway_container(rendered)
-    gateway_drain = pre_stop_s(gateway) + setting(gateway, "request_deadline_s")
+    captions_end, gateway_exit = gateway_drain_s(gateway)
     for workload in rendered.workloads():
         spec = pod_spec(workload)
         need = 0.0
         for c in spec["containers"]:
             if c["name"] == "gateway":
-                need = max(need, gateway_drain)
+                need = max(need, gateway_exit)
             elif is_triton(c):
                 exit_s = triton_flag(c, "exit-timeout-secs")
                 assert exit_s is not None, "Triton's default exit timeout is 30 s: state it"
                 need = max(need, pre_stop_s(c) + int(exit_s))
                 if workload["metadata"]["name"] == "compcap-gateway":
-                    assert pre_stop_s(c) >= gateway_drain + 5, (
+                    assert pre_stop_s(c) >= captions_end + 5, (
                         "Triton leaves before the gateway's captions end"
                     )
                 else:
@@ -1086,6 +1209,77 @@ def adapter_rules(r: Rendered) -> list[dict[str, Any]]:
                 {**rule, "kind": kind} for kind in ("rules", "externalRules") for rule in config.get(kind, [])
             ]
     return rules
+
+
+WRITE_EVERY_METRIC = """
+from prometheus_client import CollectorRegistry
+
+from service.metrics import Metrics
+from service.probes.gauges import ProbeGauges
+
+registry = CollectorRegistry()
+Metrics(registry)
+ProbeGauges(registry)
+for metric in list(registry._collector_to_names):  # prometheus_client's own record of what it holds
+    if metric._labelnames:
+        metric = metric.labels(*["x"] * len(metric._labelnames))
+    if metric._type == "counter":
+        metric.inc()
+    elif metric._type == "gauge":
+        metric.set(1)
+    else:
+        metric.observe(0.01)  # a histogram: the gateway has no other kind
+"""
+
+
+def gateway_names_scaled_on(r: Rendered) -> set[str]:
+    """The gateway's sample names that an HPA or a prometheus-adapter rule of ``r`` reads."""
+    gateway = gateway_metric_names()
+    names = set()
+    for rule in adapter_rules(r):
+        names |= promql_metric_names(rule["seriesQuery"]) | promql_metric_names(rule["metricsQuery"])
+    for hpa in r.of_kind("HorizontalPodAutoscaler"):
+        for metric in hpa["spec"]["metrics"]:
+            if metric["type"] != "Resource":
+                names.add(metric[metric["type"].lower()]["metric"]["name"])
+    return names & gateway
+
+
+def test_one_scrape_of_a_split_sums_every_process_under_the_usual_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes (as the engine core and an HTTP process of a split) write every gateway metric into
+    one PROMETHEUS_MULTIPROC_DIR; the /metrics text of a third (``Metrics.exposition``, what the route
+    serves) has each counter and histogram summed over both, under the names the HPAs and the
+    prometheus-adapter rules of the split overlays read."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from service.metrics import QUEUE_WAIT, Metrics
+
+    folder = tmp_path / "metrics"
+    folder.mkdir()
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(folder), "PYTHONPATH": str(ROOT)}
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, "-c", WRITE_EVERY_METRIC], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+    assert len({p.stem.rsplit("_", 1)[1] for p in folder.glob("*.db")}) == 2, "one file set per process"
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(folder))
+    text = Metrics().exposition().decode()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    names = {name for name, _ in samples}
+    needed = set().union(*(gateway_names_scaled_on(render(o)) for o in SPLIT_OVERLAYS))
+    assert f"{QUEUE_WAIT}_count" in needed and needed <= names, needed - names
+    assert samples[(f"{QUEUE_WAIT}_count", (("model", "x"),))] == 2  # one observation per process
+    assert samples[(f"{QUEUE_WAIT}_sum", (("model", "x"),))] == pytest.approx(0.02)
+    for (name, labels), value in samples.items():
+        if name.endswith(("_total", "_count")):
+            assert value == 2, (name, labels)
 
 
 def test_hpa_and_adapter_metrics_are_exported(rendered: Rendered) -> None:
