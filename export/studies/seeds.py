@@ -25,7 +25,7 @@ from typing import Any
 
 from export.studies.report.collect import collect
 from export.studies.report.tables import summarise
-from export.studies.report.uncertainty import PAIRED_METHOD, intervals, paired_units
+from export.studies.report.uncertainty import PAIRED_METHOD, intervals, paired_units, verdict
 from service.evaluation.intervals import paired_test
 
 ROWS = ("BUTD", "BUTR", "BUTR+RR", "BUTD+VSE++", "BUTD+BUTR head")
@@ -173,12 +173,6 @@ def _diff(test: dict[str, Any]) -> str:
     return f"{100 * d['estimate']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}], p = {p:.3g}"
 
 
-def verdict(test: dict[str, Any]) -> str:
-    """ "higher" / "lower" (a against b, the interval off 0) or "not significant"."""
-    d = test["difference"]
-    return "higher" if d["low"] > 0 else "lower" if d["high"] < 0 else "not significant"
-
-
 def markdown(report: dict[str, Any]) -> str:
     """``seeds.md`` from ``seeds.json``."""
     seeds = list(report["per_seed"])
@@ -223,7 +217,14 @@ def markdown(report: dict[str, Any]) -> str:
             for s in seeds
         ]
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {_diff(pooled)} |")
-    lines += ["", "## What this supports", ""]
+    lines += [
+        "",
+        "## What this supports",
+        "",
+        "At the 5% level: higher / lower when the interval excludes 0 and p < 0.05; mixed when only one",
+        "does (the permutation test takes the seed's pairs as given, the interval resamples them).",
+        "",
+    ]
     for name, pooled in report["pooled"].items():
         per = [
             verdict(report["per_seed"][s]["paired"][name])

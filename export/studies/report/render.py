@@ -14,7 +14,7 @@ from export.studies.report.tables import (
     targets,
     weight_table,
 )
-from export.studies.report.uncertainty import METHOD, PAIRED_METHOD, cell
+from export.studies.report.uncertainty import METHOD, PAIRED_METHOD, VERDICTS, cell, verdict
 
 
 def selection_note(chosen: list[dict[str, Any]], build: dict[str, Any]) -> str:
@@ -163,15 +163,9 @@ def control_lines(table: dict[str, Any], found: dict[str, Any]) -> list[str]:
             f"| {name} | {100 * d['estimate']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}] | "
             f"{test['p_value']:.3g} |"
         )
-    verdicts = []
-    for name, test in paired.items():
-        d, p = test["difference"], f"p = {test['p_value']:.3g}"
-        if d["low"] > 0:
-            verdicts.append(f"{name}: a is higher (interval above 0, {p})")
-        elif d["high"] < 0:
-            verdicts.append(f"{name}: b is higher (interval below 0, {p})")
-        else:
-            verdicts.append(f"{name}: no significant difference (interval spans 0, {p})")
+    verdicts = [
+        f"{name}: {VERDICTS[verdict(test)]} (p = {test['p_value']:.3g})" for name, test in paired.items()
+    ]
     lines += ["", "At the 5% level: " + "; ".join(verdicts) + "."]
     return lines
 

@@ -115,6 +115,30 @@ def paired_tests(collected: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+VERDICTS = {
+    "higher": "a is higher (interval above 0)",
+    "lower": "b is higher (interval below 0)",
+    "not significant": "no significant difference (interval spans 0)",
+    "mixed": "not settled: the permutation test, which takes these pairs as given, rejects equality, "
+    "but the interval over pairs spans 0",
+}
+
+
+def verdict(test: dict[str, Any], level: float = 0.05) -> str:
+    """What a paired test (``PairedTest.as_dict``) supports of a against b at ``level``: "higher" or
+    "lower" when the interval excludes 0 and p < level, "not significant" when neither does, and
+    "mixed" when they disagree — the sign-flip p-value takes the pairs as given, the interval resamples
+    them, so a difference carried by few pairs can pass one and not the other."""
+    d = test["difference"]
+    off = d["low"] > 0 or d["high"] < 0
+    small = test["p_value"] < level
+    if off and small:
+        return "higher" if d["low"] > 0 else "lower"
+    if not off and not small:
+        return "not significant"
+    return "mixed"
+
+
 def _d(found: Interval | None) -> dict[str, Any] | None:
     return None if found is None else found.as_dict()
 

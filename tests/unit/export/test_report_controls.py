@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from export.studies.report.collect import rows_for
-from export.studies.report.uncertainty import paired_tests, paired_units
-from export.studies.seeds import across_seeds, markdown, pooled_tests, restrict, seed_figures, verdict
+from export.studies.report.uncertainty import paired_tests, paired_units, verdict
+from export.studies.seeds import across_seeds, markdown, pooled_tests, restrict, seed_figures
 
 PAIRS = ("red dog", "small cat", "blue car")
 
@@ -119,6 +119,10 @@ def test_paired_tests_find_a_real_difference_and_none_where_there_is_none() -> N
     same = tests["BUTD+VSE++ vs BUTD"]
     assert same["difference"]["estimate"] == 0 and same["p_value"] == 1.0
     assert verdict(same) == "not significant"
+    interval = {"low": -0.01, "high": 0.05, "estimate": 0.02}
+    assert verdict({"difference": interval, "p_value": 0.02}) == "mixed"  # few pairs, one carrying it
+    assert verdict({"difference": {**interval, "low": 0.001}, "p_value": 0.2}) == "mixed"
+    assert verdict({"difference": {"low": -0.05, "high": -0.01}, "p_value": 0.001}) == "lower"
 
 
 def test_the_seeds_study_summarises_and_pools_its_seeds() -> None:

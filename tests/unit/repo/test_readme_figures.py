@@ -305,6 +305,77 @@ def test_reproduction_headline_is_the_report_with_its_intervals() -> None:
     assert _printed(table["BUTR+RR"]["test"]["recall_at_5_mean"], found.group(4))
 
 
+def _signed(text: str) -> float:
+    return _value(text.lstrip("+"))
+
+
+def test_reproduction_headline_names_the_control_with_its_paired_test() -> None:
+    """Issue 43: the README's headline names the control (BUTD re-ranked by VSE++) with the paired
+    difference, its interval and p-value, and docs/benchmarks.md gives it in points with the control
+    rows' means and BUTD+VSE++ against BUTD — all ``reports/reproduction.json``'s."""
+    report = _report("reports/reproduction.json")
+    paired = report["intervals"]["paired"]
+    text = _paragraph("It decodes each held-out concept pair's images")
+    found = re.search(
+        r"the control, BUTD's own beams re-ranked the same way by a separately trained VSE\+\+, recalls "
+        r"as much: BUTR\+RR − BUTD\+VSE\+\+ = ([+−][\d.]+) \[([+−][\d.]+), ([+−][\d.]+)\] in mean Recall@5, "
+        r"paired on the same (\d[\d ]*) pair-image cases, permutation p = (\d+(?:\.\d+)?)",
+        text,
+    )
+    assert found, "the headline's control sentence is missing"
+    test = paired["BUTR+RR vs BUTD+VSE++"]
+    d = test["difference"]
+    for printed, value in zip(found.groups()[:3], (d["estimate"], d["low"], d["high"]), strict=True):
+        assert _printed(value, printed.lstrip("+")), (printed, value)
+    assert _value(found.group(4)) == d["units"] and _printed(test["p_value"], found.group(5))
+    assert d["low"] < 0 < d["high"], "the README says the control recalls as much: the interval must span 0"
+    docs = _flat(README)
+    found = re.search(
+        r"\(BUTD\+VSE\+\+, ([\d.]+)\) and by the group's BUTR ranking head \(([\d.]+)\)\. Paired on the same "
+        r"(\d[\d ]*) cases, BUTR\+RR − BUTD\+VSE\+\+ = ([+−][\d.]+) points \[([+−][\d.]+), ([+−][\d.]+)\], "
+        r"permutation p = (\d+(?:\.\d+)?): .*? \(BUTD\+VSE\+\+ − BUTD = ([+−][\d.]+) "
+        r"\[([+−][\d.]+), ([+−][\d.]+)\], p = (\d+(?:\.\d+)?)\)",
+        docs,
+    )
+    assert found, "docs/benchmarks.md's control sentence is missing"
+    table = report["table"]
+    assert _printed(100 * table["BUTD+VSE++"]["test"]["recall_at_5_mean"], found.group(1))
+    assert _printed(100 * table["BUTD+BUTR head"]["test"]["recall_at_5_mean"], found.group(2))
+    assert _value(found.group(3)) == d["units"]
+    for at, name in ((4, "BUTR+RR vs BUTD+VSE++"), (8, "BUTD+VSE++ vs BUTD")):
+        t = paired[name]
+        want = [100 * t["difference"][k] for k in ("estimate", "low", "high")]
+        for printed, value in zip(found.groups()[at - 1 : at + 2], want, strict=True):
+            assert _printed(value, printed.lstrip("+")), (name, printed, value)
+        assert _printed(t["p_value"], found.group(at + 3)), name
+
+
+def test_the_seeds_sentence_is_the_seeds_report() -> None:
+    """Issue 43, point 2: the README's spread over training seeds and the pooled paired test of BUTR+RR
+    against the control are ``reports/seeds.json``'s, over at least 3 seeds."""
+    report = _report("reports/seeds.json")
+    text = _paragraph("It decodes each held-out concept pair's images")
+    found = re.search(
+        r"Over (\w+) training seeds of group (\d), BUTR\+RR's mean Recall@5 is ([\d.]+) ± ([\d.]+) and "
+        r"BUTD\+VSE\+\+'s ([\d.]+) ± ([\d.]+) \(mean ± sd over seeds\); pooled, BUTR\+RR − BUTD\+VSE\+\+ = "
+        r"([+−][\d.]+) \[([+−][\d.]+), ([+−][\d.]+)\], p = (\d+(?:\.\d+)?) — not significant either",
+        text.replace("(`make seeds`)", "").replace("  ", " ").replace(" ,", ","),
+    )
+    assert found, "the README's seeds sentence is missing"
+    assert {"three": 3}.get(found.group(1)) == len(report["per_seed"]) >= 3
+    assert int(found.group(2)) == report["group"]
+    rr, vsepp = report["across"]["BUTR+RR"], report["across"]["BUTD+VSE++"]
+    want = [rr["mean"], rr["sd"], vsepp["mean"], vsepp["sd"]]
+    for printed, value in zip(found.groups()[2:6], want, strict=True):
+        assert _printed(value, printed), (printed, value)
+    pooled = report["pooled"]["BUTR+RR vs BUTD+VSE++"]
+    d = pooled["difference"]
+    for printed, value in zip(found.groups()[6:9], (d["estimate"], d["low"], d["high"]), strict=True):
+        assert _printed(value, printed.lstrip("+")), (printed, value)
+    assert _printed(pooled["p_value"], found.group(10))
+    assert d["low"] < 0 < d["high"] and pooled["p_value"] >= 0.05
+
+
 def test_reproduction_targets_in_the_docs_are_stated_on_their_intervals() -> None:
     """docs/benchmarks.md's reproduction paragraph: both ratios with their intervals, and whether each
     target holds on the lower bound, as ``reports/reproduction.json`` has them."""
