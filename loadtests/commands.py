@@ -1,5 +1,5 @@
-"""The load tests' ``compcap`` commands: bench, probe-load. Light at import; each command imports its
-module only when it is chosen."""
+"""The load tests' ``compcap`` commands: bench, probe-load, shadow-load. Light at import; each command
+imports its module only when it is chosen."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from service.cli_table import Command, CommandTable
 
 
 def _bench_arguments(parser: argparse.ArgumentParser) -> None:
-    from loadtests.bench import add_arguments
-    from loadtests.mix import add_arguments as add_mix_arguments
-    from loadtests.profile import add_arguments as add_profile_arguments
+    from loadtests.bench.bench import add_arguments
+    from loadtests.bench.mix import add_arguments as add_mix_arguments
+    from loadtests.bench.profile import add_arguments as add_profile_arguments
 
     add_arguments(parser)
     add_mix_arguments(parser)
@@ -20,51 +20,53 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _bench(args: argparse.Namespace) -> int:
     if args.mix:
-        from loadtests.mix import mix
+        from loadtests.bench.mix import mix
 
         return mix(args)
     if args.profile:
-        from loadtests.profile import profile
+        from loadtests.bench.profile import profile
 
         return profile(args)
-    from loadtests.bench import bench
+    from loadtests.bench.bench import bench
 
     return bench(args)
 
 
 def _probe_load_arguments(parser: argparse.ArgumentParser) -> None:
-    from loadtests.probe_load import add_arguments
+    from loadtests.load.probe_load import add_arguments
 
     add_arguments(parser)
 
 
 def _probe_load(args: argparse.Namespace) -> int:
-    from loadtests.probe_load import probe_load
+    from loadtests.load.probe_load import probe_load
 
     return probe_load(args)
 
 
 def _shadow_load_arguments(parser: argparse.ArgumentParser) -> None:
-    from loadtests.shadow_load import add_arguments
+    from loadtests.load.shadow_load import add_arguments
 
     add_arguments(parser)
 
 
 def _shadow_load(args: argparse.Namespace) -> int:
-    from loadtests.shadow_load import shadow_load
+    from loadtests.load.shadow_load import shadow_load
 
     return shadow_load(args)
 
 
 COMMANDS: CommandTable = {
-    "bench": Command("benchmark the engine and the gateway (loadtests/bench.py)", _bench_arguments, _bench),
+    "bench": Command(
+        "benchmark the engine and the gateway (loadtests/bench/bench.py)", _bench_arguments, _bench
+    ),
     "probe-load": Command(
-        "caption latency with and without a live probe (loadtests/probe_load.py)",
+        "caption latency with and without a live probe (loadtests/load/probe_load.py)",
         _probe_load_arguments,
         _probe_load,
     ),
     "shadow-load": Command(
-        "caption latency with and without live shadow comparison (loadtests/shadow_load.py)",
+        "caption latency with and without live shadow comparison (loadtests/load/shadow_load.py)",
         _shadow_load_arguments,
         _shadow_load,
     ),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.cpu import bounds_of_limit
+from loadtests.load.cpu import bounds_of_limit
 from service.backends.onnxruntime import usable_cores
 
 pytestmark = pytest.mark.integration

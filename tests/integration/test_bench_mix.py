@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.bench import add_arguments
-from loadtests.mix import add_arguments as add_mix_arguments
-from loadtests.mix import mix, mix_ratios, scenarios
+from loadtests.bench.bench import add_arguments
+from loadtests.bench.mix import add_arguments as add_mix_arguments
+from loadtests.bench.mix import mix, mix_ratios, scenarios
 
 
 def _args(*argv: str) -> argparse.Namespace:

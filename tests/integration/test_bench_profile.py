@@ -7,9 +7,9 @@ import argparse
 import json
 from pathlib import Path
 
-from loadtests.bench import add_arguments
-from loadtests.profile import add_arguments as add_profile_arguments
-from loadtests.profile import profile
+from loadtests.bench.bench import add_arguments
+from loadtests.bench.profile import add_arguments as add_profile_arguments
+from loadtests.bench.profile import profile
 
 
 def test_profile_writes_flame_graph_and_breakdown(tiny_repo: Path, tmp_path: Path) -> None:

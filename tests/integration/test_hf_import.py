@@ -378,11 +378,11 @@ def test_the_transformers_peer_answers(repo: Path, snapshot: Path) -> None:
     import httpx
     from PIL import Image
 
-    from loadtests.http_load import Gateway
+    from loadtests.load.http_load import Gateway
 
     buf = BytesIO()
     Image.fromarray(np.zeros((96, 96, 3), dtype=np.uint8)).save(buf, format="PNG")
-    module = ["loadtests.transformers_baseline", "--snapshot", str(snapshot)]
+    module = ["loadtests.peers.transformers_baseline", "--snapshot", str(snapshot)]
     with Gateway(repo, {}, module=module, ready="/health") as server:
         files = {"image": ("x.png", buf.getvalue(), "image/png")}
         answer = httpx.post(f"{server.url}/v1/captions?beam_size=3&n_best=2", files=files, timeout=60)

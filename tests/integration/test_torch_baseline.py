@@ -1,4 +1,4 @@
-"""The torch per-request baseline (``loadtests.torch_baseline``) runs the very models the gateway
+"""The torch per-request baseline (``loadtests.peers.torch_baseline``) runs the very models the gateway
 serves: its greedy captions equal the engine's token for token (torch programs vs onnxruntime), its
 re-ranked beams come in the ranker's order, and its server answers like a user's FastAPI app would
 (200 with captions, 400 for an upload that is not an image)."""
@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from fastapi.testclient import TestClient
 
-from loadtests.bench import bench_images, png_bytes
-from loadtests.torch_baseline import TorchCaptioner, create_app, missing_programs
+from loadtests.load.inputs import bench_images, png_bytes
+from loadtests.peers.torch_baseline import TorchCaptioner, create_app, missing_programs
 from service.engine.engine import CaptionEngine
 from service.manifest import load_manifest
 from service.metrics import Metrics

@@ -2,7 +2,7 @@
 
 import pytest
 
-from loadtests.ab_settings import parse_variants
+from loadtests.load.ab_settings import parse_variants
 
 
 def test_variants_parse_to_environment() -> None:

@@ -2,8 +2,8 @@
 
 import pytest
 
-from loadtests.ceiling import ceiling_of_limit, step_ms_alone, step_rows_per_s
-from loadtests.http_load import step_call_seconds, step_rows
+from loadtests.bench.ceiling import ceiling_of_limit, step_ms_alone, step_rows_per_s
+from loadtests.load.http_load import step_call_seconds, step_rows
 from service.metrics import BEAM_ROWS, MODEL_CALL
 
 CURVE = [

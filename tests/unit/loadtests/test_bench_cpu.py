@@ -1,4 +1,4 @@
-"""``loadtests.cpu``: CPU per caption and the throughput bounds the cores allow; the HTTP floor's body
+"""``loadtests.load.cpu``: CPU per caption and the throughput bounds the cores allow; the HTTP floor's body
 parsing."""
 
 import os
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from loadtests.cpu import (
+from loadtests.load.cpu import (
     CpuMeter,
     bounds_of_limit,
     cpu_bound,
@@ -17,8 +17,8 @@ from loadtests.cpu import (
     process_cpu_s,
     step_cpu_ms_per_row,
 )
-from loadtests.http_floor import first_part
-from loadtests.http_load import BOUNDARY, multipart_body
+from loadtests.load.http_load import BOUNDARY, multipart_body
+from loadtests.peers.http_floor import first_part
 
 CURVE = [
     {"rows": 10, "ms_per_call": 1.0, "cpu_ms_per_call": 2.0, "rows_per_s": 10_000.0},

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-import loadtests.bench as bench
+import loadtests.bench.bench as bench
 
 
 def _result(precision: str, rows_per_s: float, captions: float) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadtests.profile import EVENT_LOOP, breakdown, categorise
+from loadtests.bench.profile import EVENT_LOOP, breakdown, categorise
 
 ROOT = "MainThread;main (service/cli.py:10);serve (service/gateway/server.py:16);run (uvicorn/server.py:67)"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from loadtests.transformers_baseline import TransformersCaptioner, peer_device
+from loadtests.peers.transformers_baseline import TransformersCaptioner, peer_device
 
 
 def test_the_peer_follows_the_gateways_device_and_precision() -> None:

@@ -22,7 +22,7 @@ import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from loadtests.cpu import CpuMeter
+from loadtests.load.cpu import CpuMeter
 from service.metrics import BEAM_ROWS, MODEL_CALL
 
 

@@ -1,6 +1,6 @@
 """Plot ``compcap bench`` JSON files: captions/s and p50 latency against clients, with each backend's
 step-throughput limit (ideal captions/s) and naive per-request decoding as reference lines.
-``python -m loadtests.plot_bench reports/bench_onnxruntime.json reports/bench_triton.json``"""
+``python -m loadtests.bench.plot reports/bench_onnxruntime.json reports/bench_triton.json``"""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from loadtests.ceiling import ceiling_of_limit
+from loadtests.bench.ceiling import ceiling_of_limit
 
 
 def plot(results: list[dict], out: Path) -> None:

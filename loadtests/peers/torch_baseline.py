@@ -11,25 +11,21 @@ eagerly by torch, no onnxruntime), so the captioner and the ranker are the very 
 serves. FastAPI + uvicorn, one worker; the route is a plain ``def`` (FastAPI's thread pool), as a
 user's would be.
 
-Run: ``python -m loadtests.torch_baseline --repo model_repo --port 8100``.
+Run: ``python -m loadtests.peers.torch_baseline --repo model_repo --port 8100``.
 """
 
 from __future__ import annotations
 
-import argparse
-import io
-import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from fastapi import FastAPI, File, HTTPException, Query, UploadFile
-from fastapi.responses import PlainTextResponse
-from PIL import Image
+from fastapi import FastAPI
 
+from loadtests.peers.stand_in import per_request_app, serve, server_parser
 from service.engine.runner import fixed_dim
 from service.manifest import Manifest, load_manifest
 from service.text.vocabulary import Vocabulary
@@ -162,56 +158,27 @@ class TorchCaptioner:
 
 def create_app(captioner: TorchCaptioner) -> FastAPI:
     """The FastAPI app a user would write around ``captioner``: POST /v1/captions (multipart ``image``)."""
-    app = FastAPI(title="torch per-request baseline")
-    lock = threading.Lock()
 
-    @app.get("/health")
-    def health() -> dict[str, str]:
-        return {"status": "ok"}
+    def respond(found: list[Finished], n_best: int) -> dict[str, Any]:
+        decode = captioner.vocab.decode
+        captions = [{"caption": decode(f.tokens), "logprob": round(f.logprob, 4)} for f in found[:n_best]]
+        return {"model": captioner.cap.name, "captions": captions}
 
-    @app.get("/metrics", response_class=PlainTextResponse)
-    def metrics() -> str:  # the bench reads step rows from /metrics; this server keeps none
-        return ""
-
-    @app.post("/v1/captions")
-    def captions(
-        image: Annotated[UploadFile, File()],
-        beam_size: Annotated[int, Query(ge=1, le=100)] = 5,
-        n_best: Annotated[int, Query(ge=1, le=100)] = 1,
-        model: str | None = None,
-        rerank: str | None = None,
-    ) -> dict[str, Any]:
-        try:
-            picture = Image.open(io.BytesIO(image.file.read())).convert("RGB")
-            array = np.array(picture.resize((captioner.width, captioner.height)))
-        except Exception as exc:
-            raise HTTPException(400, f"image: not a decodable image ({exc})") from None
-        with lock:  # one request at a time
-            found = captioner.caption(array, beam_size)
-        return {
-            "model": captioner.cap.name,
-            "captions": [
-                {"caption": captioner.vocab.decode(f.tokens), "logprob": round(f.logprob, 4)}
-                for f in found[:n_best]
-            ],
-        }
-
-    return app
+    return per_request_app(
+        "torch per-request baseline",
+        prepare=lambda picture, _beam, _n: np.array(picture.resize((captioner.width, captioner.height))),
+        caption=lambda array, beam_size, _n: captioner.caption(array, beam_size),
+        respond=respond,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtests.torch_baseline", description=__doc__)
+    parser = server_parser("python -m loadtests.peers.torch_baseline", __doc__, port=8100)
     parser.add_argument("--repo", default="model_repo")
     parser.add_argument("--model", default=None)
     parser.add_argument("--no-rerank", action="store_true")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8100)
     args = parser.parse_args(argv)
-    import uvicorn
-
-    app = create_app(TorchCaptioner(Path(args.repo), args.model, rerank=not args.no_rerank))
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
-    return 0
+    return serve(create_app(TorchCaptioner(Path(args.repo), args.model, rerank=not args.no_rerank)), args)
 
 
 __all__ = ["Finished", "TorchCaptioner", "create_app", "main", "missing_programs"]

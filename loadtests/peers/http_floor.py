@@ -6,22 +6,22 @@ Per request it reads the multipart upload, decodes the PNG to the model's input 
 needs the pixels) and answers a fixed JSON body as long as a typical caption response. The bench
 loads it with the same clients and images as the gateway and reads its CPU per request; with the
 models' own CPU per caption that gives the most captions/s the cores allow to any server whose
-per-request work is at least this (``loadtests.cpu.cpu_bound``).
+per-request work is at least this (``loadtests.load.cpu.cpu_bound``).
 
-    python -m loadtests.http_floor --repo model_repo --port 8200
+    python -m loadtests.peers.http_floor --repo model_repo --port 8200
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from loadtests.peers.stand_in import STAND_IN_ROUTES, serve, server_parser
 from service.images import ImageError, decode_images
 from service.manifest import load_manifest
 from service.settings import Settings
@@ -47,7 +47,7 @@ def first_part(body: bytes, boundary: bytes) -> bytes:
 
 
 def create_app(height: int, width: int) -> Starlette:
-    """POST /v1/captions (multipart ``image``), GET /health and an empty GET /metrics."""
+    """POST /v1/captions (multipart ``image``) and the stand-in's GET /health and empty GET /metrics."""
 
     async def captions(request: Request) -> Response:
         content_type = request.headers.get("content-type", "")
@@ -59,39 +59,15 @@ def create_app(height: int, width: int) -> Starlette:
             return JSONResponse({"error": str(exc)}, status_code=400)
         return Response(ANSWER, media_type="application/json")
 
-    async def health(_: Request) -> Response:
-        return PlainTextResponse("ok")
-
-    async def metrics(_: Request) -> Response:  # the bench reads step rows here; no steps run
-        return PlainTextResponse("")
-
-    return Starlette(
-        routes=[
-            Route("/v1/captions", captions, methods=["POST"]),
-            Route("/health", health),
-            Route("/metrics", metrics),
-        ]
-    )
+    return Starlette(routes=[Route("/v1/captions", captions, methods=["POST"]), *STAND_IN_ROUTES])
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtests.http_floor", description=__doc__)
+    parser = server_parser("python -m loadtests.peers.http_floor", __doc__, port=8200)
     parser.add_argument("--repo", default="model_repo", help="whose input size the images decode to")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8200)
     args = parser.parse_args(argv)
-    import uvicorn
-
     image = load_manifest(Path(args.repo)).image
-    uvicorn.run(
-        create_app(image.height, image.width),
-        host=args.host,
-        port=args.port,
-        log_config=None,
-        access_log=False,
-        log_level="warning",
-    )
-    return 0
+    return serve(create_app(image.height, image.width), args, quiet=True)
 
 
 __all__ = ["create_app", "first_part", "main"]

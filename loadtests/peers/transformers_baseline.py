@@ -11,21 +11,18 @@ would be. Loaded offline from the snapshot directory, on the device CompCap's ga
 (``--dtype``, default fp16 where ``COMPCAP_PRECISION=fp16`` and the device is CUDA, else fp32), so that
 ``compcap bench --baseline transformers`` compares the two on the same GPU.
 
-Run: ``python -m loadtests.transformers_baseline --snapshot DIR --port 8100``.
+Run: ``python -m loadtests.peers.transformers_baseline --snapshot DIR --port 8100``.
 """
 
 from __future__ import annotations
 
-import argparse
-import io
 import os
-import threading
 from pathlib import Path
-from typing import Annotated, Any
 
-from fastapi import FastAPI, File, HTTPException, Query, UploadFile
-from fastapi.responses import PlainTextResponse
+from fastapi import FastAPI, HTTPException
 from PIL import Image
+
+from loadtests.peers.stand_in import per_request_app, serve, server_parser
 
 
 class TransformersCaptioner:
@@ -62,36 +59,18 @@ class TransformersCaptioner:
 
 def create_app(captioner: TransformersCaptioner) -> FastAPI:
     """The FastAPI app a user would write around ``captioner``: POST /v1/captions (multipart ``image``)."""
-    app = FastAPI(title="transformers per-request baseline")
-    lock = threading.Lock()
 
-    @app.get("/health")
-    def health() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.get("/metrics", response_class=PlainTextResponse)
-    def metrics() -> str:  # the bench reads step rows from /metrics; this server keeps none
-        return ""
-
-    @app.post("/v1/captions")
-    def captions(
-        image: Annotated[UploadFile, File()],
-        beam_size: Annotated[int, Query(ge=1, le=100)] = 5,
-        n_best: Annotated[int, Query(ge=1, le=100)] = 1,
-        model: str | None = None,
-        rerank: str | None = None,
-    ) -> dict[str, Any]:
-        try:
-            picture = Image.open(io.BytesIO(image.file.read())).convert("RGB")
-        except Exception as exc:
-            raise HTTPException(400, f"image: not a decodable image ({exc})") from None
+    def prepare(picture: Image.Image, beam_size: int, n_best: int) -> Image.Image:
         if n_best > beam_size:
             raise HTTPException(422, "n_best must be <= beam_size")
-        with lock:  # one request at a time
-            found = captioner.caption(picture, beam_size, n_best)
-        return {"captions": [{"caption": text} for text in found]}
+        return picture
 
-    return app
+    return per_request_app(
+        "transformers per-request baseline",
+        prepare=prepare,
+        caption=captioner.caption,
+        respond=lambda found, _n: {"captions": [{"caption": text} for text in found]},
+    )
 
 
 def peer_device(device: str, dtype: str, precision: str) -> tuple[str, str]:
@@ -108,11 +87,9 @@ def peer_device(device: str, dtype: str, precision: str) -> tuple[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtests.transformers_baseline", description=__doc__)
+    parser = server_parser("python -m loadtests.peers.transformers_baseline", __doc__, port=8100)
     parser.add_argument("--snapshot", required=True, help="the transformers snapshot directory")
     parser.add_argument("--repo", default=None, help="ignored (the bench passes it to every server)")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8100)
     parser.add_argument(
         "--device", choices=("auto", "cpu", "cuda"), default=os.environ.get("COMPCAP_DEVICE", "auto")
     )
@@ -123,17 +100,9 @@ def main(argv: list[str] | None = None) -> int:
         help="CompCap's precision being compared: --dtype auto is fp16 on CUDA for fp16",
     )
     args = parser.parse_args(argv)
-    import uvicorn
-
     device, dtype = peer_device(args.device, args.dtype, args.precision)
     print(f"transformers peer on {device} ({dtype})", flush=True)
-    uvicorn.run(
-        create_app(TransformersCaptioner(Path(args.snapshot), device, dtype)),
-        host=args.host,
-        port=args.port,
-        log_level="warning",
-    )
-    return 0
+    return serve(create_app(TransformersCaptioner(Path(args.snapshot), device, dtype)), args)
 
 
 __all__ = ["TransformersCaptioner", "create_app", "main", "peer_device"]

@@ -4,7 +4,7 @@ as its ``auto`` times them (onnxruntime, one thread, 16 rows of 4 images at half
 best of 3 after a warm-up; the kv graph with a pool of the previous call's 16 rows reordered as a beam
 does). No parity check here: the import makes those.
 
-Run: ``python -m loadtests.step_forms [--real-size] [--max-length 16] [--out DIR]`` (real size: the
+Run: ``python -m loadtests.steps.forms [--real-size] [--max-length 16] [--out DIR]`` (real size: the
 size of nlpconnect/vit-gpt2-image-captioning, about 1 GB of ONNX per graph; a few minutes on 2 cores).
 """
 
@@ -25,7 +25,7 @@ def measure(out: Path, real_size: bool, max_length: int) -> dict[str, object]:
     from export.hf.snapshot import read_snapshot
     from export.hf.step_choice import choose
     from export.onnx import GraphSpec, export_graph
-    from loadtests.gpu_check_snapshot import vit_gpt2_snapshot
+    from loadtests.gpu.snapshot import vit_gpt2_snapshot
 
     about = vit_gpt2_snapshot(out / "snapshot", real_size, max_length=max_length)
     snapshot = read_snapshot(out / "snapshot")

@@ -5,7 +5,7 @@ re-read at every step (the sum of those times) against a cache's lower bound (ev
 width-1 step: a cache never reads fewer than one token, and its attention over the cached keys is left
 out, in the cache's favour). The ratio is the most a cache could speed up the step calls.
 
-Run: ``python -m loadtests.prefix_cost --repo model_repo --model NAME [--rows 128] [--repeats 20]``.
+Run: ``python -m loadtests.steps.prefix_cost --repo model_repo --model NAME [--rows 128] [--repeats 20]``.
 """
 
 from __future__ import annotations

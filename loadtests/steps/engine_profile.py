@@ -1,5 +1,5 @@
-"""The engine core's host work per step at large batches, ``python -m loadtests.engine_profile [--repo R]
-[--levels 640 1280 2560 4096] [--seconds S] [--json FILE]``.
+"""The engine core's host work per step at large batches, ``python -m loadtests.steps.engine_profile
+[--repo R] [--levels 640 1280 2560 4096] [--seconds S] [--json FILE]``.
 
 Drives the real ``CaptionEngine`` / ``Scheduler`` on the null backend (``service.backends.null``: every
 model call costs (almost) nothing) with closed-loop clients — beam 5, a quarter of them with a decoding
@@ -225,7 +225,7 @@ async def _main(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m loadtests.engine_profile", description=__doc__.split("\n")[0]
+        prog="python -m loadtests.steps.engine_profile", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--repo", type=Path, default=Path(os.environ.get("COMPCAP_REPO", "model_repo")))
     parser.add_argument("--levels", type=int, nargs="+", default=list(LEVELS))

@@ -21,8 +21,9 @@ from rich.console import Console
 from rich.table import Table
 
 from compcap_client import CompCapClient
-from loadtests.bench import bench_images, png_bytes, print_and_save
-from loadtests.http_load import Gateway, closed_loop
+from loadtests.load.http_load import Gateway, closed_loop
+from loadtests.load.inputs import bench_images, png_bytes
+from loadtests.load.results import print_and_save
 from service.cli_args import (
     add_renamed,
     existing_dir,

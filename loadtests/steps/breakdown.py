@@ -1,5 +1,5 @@
 """Where a ``<cap>_step`` call's time goes: copies between host and device against the graph's own run,
-``python -m loadtests.step_breakdown [--repo R] [--device cuda] [--rows 16 160 640]``.
+``python -m loadtests.steps.breakdown [--repo R] [--device cuda] [--rows 16 160 640]``.
 
 Per row count, the median ms of one call of the default captioner's step, three ways, on the memory of
 real encoded images (5 rows per image):
@@ -14,7 +14,7 @@ real encoded images (5 rows per image):
 
 ``copies = host − device`` is what the transfers cost; ``device`` is the call's floor on that device.
 On the CPU provider the three are one memory space (copies ≈ 0); on a GPU they are the breakdown the
-issue asks for. The GPU check prints it (``loadtests/gpu_check.py``)."""
+issue asks for. The GPU check prints it (``loadtests/gpu/check.py``)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def breakdown(
     """Per row count: ``host_ms``, ``served_ms``, ``device_ms`` and ``copies_ms`` (module docstring)."""
     import onnxruntime as ort
 
-    from loadtests.bench import bench_images
+    from loadtests.load.inputs import bench_images
     from service.backends.onnxruntime import OnnxRuntimeBackend
     from service.engine.runner import ModelRunner
     from service.manifest import load_manifest

@@ -7,7 +7,7 @@ its own with a time budget, one table of figures, targets and verdicts, and a JS
    int8 is a CPU precision and skipped on CUDA).
 2. ``pins``: the behaviour pins of the shipped ``model_repo/`` (``tests/pins.py``) decoded on CUDA.
 3. ``bench``: a ``<cap>_step`` call at 16 / 160 / 640 rows on CUDA as served (the image memory
-   resident), with host arrays and with nothing copied (``loadtests/step_breakdown.py``), and on the
+   resident), with host arrays and with nothing copied (``loadtests/steps/breakdown.py``), and on the
    CPU; ``compcap bench`` at 1, 32 and 128 clients with ``COMPCAP_DEVICE=cuda`` and ``cpu``; then 8 API
    processes and one engine core on CUDA at 256 clients (``--api-processes``; issue 39's 3 500 captions/s).
 4. ``real``: a random-weight ViT-base + GPT-2 of nlpconnect/vit-gpt2-image-captioning's size imported
@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from loadtests.step_breakdown import breakdown
+from loadtests.steps.breakdown import breakdown
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = ("parity", "pins", "bench", "real")
@@ -234,15 +234,15 @@ async def record_inputs(repo: Path, images: np.ndarray, per_model: int) -> dict[
 
 async def _outputs(backend: Any, model: str, calls: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each call's floating-point outputs (``float_outputs``)."""
-    from loadtests.parity import float_outputs
+    from loadtests.gpu.parity import float_outputs
 
     return [float_outputs(await backend.infer(model, inputs)) for inputs in calls]
 
 
 def stage_parity(s: Stage) -> None:
     """Stage 1: max |CPU − CUDA| / max |CPU| per model, at each precision the repository serves."""
-    from loadtests.bench import bench_images
-    from loadtests.parity import worst_output
+    from loadtests.gpu.parity import worst_output
+    from loadtests.load.inputs import bench_images
     from service.backends.onnxruntime import OnnxRuntimeBackend
     from service.manifest import load_manifest
 
@@ -471,7 +471,7 @@ def stage_bench(s: Stage) -> None:
                 note=(
                     "medians; as served: the image memory kept on the device (I/O binding), whole rows "
                     "back; host arrays: every input up and output down; kernels alone: nothing copied "
-                    "(loadtests/step_breakdown.py); cpu: host arrays, the backend's threads. H200 before "
+                    "(loadtests/steps/breakdown.py); cpu: host arrays, the backend's threads. H200 before "
                     "I/O binding: 0.69 / 0.80 / 1.15 ms at 16 / 160 / 640 rows"
                 )
                 if rows == STEP_ROWS[0]
@@ -644,8 +644,8 @@ def _importable(module: str) -> bool:
 
 def stage_real(s: Stage) -> None:
     """Stage 4: a random ViT-base + GPT-2 snapshot imported, gated at fp16, benched against transformers."""
-    from loadtests.bench import bench_images
-    from loadtests.gpu_check_snapshot import vit_gpt2_snapshot
+    from loadtests.gpu.snapshot import vit_gpt2_snapshot
+    from loadtests.load.inputs import bench_images
     from service.manifest import PRECISIONS, load_manifest
 
     missing = [name for name in ("torch", "transformers", "tokenizers") if not _importable(name)]
@@ -730,8 +730,8 @@ def stage_real(s: Stage) -> None:
             note=f"{precision} on {s.label}, beam 5, no re-ranking; "
             f"{100 * ours['captions_per_s'] / limit:.0f}% of limit ({limit:.0f} captions/s); the peer: "
             "generate() one request at a time, on CUDA where this torch has it (else its CPU) and in "
-            "FP16 there when CompCap serves fp16 (loadtests/transformers_baseline.py says which it got in "
-            "the bench log)",
+            "FP16 there when CompCap serves fp16 (loadtests/peers/transformers_baseline.py says which it got "
+            "in the bench log)",
             values={"result": result, "multiple": multiple},
         )
     )
@@ -936,7 +936,7 @@ def run_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
             cmd = [
                 sys.executable,
                 "-m",
-                "loadtests.gpu_check",
+                "loadtests.gpu.check",
                 *child,
                 "--stage",
                 name,
@@ -1009,7 +1009,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="scripts/gpu_check.py",
         description="CPU vs CUDA parity, the behaviour pins on CUDA, compcap bench on CUDA and CPU, and a "
-        "real-size imported captioner: one table, one JSON file (loadtests/gpu_check.py)",
+        "real-size imported captioner: one table, one JSON file (loadtests/gpu/check.py)",
     )
     p.add_argument(
         "--repo", type=existing_dir, default="model_repo", help="the model repository (stages 1, 3, 4)"

@@ -28,8 +28,9 @@ from typing import Any
 
 from rich.table import Table
 
-from loadtests.bench import bench_images, png_bytes, print_and_save
-from loadtests.http_load import Gateway, closed_loop
+from loadtests.load.http_load import Gateway, closed_loop
+from loadtests.load.inputs import bench_images, png_bytes
+from loadtests.load.results import print_and_save
 from service.cli_args import positive_int, writable_dir
 from service.manifest import load_manifest
 

@@ -1,5 +1,5 @@
 """Single-client latency of ``POST /v1/captions`` against a running gateway: p50/p99 over N sequential
-requests of one image. ``python -m loadtests.latency --url http://127.0.0.1:8080 --requests 200``."""
+requests of one image. ``python -m loadtests.load.latency --url http://127.0.0.1:8080 --requests 200``."""
 
 from __future__ import annotations
 

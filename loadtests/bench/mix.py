@@ -36,9 +36,10 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from loadtests.bench import bench_images, png_bytes, print_and_save
-from loadtests.cpu import CpuMeter
-from loadtests.http_load import BOUNDARY, Gateway, RawConnection, request_head, samples, step_rows
+from loadtests.load.cpu import CpuMeter
+from loadtests.load.http_load import BOUNDARY, Gateway, RawConnection, request_head, samples, step_rows
+from loadtests.load.inputs import bench_images, png_bytes
+from loadtests.load.results import print_and_save
 from service.cli_args import ListAction, positive_int
 from service.manifest import load_manifest
 from service.metrics import ABANDONED, PACED_ABANDONERS

@@ -1,7 +1,7 @@
 """Cost of serving through the local Triton: start-up time, and the per-call latency of ``<cap>_step`` and
 ``visual_encoder`` over gRPC (``TritonBackend``, tensors in the payload or in system shared memory) against
 onnxruntime in-process (``OnnxRuntimeBackend``), all with one intra-op thread.
-``python -m loadtests.triton_overhead --repo model_repo --calls 200``."""
+``python -m loadtests.steps.triton_overhead --repo model_repo --calls 200``."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
-from loadtests.ceiling import ceiling_of_limit
+from loadtests.bench.ceiling import ceiling_of_limit
 
 
 def summary(result: dict[str, Any]) -> Table:
@@ -141,7 +141,8 @@ def null_summary(result: dict[str, Any]) -> Table:
             else ""
         )
         + (
-            f"; HTTP floor (loadtests.http_floor: HTTP and PNG decoding only) at {floor['clients']} clients: "
+            "; HTTP floor (loadtests.peers.http_floor: HTTP and PNG decoding only) at "
+            f"{floor['clients']} clients: "
             f"{floor['captions_per_s']:.1f} requests/s, {floor['cpu_ms_per_caption'].get('server', 0):.2f} "
             "server CPU ms per request"
             if (floor := result.get("floor"))

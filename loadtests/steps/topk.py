@@ -1,5 +1,5 @@
 """What one beam-search step costs on the host for a vocabulary of real size, whole rows against each
-row's best words (``service.engine.sparse``): ``python -m loadtests.topk_step [--vocab 50257]``.
+row's best words (``service.engine.sparse``): ``python -m loadtests.steps.topk [--vocab 50257]``.
 
 A ``BeamBatch`` of requests of beam 5 (as many as fill the rows) consumes a step's log-probabilities
 [N, V] — whole, as the step returns them without a ``top_k`` — or as ``RowTopK`` taken on the host

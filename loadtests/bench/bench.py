@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import io
 import json
 import os
 import sys
@@ -35,14 +34,14 @@ from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
-from PIL import Image
 from rich.console import Console
 from rich.table import Table
 
-from loadtests.bench_table import summary
-from loadtests.ceiling import ceiling_of_limit, step_ms_alone
-from loadtests.cpu import bounds_of_limit, process_tree
-from loadtests.http_load import Gateway, closed_loop
+from loadtests.bench.ceiling import ceiling_of_limit, step_ms_alone
+from loadtests.bench.table import summary
+from loadtests.load.cpu import bounds_of_limit, process_tree
+from loadtests.load.http_load import Gateway, closed_loop
+from loadtests.load.inputs import bench_images, png_bytes
 from service.backends.factory import make_backend
 from service.cli_args import (
     RERANK_HELP,
@@ -73,24 +72,6 @@ console = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
 
 
 # -- inputs ---------------------------------------------------------------------------------------
-
-
-def bench_images(n: int, height: int, width: int, seed: int = 20261121) -> np.ndarray:
-    """SceneWorld images when the export package is importable (a dev checkout), else random ones."""
-    try:
-        from export.world.dataset import generate
-
-        images, _, _ = generate(n, seed=seed, image_size=height)
-        return np.ascontiguousarray(images[:, :height, :width], dtype=np.uint8)
-    except ImportError:
-        rng = np.random.default_rng(seed)
-        return rng.integers(0, 256, (n, height, width, 3), dtype=np.uint8)
-
-
-def png_bytes(image: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(image).save(buffer, format="PNG")
-    return buffer.getvalue()
 
 
 def step_totals(metrics: Metrics, step_model: str) -> tuple[float, float]:
@@ -320,15 +301,6 @@ async def _naive(
     return done / (time.perf_counter() - start)
 
 
-def print_and_save(result: dict[str, Any], table: Table, json_path: str | None) -> int:
-    """Print a load test's summary table; write its result as JSON when asked. Exit code 0."""
-    Console(width=None if sys.stdout.isatty() else 150).print(table)
-    if json_path:
-        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    return 0
-
-
 # -- driver -----------------------------------------------------------------------------------------
 
 
@@ -339,7 +311,51 @@ def local_triton(repo: Path) -> AbstractContextManager[Any]:
     return LocalTriton(repo)
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What every stage of one bench run shares: the repository, the captioner and its query, the images."""
+
+    repo: Path
+    manifest: Manifest
+    model: str
+    params_kw: dict[str, Any]  # the in-process engine's search parameters
+    query: dict[str, str]  # the same over HTTP
+    images: np.ndarray
+    pngs: list[bytes]
+
+    @property
+    def step_model(self) -> str:
+        return self.manifest.captioner(self.model).step
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    """One bench run, stage by stage: the plan (checked before the long runs), the in-process figures
+    (single decode, step limit, naive), the gateway's load levels, the references over HTTP (the gateway
+    without cross-request batching, the HTTP floor, a per-request peer), then the figures derived per
+    load level. A Triton started for the run serves every stage."""
+    plan = plan_run(args)
+    with ExitStack() as stack:
+        env, precision = gateway_environment(args, plan.repo, stack)
+        settings = Settings(
+            repo=plan.repo,
+            backend=args.backend,
+            triton_url=env.get("COMPCAP_TRITON_URL", ""),
+            precision=precision,
+        )
+        console.print(f"[bold]in-process[/]: single decode, step curve, naive x{args.naive_clients}")
+        local = asyncio.run(in_process(settings, plan.manifest, plan.params_kw, plan.images, args))
+        load = gateway_levels(args, plan, env)
+        naive_http = naive_gateway(args, plan, env)
+        floor = floor_load(args, plan)
+        baseline = baseline_load(args, plan, precision)
+    out = result_of(args, plan, precision, settings, local, load, naive_http, floor, baseline)
+    derive_level_figures(out, settings)
+    return out
+
+
+def plan_run(args: argparse.Namespace) -> Plan:
+    """The run's captioner, query and images; a ``--baseline`` that cannot run stops it here, before the
+    long runs."""
     repo = Path(args.repo)
     manifest = load_manifest(repo)
     model = args.model or manifest.default_captioner
@@ -348,7 +364,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.rerank is not None:
         query["rerank"] = str(args.rerank).lower() if isinstance(args.rerank, bool) else args.rerank
     if args.baseline == "torch":  # before the long runs: the baseline needs the torch programs
-        from loadtests.torch_baseline import missing_programs  # torch: only with --baseline torch
+        from loadtests.peers.torch_baseline import missing_programs  # torch: only with --baseline torch
 
         if isinstance(args.rerank, str):
             raise SystemExit(
@@ -365,91 +381,120 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
     images = bench_images(args.images, manifest.image.height, manifest.image.width)
     pngs = [png_bytes(x) for x in images]
-    # the peer at these client counts only: a per-request peer drains every request sent, one at a time
-    peer_clients = getattr(args, "baseline_clients", None) or args.clients
-    with ExitStack() as stack:
-        env = {"COMPCAP_BACKEND": args.backend, "COMPCAP_MAX_QUEUE": str(max(args.clients) * 2)}
-        precision = cast("Precision", args.precision or os.environ.get("COMPCAP_PRECISION") or "fp32")
-        env["COMPCAP_PRECISION"] = precision
-        if args.backend == "triton":
-            url = args.triton_url
-            if url is None:
-                server = stack.enter_context(local_triton(repo))
-                url = server.grpc_url
-            env["COMPCAP_TRITON_URL"] = url
-        settings = Settings(
-            repo=repo,
-            backend=args.backend,
-            triton_url=env.get("COMPCAP_TRITON_URL", ""),
-            precision=precision,
+    return Plan(repo, manifest, model, params_kw, query, images, pngs)
+
+
+def gateway_environment(
+    args: argparse.Namespace, repo: Path, stack: ExitStack
+) -> tuple[dict[str, str], Precision]:
+    """The gateways' ``COMPCAP_*`` environment and the run's precision; with ``--backend triton`` and no
+    ``--triton-url``, a local Triton started on ``stack`` for the whole run."""
+    env = {"COMPCAP_BACKEND": args.backend, "COMPCAP_MAX_QUEUE": str(max(args.clients) * 2)}
+    precision = cast("Precision", args.precision or os.environ.get("COMPCAP_PRECISION") or "fp32")
+    env["COMPCAP_PRECISION"] = precision
+    if args.backend == "triton":
+        url = args.triton_url
+        if url is None:
+            server = stack.enter_context(local_triton(repo))
+            url = server.grpc_url
+        env["COMPCAP_TRITON_URL"] = url
+    return env, precision
+
+
+def gateway_levels(args: argparse.Namespace, plan: Plan, env: dict[str, str]) -> list[dict[str, Any]]:
+    """The gateway under closed-loop load: one row per gateway count, API-process count and client
+    count; CPU counted over every process of the loaded gateways."""
+    load = []
+    splits = getattr(args, "api_processes", None) or (1,)
+    for count, processes in [(c, n) for c in getattr(args, "gateways", None) or (1,) for n in splits]:
+        with ExitStack() as gateways:
+            split_env = {**env, "COMPCAP_API_PROCESSES": str(processes)}
+            if processes > 1 and not os.environ.get("COMPCAP_STATE_URL", "default"):
+                # the split's processes share their state: a store in this run's temporary folder
+                folder = gateways.enter_context(tempfile.TemporaryDirectory(prefix="compcap-bench-"))
+                split_env["COMPCAP_STATE_URL"] = f"sqlite:///{folder}/state.db"
+            started = [gateways.enter_context(Gateway(plan.repo, split_env)) for _ in range(count)]
+            urls = [g.url for g in started]
+            # every process of each gateway: with --api-processes its HTTP processes and engine core
+            pids = [pid for g in started for pid in process_tree(g.process.pid)]
+            if args.backend == "null":  # the gateway's own cost is the figure: not its first requests'
+                warm = min(2.0, args.duration)
+                asyncio.run(
+                    closed_loop(urls, plan.pngs, plan.query, max(args.clients), warm, plan.step_model)
+                )
+            for clients in args.clients:
+                console.print(
+                    f"[bold]gateway[/]: {clients} clients for {args.duration:.0f} s"
+                    + (f" over {count} gateways" if count > 1 else "")
+                    + (f", {processes} API processes and an engine core" if processes > 1 else "")
+                )
+                row = asyncio.run(
+                    closed_loop(urls, plan.pngs, plan.query, clients, args.duration, plan.step_model, pids)
+                )
+                load.append({"gateways": count, "api_processes": processes, **row})
+    return load
+
+
+def naive_gateway(args: argparse.Namespace, plan: Plan, env: dict[str, str]) -> dict[str, Any] | None:
+    """The same gateway over HTTP with ``COMPCAP_CROSS_REQUEST_BATCHING=false`` (None: not asked)."""
+    if not args.naive_gateway_clients:
+        return None
+    clients = args.naive_gateway_clients
+    console.print(f"[bold]gateway without cross-request batching[/]: {clients} clients")
+    with Gateway(plan.repo, {**env, "COMPCAP_CROSS_REQUEST_BATCHING": "false"}) as server:
+        return asyncio.run(
+            closed_loop(
+                server.url, plan.pngs, plan.query, clients, args.duration, plan.step_model, server.process.pid
+            )
         )
-        console.print(f"[bold]in-process[/]: single decode, step curve, naive x{args.naive_clients}")
-        local = asyncio.run(in_process(settings, manifest, params_kw, images, args))
-        step_model = manifest.captioner(model).step
-        load = []
-        splits = getattr(args, "api_processes", None) or (1,)
-        for count, processes in [(c, n) for c in getattr(args, "gateways", None) or (1,) for n in splits]:
-            with ExitStack() as gateways:
-                split_env = {**env, "COMPCAP_API_PROCESSES": str(processes)}
-                if processes > 1 and not os.environ.get("COMPCAP_STATE_URL", "default"):
-                    # the split's processes share their state: a store in this run's temporary folder
-                    folder = gateways.enter_context(tempfile.TemporaryDirectory(prefix="compcap-bench-"))
-                    split_env["COMPCAP_STATE_URL"] = f"sqlite:///{folder}/state.db"
-                started = [gateways.enter_context(Gateway(repo, split_env)) for _ in range(count)]
-                urls = [g.url for g in started]
-                # every process of each gateway: with --api-processes its HTTP processes and engine core
-                pids = [pid for g in started for pid in process_tree(g.process.pid)]
-                if args.backend == "null":  # the gateway's own cost is the figure: not its first requests'
-                    warm = min(2.0, args.duration)
-                    asyncio.run(closed_loop(urls, pngs, query, max(args.clients), warm, step_model))
-                for clients in args.clients:
-                    console.print(
-                        f"[bold]gateway[/]: {clients} clients for {args.duration:.0f} s"
-                        + (f" over {count} gateways" if count > 1 else "")
-                        + (f", {processes} API processes and an engine core" if processes > 1 else "")
-                    )
-                    row = asyncio.run(
-                        closed_loop(urls, pngs, query, clients, args.duration, step_model, pids)
-                    )
-                    load.append({"gateways": count, "api_processes": processes, **row})
-        naive_http = None
-        if args.naive_gateway_clients:
-            clients = args.naive_gateway_clients
-            console.print(f"[bold]gateway without cross-request batching[/]: {clients} clients")
-            with Gateway(repo, {**env, "COMPCAP_CROSS_REQUEST_BATCHING": "false"}) as naive_gateway:
-                naive_http = asyncio.run(
-                    closed_loop(
-                        naive_gateway.url,
-                        pngs,
-                        query,
-                        clients,
-                        args.duration,
-                        step_model,
-                        naive_gateway.process.pid,
-                    )
-                )
-        floor = None
-        if args.floor_clients:
-            console.print(f"[bold]HTTP floor[/] (loadtests.http_floor): {args.floor_clients} clients")
-            with Gateway(repo, {}, module=["loadtests.http_floor"], ready="/health") as server:
-                floor = asyncio.run(
-                    closed_loop(
-                        server.url, pngs, query, args.floor_clients, args.duration, None, server.process.pid
-                    )
-                )
-        baseline = None
-        if args.baseline == "torch":
-            baseline = torch_baseline_load(repo, model, args.rerank, pngs, query, peer_clients, args.duration)
-        elif args.baseline == "transformers":
-            # on the gateway's device and, on CUDA, in its precision (fp16 or fp32): the same GPU
-            module = ["loadtests.transformers_baseline", "--snapshot", str(args.snapshot)]
-            module += ["--precision", precision]
-            baseline = peer_load("transformers", module, repo, pngs, query, peer_clients, args.duration)
-    out: dict[str, Any] = {
+
+
+def floor_load(args: argparse.Namespace, plan: Plan) -> dict[str, Any] | None:
+    """The HTTP floor (``loadtests.peers.http_floor``) and its CPU per request (None: not asked)."""
+    if not args.floor_clients:
+        return None
+    console.print(f"[bold]HTTP floor[/] (loadtests.peers.http_floor): {args.floor_clients} clients")
+    with Gateway(plan.repo, {}, module=["loadtests.peers.http_floor"], ready="/health") as server:
+        return asyncio.run(
+            closed_loop(
+                server.url, plan.pngs, plan.query, args.floor_clients, args.duration, None, server.process.pid
+            )
+        )
+
+
+def baseline_load(args: argparse.Namespace, plan: Plan, precision: Precision) -> dict[str, Any] | None:
+    """The per-request peer of ``--baseline`` over HTTP (None: none asked)."""
+    # the peer at these client counts only: a per-request peer drains every request sent, one at a time
+    clients = getattr(args, "baseline_clients", None) or args.clients
+    if args.baseline == "torch":
+        return torch_baseline_load(
+            plan.repo, plan.model, args.rerank, plan.pngs, plan.query, clients, args.duration
+        )
+    if args.baseline == "transformers":
+        # on the gateway's device and, on CUDA, in its precision (fp16 or fp32): the same GPU
+        module = ["loadtests.peers.transformers_baseline", "--snapshot", str(args.snapshot)]
+        module += ["--precision", precision]
+        return peer_load("transformers", module, plan.repo, plan.pngs, plan.query, clients, args.duration)
+    return None
+
+
+def result_of(
+    args: argparse.Namespace,
+    plan: Plan,
+    precision: Precision,
+    settings: Settings,
+    local: InProcess,
+    load: list[dict[str, Any]],
+    naive_http: dict[str, Any] | None,
+    floor: dict[str, Any] | None,
+    baseline: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The run's result: the in-process figures, then each HTTP stage's."""
+    return {
         "backend": args.backend,
         "precision": precision,
         "device": settings.device,  # COMPCAP_DEVICE of the in-process engine and of the gateways
-        "model": model,
+        "model": plan.model,
         "rerank": args.rerank,
         "beam_size": BEAM_SIZE,
         "single_decode_ms": round(local.single_decode_ms, 3),
@@ -465,10 +510,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "compute_limit": local.compute_limit,
         "load": load,
         "baseline": baseline,  # the per-request peer (torch, transformers) over HTTP at the same clients
-        "floor": floor,  # loadtests.http_floor: HTTP + PNG decoding and nothing else, its CPU per request
+        "floor": floor,  # loadtests.peers.http_floor: HTTP + PNG decoding only, its CPU per request
         "cpu_count": os.cpu_count(),
     }
-    own = own_mode(local.batch_curve, settings)  # the step curve at the gateway's own thread settings
+
+
+def derive_level_figures(out: dict[str, Any], settings: Settings) -> None:
+    """Per load level of a run's result: captions/s per core used, and (not on the null backend) the
+    zero-overhead ceiling, the step's slowdown under load against alone, and the CPU bounds."""
+    own = own_mode(out["step_curve"], settings)  # the step curve at the gateway's own thread settings
     for row in out["load"]:
         if row.get("server_cores_used"):  # captions/s per core the gateway(s) kept busy
             row["captions_per_s_per_core"] = round(row["captions_per_s"] / row["server_cores_used"], 2)
@@ -492,7 +542,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             row["cpu_bounds_of_limit"] = bounds_of_limit(out, row)
             model_ms = row["cpu_bounds_of_limit"]["model_cpu_ms_per_caption"]
             row["gateway_cpu_ms_above_models"] = round(row["cpu_ms_per_caption"]["server"] - model_ms, 3)
-    return out
 
 
 def own_mode(curve: Sequence[dict[str, float]], settings: Settings) -> list[dict[str, float]]:
@@ -516,8 +565,10 @@ def torch_baseline_load(
     clients: Sequence[int],
     duration: float,
 ) -> dict[str, Any]:
-    """The torch per-request baseline (``loadtests.torch_baseline``) over HTTP at each client count."""
-    module = ["loadtests.torch_baseline", "--model", model] + (["--no-rerank"] if rerank is False else [])
+    """The torch per-request baseline (``loadtests.peers.torch_baseline``) over HTTP at each client count."""
+    module = ["loadtests.peers.torch_baseline", "--model", model] + (
+        ["--no-rerank"] if rerank is False else []
+    )
     return peer_load("torch", module, repo, pngs, query, clients, duration)
 
 
@@ -614,7 +665,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--floor-clients",
         type=non_negative_int,
         default=32,
-        help="also load the HTTP floor server (loadtests.http_floor) at this many clients, for the "
+        help="also load the HTTP floor server (loadtests.peers.http_floor) at this many clients, for the "
         "CPU bounds (0: skip)",
     )
     parser.add_argument(
@@ -622,8 +673,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["none", "torch", "transformers"],
         default="none",
         help="also load a per-request peer server at the same client counts: torch "
-        "(loadtests.torch_baseline; needs the repository's torch programs, written by `compcap build`) "
-        "or transformers (loadtests.transformers_baseline: generate() on --snapshot, the snapshot the "
+        "(loadtests.peers.torch_baseline; needs the repository's torch programs, written by `compcap build`) "
+        "or transformers (loadtests.peers.transformers_baseline: generate() on --snapshot, the snapshot the "
         "imported --model came from)",
     )
     parser.add_argument(

@@ -20,8 +20,9 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from loadtests.bench import bench_images, png_bytes, print_and_save
-from loadtests.http_load import Gateway, closed_loop, samples
+from loadtests.load.http_load import Gateway, closed_loop, samples
+from loadtests.load.inputs import bench_images, png_bytes
+from loadtests.load.results import print_and_save
 from service.cli_args import add_renamed, existing_dir, fraction, positive_float, positive_int, writable_file
 from service.compare.shadow import SHADOW_REQUESTS
 from service.manifest import load_manifest

@@ -3,7 +3,7 @@
 so a shared machine's drift hits them alike. Prints, per round and variant, captions/s, p50, rows per
 step call and the gateway's CPU ms per caption; writes the runs and each variant's median as JSON.
 
-    python -m loadtests.ab_settings '{"base": {}, "t1": {"COMPCAP_INTRA_OP_THREADS": "1"}}' \
+    python -m loadtests.load.ab_settings '{"base": {}, "t1": {"COMPCAP_INTRA_OP_THREADS": "1"}}' \
         --clients 32 --duration 20 --rounds 3 --json reports/perf/ab.json
 
 A variant's ``"@cwd"`` (not an environment variable) starts its gateway in that folder, so it runs that
@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from loadtests.bench import bench_images, png_bytes
-from loadtests.http_load import Gateway, closed_loop
+from loadtests.load.http_load import Gateway, closed_loop
+from loadtests.load.inputs import bench_images, png_bytes
 from service.manifest import load_manifest
 
 CWD = "@cwd"  # a variant's key that is not environment: the folder its gateway starts in
@@ -85,7 +85,7 @@ def run(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtests.ab_settings", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m loadtests.load.ab_settings", description=__doc__)
     parser.add_argument("variants", help='JSON {"name": {"COMPCAP_X": "value"}}')
     parser.add_argument("--repo", default="model_repo")
     parser.add_argument("--clients", type=int, default=32)
