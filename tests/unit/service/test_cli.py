@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[3]
 EVERY_COMMAND = {
     "world", "train", "build", "splits", "evaluate", "models", "report", "serve", "triton", "substitutivity",
     "productivity", "explain-report", "bench", "probeset", "probesets", "probe", "probe-load", "shadow-load",
-    "mad", "import", "calibrate", "caption", "quantize", "upgrade", "render-reports", "counterfactual", "seeds",
+    "mad", "import", "calibrate", "caption", "quantize", "upgrade", "render-reports", "counterfactual",
+    "seeds",
 }  # fmt: skip
 HEAVY = ("numpy", "torch", "onnxruntime", "fastapi", "uvicorn", "pydantic", "matplotlib", "PIL", "spacy")
 COMMAND_TABLES = {
