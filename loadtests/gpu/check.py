@@ -41,7 +41,7 @@ import numpy as np
 
 from loadtests.steps.breakdown import breakdown
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STAGES = ("parity", "pins", "bench", "real")
 STAGE_TITLES = {
     "parity": "1 CPU vs CUDA parity",
