@@ -473,8 +473,9 @@ def test_the_probe_launcher_runs_a_job_and_draws_held_out_against_seen(
             assert (low, high) == (iv["low"], iv["high"])
             assert (x1, x2) == (pytest.approx(x0 + iv["low"] * full), pytest.approx(x0 + iv["high"] * full))
     legend = page.locator("#probe-legend")
-    expect(legend).to_contain_text("held out")
+    expect(legend).to_contain_text("held out: never together in training")
     expect(legend).to_contain_text("seen")
+    expect(page.locator("#probe-figure")).to_have_text("Recall@K")
     # the job is in the recent jobs table too
     expect(page.locator(f'#probe-table a[href="v1/probes/{job["id"]}"]')).to_have_count(1)
     page.select_option("#probe_k", "5")
@@ -616,6 +617,18 @@ def test_the_counterfactual_probe_draws_pairs_and_outcome_shares(
         owners = [result["held_out"], result["seen"], *held, *seen]
         ivs = [o["recall_interval"][k] for o in owners if o["recall_interval"][k] is not None]
         assert drawn == [[iv["low"], iv["high"]] for iv in ivs] and drawn
+
+    # the chart says what a counterfactual result measures, not systematicity's recall of pairs
+    legend = page.locator("#probe-legend")
+    expect(legend).to_contain_text("held-out value: the scene with one thing set to the unseen value")
+    expect(legend).to_contain_text("seen twin")
+    expect(legend).not_to_contain_text("never together in training")
+    expect(page.locator("#probe-figure")).to_have_text("hit@K")
+    expect(page.locator("#probe-chart")).to_have_attribute(
+        "aria-label", "hit@1 per held-out pair, on its minimal pairs, held out against seen"
+    )
+    titles = page.locator("#probe-chart g.row.pair title").all_text_contents()
+    assert titles and all(": hit@1 " in t and "minimal pairs" in t and "Recall" not in t for t in titles)
 
     box = page.locator("#probe-outcomes")
     expect(box).to_be_visible()

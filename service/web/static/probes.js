@@ -367,13 +367,37 @@ function fillKs(ks) {
   select.value = values.includes(previous) ? previous : values[values.length - 1];
 }
 
-function legend(known) {
+// What the chart's figures are, per kind of result: Recall@K of concept pairs (systematicity and the
+// pair-based kinds), or a counterfactual result's hit rate at K on minimal pairs — the scene with the
+// held-out value against its seen twin, the same scene with a seen value
+const WORDING = {
+  pairs: {
+    figure: "Recall@",
+    units: "images",
+    held: "held out: never together in training",
+    seen: "seen in training",
+    chart: "per concept pair",
+  },
+  counterfactual: {
+    figure: "hit@",
+    units: "minimal pairs",
+    held: "held-out value: the scene with one thing set to the unseen value",
+    seen: "seen twin: the same scene with a seen value",
+    chart: "per held-out pair, on its minimal pairs",
+  },
+};
+
+function wordingOf(result) {
+  return result && result.outcome_classes ? WORDING.counterfactual : WORDING.pairs;
+}
+
+function legend(known, words) {
   const box = $("probe-legend");
   box.replaceChildren();
   const items = known
     ? [
-        ["held", "held out: never together in training"],
-        ["seen", "seen in training"],
+        ["held", words.held],
+        ["seen", words.seen],
       ]
     : [["all", "every pair (the model's held-out pairs are not known)"]];
   for (const [cls, text] of items) {
@@ -393,7 +417,10 @@ function drawRecall() {
   const k = $("probe_k").value;
   // a counterfactual result's sides are the set's (held-out value against seen), known either way
   const known = result.held_out_known !== false || Boolean(result.outcome_classes && result.seen);
-  legend(known);
+  const words = wordingOf(result);
+  const fig = `${words.figure}${k}`;
+  legend(known, words);
+  $("probe-figure").textContent = `${words.figure}K`;
   const value = (part) => (part && part.recall ? part.recall[k] : null);
   const interval = (owner) => (owner && owner.recall_interval ? owner.recall_interval[k] || null : null);
   const bounds = (iv) => (iv ? ` (95% interval ${num(iv.low, 3)}–${num(iv.high, 3)})` : "");
@@ -408,7 +435,7 @@ function drawRecall() {
   for (const [cls, label, members, part] of groups) {
     if (!members.length) continue;
     const iv = interval(part);
-    const about = `${label} pairs: mean Recall@${k} ${num(value(part), 3)}${bounds(iv)}`;
+    const about = `${label} pairs: mean ${fig} ${num(value(part), 3)}${bounds(iv)}`;
     const name = `${label} · mean of ${members.length}`;
     rows.push({ kind: "mean", cls, label: name, value: value(part), iv, about });
   }
@@ -418,9 +445,9 @@ function drawRecall() {
     rows.push({ kind: "group", label: `${label} pairs` });
     for (const r of members) {
       const hits = r.hits ? r.hits[k] : null;
-      const images = r.images ? ` — ${hits} of ${r.images} images` : " — no images";
+      const images = r.images ? ` — ${hits} of ${r.images} ${words.units}` : ` — no ${words.units}`;
       const iv = interval(r);
-      const about = `${r.pair} (${label}): Recall@${k} ${num(r.recall[k], 3)}${bounds(iv)}${images}`;
+      const about = `${r.pair} (${label}): ${fig} ${num(r.recall[k], 3)}${bounds(iv)}${images}`;
       rows.push({ kind: "pair", cls, label: r.pair, value: r.recall[k], iv, about });
     }
   }
@@ -437,7 +464,7 @@ function drawRecall() {
   });
   const H = y + 6;
   const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, class: "chart-svg" });
-  chart.append(svg("title", {}, `Recall@${k} per concept pair`));
+  chart.append(svg("title", {}, `${fig} ${words.chart}`));
   for (const tick of [0, 0.25, 0.5, 0.75, 1]) {
     const x = x0 + tick * (x1 - x0);
     chart.append(svg("line", { x1: x, x2: x, y1: top - 6, y2: H - 4, class: "grid" }));
@@ -451,7 +478,7 @@ function drawRecall() {
       continue;
     }
     const g = svg("g", { class: `row ${row.kind}`, "data-pair": row.kind === "pair" ? row.label : "" });
-    g.append(svg("title", {}, row.about || `${row.label}: Recall@${k} ${num(row.value, 3)}`));
+    g.append(svg("title", {}, row.about || `${row.label}: ${fig} ${num(row.value, 3)}`));
     g.append(svg("text", { x: x0 - 8, y: mid + 4, "text-anchor": "end", class: "label" }, row.label));
     const defined = typeof row.value === "number";
     const w = defined ? Math.max(row.value * (x1 - x0), row.value > 0 ? 1.5 : 0) : 0;
@@ -474,7 +501,7 @@ function drawRecall() {
   $("probe-chart").replaceChildren(chart);
   $("probe-chart").setAttribute(
     "aria-label",
-    `Recall@${k} per concept pair` + (known ? ", held out against seen" : ", every pair"),
+    `${fig} ${words.chart}` + (known ? ", held out against seen" : ", every pair"),
   );
   $("probe-chart-head").hidden = false;
   drawOutcomes(k);
