@@ -25,7 +25,13 @@ from typing import Any
 
 from export.studies.report.collect import collect
 from export.studies.report.tables import summarise
-from export.studies.report.uncertainty import PAIRED_METHOD, intervals, paired_units, verdict
+from export.studies.report.uncertainty import (
+    PAIRED_METHOD,
+    difference_text,
+    intervals,
+    paired_units,
+    verdict,
+)
 from service.evaluation.intervals import paired_test
 
 ROWS = ("BUTD", "BUTR", "BUTR+RR", "BUTD+VSE++", "BUTD+BUTR head")
@@ -169,8 +175,7 @@ def _iv(found: dict[str, Any]) -> str:
 
 
 def _diff(test: dict[str, Any]) -> str:
-    d, p = test["difference"], test["p_value"]
-    return f"{100 * d['estimate']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}], p = {p:.3g}"
+    return f"{difference_text(test['difference'])}, p = {test['p_value']:.3g}"
 
 
 def markdown(report: dict[str, Any]) -> str:

@@ -14,7 +14,7 @@ from export.studies.report.tables import (
     targets,
     weight_table,
 )
-from export.studies.report.uncertainty import METHOD, PAIRED_METHOD, VERDICTS, cell, verdict
+from export.studies.report.uncertainty import METHOD, PAIRED_METHOD, VERDICTS, cell, difference_text, verdict
 
 
 def selection_note(chosen: list[dict[str, Any]], build: dict[str, Any]) -> str:
@@ -158,11 +158,7 @@ def control_lines(table: dict[str, Any], found: dict[str, Any]) -> list[str]:
         "|---|---|---|",
     ]
     for name, test in paired.items():
-        d = test["difference"]
-        lines.append(
-            f"| {name} | {100 * d['estimate']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}] | "
-            f"{test['p_value']:.3g} |"
-        )
+        lines.append(f"| {name} | {difference_text(test['difference'])} | {test['p_value']:.3g} |")
     verdicts = [
         f"{name}: {VERDICTS[verdict(test)]} (p = {test['p_value']:.3g})" for name, test in paired.items()
     ]

@@ -124,6 +124,12 @@ VERDICTS = {
 }
 
 
+def difference_text(difference: dict[str, Any]) -> str:
+    """A paired difference ×100 with its interval, signed: "+0.4 [-1.7, +2.6]"."""
+    d = difference
+    return f"{100 * d['estimate']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
+
+
 def verdict(test: dict[str, Any], level: float = 0.05) -> str:
     """What a paired test (``PairedTest.as_dict``) supports of a against b at ``level``: "higher" or
     "lower" when the interval excludes 0 and p < level, "not significant" when neither does, and
