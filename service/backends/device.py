@@ -97,6 +97,29 @@ def cuda_problem() -> str | None:
     return None
 
 
+def cuda_problem_in_child(timeout_s: float = 120.0) -> str | None:
+    """``cuda_problem`` asked in a short-lived child process: the answer without a CUDA context in this
+    one. The split's parent (``--api-processes`` > 1) loads no model; a context it opened to check would
+    hold GPU memory (hundreds of MB) beside the engine core's for as long as the server runs."""
+    import json
+    import subprocess
+    import sys
+
+    script = "import json\nfrom service.backends.device import cuda_problem as p\nprint(json.dumps(p()))"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return f"checking CUDA took over {timeout_s:.0f} s (a hung driver?)"
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        return f"the check could not run: {tail}"
+    answer = json.loads(lines[-1])
+    return None if answer is None else str(answer)
+
+
 def preload(ort: Any) -> None:
     """Load the CUDA and cuDNN libraries of the ``nvidia-*`` wheels (requirements-serve-gpu.lock) so that
     onnxruntime's CUDA provider finds them without ``LD_LIBRARY_PATH``; a no-op where they are absent."""

@@ -53,9 +53,10 @@ def check_device(settings: Settings) -> None:
     if settings.backend != "onnxruntime" or settings.device != "cuda":
         return
     try:
-        from service.backends.device import cuda_problem
+        from service.backends.device import cuda_problem, cuda_problem_in_child
 
-        problem = cuda_problem()
+        # the split's parent loads no model: a context of its own would hold GPU memory all along
+        problem = cuda_problem_in_child() if settings.api_processes > 1 else cuda_problem()
     except ImportError as exc:
         problem = f"onnxruntime cannot be imported ({exc})"
     if problem is not None:

@@ -19,7 +19,7 @@ in-memory store (``COMPCAP_STATE_URL=''``) would be one per process and is refus
 
 from __future__ import annotations
 
-import contextlib
+import fcntl
 import logging
 import math
 import os
@@ -123,13 +123,56 @@ def split_environment(settings: Settings, folder: Path) -> dict[str, str]:
     return env
 
 
+FOLDER_PREFIX = "compcap-core-"
+OWNER_LOCK = "owner.lock"  # flock'ed by the server that made the folder, for as long as it runs
+_held: dict[Path, int] = {}  # this process's folders -> the descriptor holding their lock
+
+
 def split_folder() -> Path:
     """A new folder, readable by this user only, for one split's engine-core socket and metrics files:
     in the temporary directory (``TMPDIR``, else ``/tmp``), so a pod with a read-only root gives it a
-    writable, memory-backed volume there."""
-    folder = Path(tempfile.mkdtemp(prefix="compcap-core-"))
+    writable, memory-backed volume there. Folders a dead server left (SIGKILL, OOM: no ``finally`` ran)
+    are removed first — in a pod the volume outlives the container and counts against its memory."""
+    remove_stale_folders(Path(tempfile.gettempdir()))
+    folder = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX))
     os.chmod(folder, 0o700)
+    descriptor = os.open(folder / OWNER_LOCK, os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(descriptor, fcntl.LOCK_EX)  # released by the kernel however this process ends
+    _held[folder] = descriptor
     return folder
+
+
+def remove_stale_folders(temp: Path) -> list[Path]:
+    """Remove the split folders under ``temp`` whose owner lock nobody holds (their server is gone);
+    folders of running servers (theirs held, in this process or another) and foreign files stay."""
+    removed = []
+    for folder in sorted(temp.glob(f"{FOLDER_PREFIX}*")):
+        lock = folder / OWNER_LOCK
+        if folder in _held or not lock.is_file():  # a folder still being made has no lock yet
+            continue
+        try:
+            descriptor = os.open(lock, os.O_RDWR)
+        except OSError:  # another user's, or gone meanwhile
+            continue
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: its server runs
+            continue
+        finally:
+            os.close(descriptor)  # (closing also drops the lock taken just now)
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    if removed:
+        log.info("removed %d split folder(s) a stopped server left: %s", len(removed), removed)
+    return removed
+
+
+def release_split_folder(folder: Path) -> None:
+    """Remove ``folder`` and drop its owner lock (the server is done with it)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    descriptor = _held.pop(folder, None)
+    if descriptor is not None:
+        os.close(descriptor)
 
 
 def serve_split(settings: Settings) -> None:
@@ -160,8 +203,15 @@ def serve_split(settings: Settings) -> None:
         )
     finally:
         core.stop()
-        with contextlib.suppress(OSError):
-            shutil.rmtree(folder)
+        release_split_folder(folder)
 
 
-__all__ = ["CoreSupervisor", "app_factory", "serve_split", "split_environment", "split_folder"]
+__all__ = [
+    "CoreSupervisor",
+    "app_factory",
+    "release_split_folder",
+    "remove_stale_folders",
+    "serve_split",
+    "split_environment",
+    "split_folder",
+]

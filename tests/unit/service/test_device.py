@@ -6,6 +6,8 @@ from a session's providers, the loader's own reason for a provider library that 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -84,3 +86,30 @@ def test_the_backend_says_where_each_model_runs(tiny_repo: Path) -> None:
     if dev.CUDA_PROVIDER not in ort.get_available_providers():
         with pytest.raises(dev.DeviceError, match="COMPCAP_DEVICE=cuda"):
             OnnxRuntimeBackend(tiny_repo, manifest, threads=1, device="cuda")
+
+
+def test_the_child_check_gives_the_same_answer_without_loading_onnxruntime_here() -> None:
+    """The split's parent asks in a child process: the same answer, and no onnxruntime (so no CUDA
+    context) in the parent."""
+    code = (
+        "import sys\n"
+        "from service.cli_errors import UsageError\n"
+        "from service.gateway.server import check_device\n"
+        "from service.settings import Settings\n"
+        "s = Settings(backend='onnxruntime', device='cuda', api_processes=2)\n"
+        "try:\n"
+        "    check_device(s)\n"
+        "    print('ok')\n"
+        "except UsageError as exc:\n"
+        "    print(exc)\n"
+        "print('onnxruntime' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    said, loaded = done.stdout.strip().splitlines()[-2:]
+    assert loaded == "False"
+    expected = dev.cuda_problem()
+    if expected is None:
+        assert said == "ok"
+    else:
+        assert said == f"COMPCAP_DEVICE=cuda: CUDA cannot be used here: {expected}"
+    assert dev.cuda_problem_in_child() == expected
