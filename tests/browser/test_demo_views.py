@@ -4,15 +4,17 @@ on a click with a notice of what the model knows and the caption's in-domain bad
 that cannot run are greyed out with the reason ``GET /v1/explain/methods`` gives (a copy of the
 repository without its torch programs) and enabled where they can; the probe launcher runs a job,
 follows its progress and draws Recall@K per pair, held out against seen (or every pair, when the
-held-out pairs are not known); the compare view shows each image's captions per configuration with its
-NGSM and the overlap per n-gram order (saying which order made it 0), most discrepant first, as
-``POST /v1/compare`` orders them; a sample's explanation has the grounding score and the pointing game
-(its scene graph ships with it); the n-best table fits a 390 px wide screen.
+held-out pairs are not known), and a counterfactual job in its own words (hit@K on minimal pairs, the
+held-out value against its seen twin, the top-1 outcome shares per class with error bars); the compare
+view shows each image's captions per configuration with its NGSM and the overlap per n-gram order
+(saying which order made it 0), most discrepant first, as ``POST /v1/compare`` orders them; a sample's
+explanation has the grounding score and the pointing game (its scene graph ships with it); the n-best
+table fits a 390 px wide screen.
 
 Screenshots of each view go to ``docs/screenshots/demo_*.png`` with ``COMPCAP_UPDATE_SCREENSHOT=1``
-(else to the test's tmp folder); the ones in ``docs/`` are taken on a default-preset repository with
-probe sets (``COMPCAP_TEST_REPO=<a default-preset model_repo>``) so that captions and recall read like
-them."""
+(else to the test's tmp folder); the ones in ``docs/`` are taken on a copy of a default-preset repository
+with probe sets (``compcap probesets --repo COPY --kind systematicity counterfactual``, then
+``COMPCAP_TEST_REPO=COPY``) so that captions and recall read like them."""
 
 from __future__ import annotations
 
@@ -476,6 +478,13 @@ def test_the_probe_launcher_runs_a_job_and_draws_held_out_against_seen(
     expect(legend).to_contain_text("held out: never together in training")
     expect(legend).to_contain_text("seen")
     expect(page.locator("#probe-figure")).to_have_text("Recall@K")
+    expect(page.locator("#probe-chart-about")).to_contain_text(
+        "Recall@K: the fraction of a concept pair's images"
+    )
+    expect(page.locator("#probe-chart")).to_have_attribute(
+        "aria-label", "Recall@1 per concept pair, held out against seen"
+    )
+    expect(page.locator("#probe-images-label")).to_have_text("Images per pair")
     # the job is in the recent jobs table too
     expect(page.locator(f'#probe-table a[href="v1/probes/{job["id"]}"]')).to_have_count(1)
     page.select_option("#probe_k", "5")
@@ -583,10 +592,12 @@ def test_the_counterfactual_probe_draws_pairs_and_outcome_shares(
     counterfactual_server: str, browser_page: tuple[Any, Watch], tmp_path: Path
 ) -> None:
     """A counterfactual job from the launcher: the generic chart draws each pair's hit rate on its
-    held-out side and on its seen side (with the means and their error bars), and a table gives the
-    top-1 outcome shares of each side with their intervals, a stacked bar each, and held-out − seen
-    with its interval and p-value — as the job's result has them; the sizing hint then reads this
-    result's held-out hit rate and spread between pairs."""
+    held-out side and on its seen twin (with the means and their error bars), a second chart the top-1
+    outcome shares per class of each side with their intervals as error bars, and a table the same
+    shares with their intervals, a stacked bar each, and held-out − seen with its interval and p-value
+    — as the job's result has them; every word of it says what a counterfactual result measures (hit@K
+    on minimal pairs, the held-out value against its seen twin), none systematicity's; the sizing hint
+    then reads this result's held-out hit rate and spread between pairs."""
     from playwright.sync_api import expect
 
     from service.probes.counterfactual import OUTCOMES
@@ -603,10 +614,12 @@ def test_the_counterfactual_probe_draws_pairs_and_outcome_shares(
         seen = [r for r in result["pairs"] if not r["held_out"]]
         assert len(held) == len(seen) == result["held_out"]["pairs"] > 0
         assert chart_rows(page, "mean") == [
-            (f"held out · mean of {len(held)}", fixed(result["held_out"]["recall"][k])),
-            (f"seen · mean of {len(seen)}", fixed(result["seen"]["recall"][k])),
+            (f"held-out value · mean of {len(held)}", fixed(result["held_out"]["recall"][k])),
+            (f"seen twin · mean of {len(seen)}", fixed(result["seen"]["recall"][k])),
         ]
-        assert chart_rows(page, "pair") == [(r["pair"], fixed(r["recall"][k])) for r in held + seen]
+        assert chart_rows(page, "pair") == [(r["pair"], fixed(r["recall"][k])) for r in held] + [
+            (f"twin of {r['pair']}", fixed(r["recall"][k])) for r in seen
+        ]
         classes = page.locator("#probe-chart g.row.pair rect.bar").evaluate_all(
             "bs => bs.map(b => b.getAttribute('class'))"
         )
@@ -620,15 +633,52 @@ def test_the_counterfactual_probe_draws_pairs_and_outcome_shares(
 
     # the chart says what a counterfactual result measures, not systematicity's recall of pairs
     legend = page.locator("#probe-legend")
-    expect(legend).to_contain_text("held-out value: the scene with one thing set to the unseen value")
-    expect(legend).to_contain_text("seen twin")
-    expect(legend).not_to_contain_text("never together in training")
-    expect(page.locator("#probe-figure")).to_have_text("hit@K")
-    expect(page.locator("#probe-chart")).to_have_attribute(
-        "aria-label", "hit@1 per held-out pair, on its minimal pairs, held out against seen"
+    expect(legend).to_have_text(
+        "held-out value: a scene whose object has the unseen valueseen twin: the same scene with a seen value"
     )
+    expect(page.locator("#probe-figure")).to_have_text("hit@K")
+    expect(page.locator("#probe-chart-about")).to_contain_text(
+        "hit@K on minimal pairs: the share of a pair's"
+    )
+    expect(page.locator("#probe-chart")).to_have_attribute(
+        "aria-label", "hit@1 per held-out pair, on its minimal pairs, held-out value against its seen twin"
+    )
+    expect(page.locator("#probe-images-label")).to_have_text("Minimal pairs per pair")
     titles = page.locator("#probe-chart g.row.pair title").all_text_contents()
-    assert titles and all(": hit@1 " in t and "minimal pairs" in t and "Recall" not in t for t in titles)
+    assert len(titles) == len(result["pairs"])
+    assert all(": hit@1 " in t and t.endswith("minimal pairs") for t in titles), titles
+    assert all("(seen twin, seen values " in t for t in titles[len(titles) // 2 :]), titles
+    # no word of systematicity's anywhere the result is shown: text, titles, aria labels
+    shown = page.locator("#probe-live").evaluate(
+        "b => [b.textContent, ...[...b.querySelectorAll('[aria-label]')]"
+        ".map(e => e.getAttribute('aria-label'))].join(' ')"
+    )
+    for word in ("never together in training", "Recall", "concept pair", "seen in training", "held out "):
+        assert word not in shown, word
+
+    # the top-1 outcome shares per class, each side's with its 95% interval as an error bar
+    chart = page.locator("#probe-outcomes .outcomes-chart")
+    expect(chart).to_have_attribute(
+        "aria-label",
+        "top-1 outcome shares per class, held-out value against its seen twin, with 95% intervals",
+    )
+    drawn = chart.locator("g.row.share").evaluate_all(
+        "gs => gs.map(g => { const bar = g.querySelector('rect.bar'); return [g.dataset.outcome,"
+        " g.dataset.side, g.querySelector('text.label').textContent, bar.getAttribute('class'),"
+        " Number(bar.getAttribute('width')), ...[...g.querySelectorAll('g.ci')]"
+        ".flatMap(c => [Number(c.dataset.low), Number(c.dataset.high)])]; })"
+    )
+    full = float(chart.locator("rect.track").first.get_attribute("width") or 0)
+    want_rows = [(o, side) for o in OUTCOMES for side in ("held_out", "seen")]
+    assert [(o, side) for o, side, *_ in drawn] == want_rows
+    for o, side, label, cls, width, low, high in drawn:
+        value, iv = result[side]["outcomes"][o], result[side]["outcome_intervals"][o]
+        assert label == ("held-out value" if side == "held_out" else "seen twin")
+        assert cls == ("bar held" if side == "held_out" else "bar seen")
+        assert width == pytest.approx(max(value * full, 1.5 if value else 0))
+        assert (low, high) == (iv["low"], iv["high"])
+    groups = chart.locator("text.group-label").all_text_contents()
+    assert groups == ["hit", "modifier elsewhere", "noun missing", "wrong value", "modifier omitted"]
 
     box = page.locator("#probe-outcomes")
     expect(box).to_be_visible()
@@ -637,7 +687,8 @@ def test_the_counterfactual_probe_draws_pairs_and_outcome_shares(
     for side in ("held_out", "seen"):
         part = result[side]
         row = box.locator(f"tr[data-side={side}]")
-        expect(row.locator("th")).to_have_text(f"{side.replace('_', ' ')} · {part['pairs']} pairs")
+        name = "held-out value" if side == "held_out" else "seen twin"
+        expect(row.locator("th")).to_have_text(f"{name} · {part['pairs']} pairs")
         cells = row.locator("td.num").evaluate_all(
             "cs => cs.map(c => [c.querySelector('.share').textContent, c.dataset.low, c.dataset.high])"
         )
@@ -660,6 +711,7 @@ def test_the_counterfactual_probe_draws_pairs_and_outcome_shares(
         for (o, width), share in zip(widths, (part["outcomes"][o] for o in OUTCOMES), strict=True):
             assert width == pytest.approx(share * full, abs=1.0), o
     diff = box.locator("tr[data-side=difference]")
+    expect(diff.locator("th")).to_have_text("held-out value − seen twin")
     cells = diff.locator("td.num").all()
     assert len(cells) == len(OUTCOMES)
     for cell, o in zip(cells, OUTCOMES, strict=True):
@@ -671,6 +723,9 @@ def test_the_counterfactual_probe_draws_pairs_and_outcome_shares(
         expect(cell.locator(".p-value")).to_have_text(f"p = {fixed(test['p_value'])}")
         assert float(cell.get_attribute("data-p") or "nan") == test["p_value"]
     recall = result["difference"]["recall"]["1"]
+    expect(box.locator(".recall-test")).to_contain_text(
+        f"hit@1 held-out value − seen twin {'+' if recall['difference']['estimate'] > 0 else ''}"
+    )
     expect(box.locator(".recall-test")).to_contain_text(f"p = {fixed(recall['p_value'])}")
     expect(box.locator("caption")).to_contain_text(f"{result['minimal_pairs']} minimal pairs")
 

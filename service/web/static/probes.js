@@ -1,7 +1,9 @@
 // The probes panel of the demo page: a launcher (kind, model, images → POST /v1/probes, then
-// GET /v1/probes/{id} until it ends, with its progress), Recall@K per concept pair drawn as an SVG chart
-// (held out against seen, or every pair when the captioner's held-out pairs are not known) and the
-// recent jobs with their headline figures (GET /v1/probes).
+// GET /v1/probes/{id} until it ends, with its progress), the result's figure per pair drawn as an SVG
+// chart in its kind's words (WORDING: systematicity's Recall@K, held out against seen or every pair when
+// the captioner's held-out pairs are not known; a counterfactual result's hit@K on minimal pairs, the
+// held-out value against its seen twin, and its top-1 outcome shares per miss class) and the recent
+// jobs with their headline figures (GET /v1/probes).
 
 import {
   $,
@@ -21,7 +23,8 @@ const run = {
   sets: [], // GET /v1/probe-sets
   job: null, // the id of the job the launcher follows
   poll: null,
-  result: null, // the systematicity result the chart shows
+  result: null, // the result the chart shows (systematicity or counterfactual: per-pair rates)
+  kind: null, // its kind, which picks the chart's words (WORDING)
   sized: {}, // kind -> its last finished result: the sizing rule's rate and spread between pairs
   listTimer: null,
 };
@@ -166,17 +169,16 @@ function showSizing() {
   const rate = basis ? Math.min(Math.max(basis.rate, 0.01), 0.99) : 0.5;
   const sd = basis ? basis.sd : 0;
   const n = imagesPerPair(0.05, pairs, rate, sd);
-  const label = kind.name === "counterfactual" ? "hit@" : "Recall@";
+  const words = wordingOf(kind.name);
   const why = basis
-    ? `the last result's held-out ${label}${k}` +
+    ? `the last result's held-out ${words.figure}${k}` +
       (basis.perPair ? `, spread between pairs ${num(sd, 3)}` : "")
     : "worst case";
-  const unit = kind.name === "counterfactual" ? "minimal pairs per pair" : "images per pair";
   node.textContent =
     n === null
       ? `the spread between pairs (${num(sd, 3)}) alone is wider than ± 5 points on the mean of ` +
         `${pairs} held-out pairs: more pairs are needed, not more images`
-      : `≈ ${n} ${unit} for ± 5 points on the mean of ${pairs} ${basis ? "held-out " : ""}pairs ` +
+      : `≈ ${n} ${words.sizing} for ± 5 points on the mean of ${pairs} ${basis ? "held-out " : ""}pairs ` +
         `(rate ${num(rate, 2)}, ${why})`;
   node.dataset.images = n === null ? "" : String(n);
   node.dataset.betweenSd = String(sd);
@@ -189,6 +191,7 @@ function describeProbeKind() {
     $("probe-about").textContent = "";
     return;
   }
+  $("probe-images-label").textContent = wordingOf(kind.name).param;
   const pairs = set && Array.isArray(set.pairs) ? `, ${set.pairs.length} pairs` : "";
   $("probe-about").textContent = set
     ? `${kind.name}: ${kind.description}. Probe set ${set.name}: ${set.images} images${pairs}.`
@@ -334,6 +337,7 @@ function showProbeJob(job) {
   const result = job.result || job.partial;
   if (result && Array.isArray(result.pairs)) {
     run.result = result;
+    run.kind = job.kind;
     drawRecall();
   }
   if (job.result && job.result.held_out) {
@@ -367,95 +371,89 @@ function fillKs(ks) {
   select.value = values.includes(previous) ? previous : values[values.length - 1];
 }
 
-// What the chart's figures are, per kind of result: Recall@K of concept pairs (systematicity and the
-// pair-based kinds), or a counterfactual result's hit rate at K on minimal pairs — the scene with the
-// held-out value against its seen twin, the same scene with a seen value
+// What a result's figures are and what its two sides are called, per kind of probe (the kinds
+// without a per-pair chart, substitutivity and productivity, show their summary line only):
+// systematicity's Recall@K of concept pairs, held out (never together in training) against seen; a
+// counterfactual result's hit rate at K on minimal pairs — a scene whose object has the held-out
+// value against its seen twin, the same scene with a seen value — and its top-1 outcome shares per
+// miss class. The launcher's images field, the sizing hint, the legend, the chart's figure, rows,
+// titles and aria label all read it.
 const WORDING = {
-  pairs: {
+  systematicity: {
     figure: "Recall@",
+    about:
+      "Recall@K: the fraction of a concept pair's images whose top-K captions attach the pair; " +
+      "each bar with its 95% interval.",
+    param: "Images per pair",
     units: "images",
-    held: "held out: never together in training",
-    seen: "seen in training",
+    sizing: "images per pair",
     chart: "per concept pair",
+    versus: "held out against seen",
+    sides: {
+      held: { name: "held out", legend: "held out: never together in training", group: "held out pairs" },
+      seen: { name: "seen", legend: "seen in training", group: "seen pairs" },
+      all: {
+        name: "all",
+        legend: "every pair (the model's held-out pairs are not known)",
+        group: "all pairs",
+      },
+    },
+    rowLabel: (row) => row.pair,
+    rowNote: () => "",
   },
   counterfactual: {
     figure: "hit@",
+    about:
+      "hit@K on minimal pairs: the share of a pair's minimal pairs whose top-K captions attach the " +
+      "held-out pair to the scene with the held-out value, and the seen pair to its seen twin; " +
+      "mean over pairs, each bar with its 95% interval.",
+    param: "Minimal pairs per pair",
     units: "minimal pairs",
-    held: "held-out value: the scene with one thing set to the unseen value",
-    seen: "seen twin: the same scene with a seen value",
+    sizing: "minimal pairs per pair",
     chart: "per held-out pair, on its minimal pairs",
+    versus: "held-out value against its seen twin",
+    sides: {
+      held: {
+        name: "held-out value",
+        legend: "held-out value: a scene whose object has the unseen value",
+        group: "held-out value, per pair",
+      },
+      seen: {
+        name: "seen twin",
+        legend: "seen twin: the same scene with a seen value",
+        group: "seen twin, per pair",
+      },
+    },
+    rowLabel: (row) => (row.held_out ? row.pair : `twin of ${row.pair}`),
+    rowNote: (row) => {
+      if (row.held_out || !row.value || typeof row.value !== "object") return "";
+      const values = Object.entries(row.value).map(([value, n]) => `${value} ×${n}`);
+      return values.length ? `, seen values ${values.join(", ")}` : "";
+    },
   },
 };
 
-function wordingOf(result) {
-  return result && result.outcome_classes ? WORDING.counterfactual : WORDING.pairs;
+function wordingOf(kind) {
+  return WORDING[kind] || WORDING.systematicity;
 }
 
-function legend(known, words) {
+function legend(sides, words) {
   const box = $("probe-legend");
   box.replaceChildren();
-  const items = known
-    ? [
-        ["held", words.held],
-        ["seen", words.seen],
-      ]
-    : [["all", "every pair (the model's held-out pairs are not known)"]];
-  for (const [cls, text] of items) {
+  for (const cls of sides) {
     const item = el("span", null, "legend-item");
-    item.append(el("span", null, `swatch ${cls}`), text);
+    item.append(el("span", null, `swatch ${cls}`), words.sides[cls].legend);
     box.append(item);
   }
 }
 
-// Recall@K per concept pair, grouped held out / seen, under the two means (or, held-out pairs not
-// known, every pair under the mean of all): a fraction in [0, 1] as a bar and as 0.263, with its 95%
-// bootstrap interval (the result's recall_interval) as an error bar
-function drawRecall() {
-  const result = run.result;
-  if (!result) return;
-  fillKs(result.ks || [1, 2, 3, 4, 5]);
-  const k = $("probe_k").value;
-  // a counterfactual result's sides are the set's (held-out value against seen), known either way
-  const known = result.held_out_known !== false || Boolean(result.outcome_classes && result.seen);
-  const words = wordingOf(result);
-  const fig = `${words.figure}${k}`;
-  legend(known, words);
-  $("probe-figure").textContent = `${words.figure}K`;
-  const value = (part) => (part && part.recall ? part.recall[k] : null);
-  const interval = (owner) => (owner && owner.recall_interval ? owner.recall_interval[k] || null : null);
-  const bounds = (iv) => (iv ? ` (95% interval ${num(iv.low, 3)}–${num(iv.high, 3)})` : "");
-  const pairs = result.pairs || [];
-  const groups = known
-    ? [
-        ["held", "held out", pairs.filter((r) => r.held_out), result.held_out],
-        ["seen", "seen", pairs.filter((r) => !r.held_out), result.seen],
-      ]
-    : [["all", "all", pairs, result.all]];
-  const rows = [];
-  for (const [cls, label, members, part] of groups) {
-    if (!members.length) continue;
-    const iv = interval(part);
-    const about = `${label} pairs: mean ${fig} ${num(value(part), 3)}${bounds(iv)}`;
-    const name = `${label} · mean of ${members.length}`;
-    rows.push({ kind: "mean", cls, label: name, value: value(part), iv, about });
-  }
-  for (const [cls, label, members] of groups) {
-    if (!members.length) continue;
-    rows.push({ kind: "gap" });
-    rows.push({ kind: "group", label: `${label} pairs` });
-    for (const r of members) {
-      const hits = r.hits ? r.hits[k] : null;
-      const images = r.images ? ` — ${hits} of ${r.images} ${words.units}` : ` — no ${words.units}`;
-      const iv = interval(r);
-      const about = `${r.pair} (${label}): ${fig} ${num(r.recall[k], 3)}${bounds(iv)}${images}`;
-      rows.push({ kind: "pair", cls, label: r.pair, value: r.recall[k], iv, about });
-    }
-  }
-  const W = 720;
-  const x0 = 170;
-  const x1 = 650;
-  const rowH = 20;
-  const top = 26;
+const CHART = { W: 740, x0: 200, x1: 670, rowH: 20, top: 26 };
+
+// A horizontal bar chart of fractions in [0, 1]: one row per bar (kind "mean", "pair" or "share",
+// its class cls, label, value, 95% interval iv as an error bar, a title and data-* attributes), "group"
+// rows as headings and "gap" rows as space
+function barChart(rows, title) {
+  const { W, x0, x1, rowH, top } = CHART;
   let y = top;
   const placed = rows.map((row) => {
     const at = y;
@@ -464,7 +462,7 @@ function drawRecall() {
   });
   const H = y + 6;
   const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, class: "chart-svg" });
-  chart.append(svg("title", {}, `${fig} ${words.chart}`));
+  chart.append(svg("title", {}, title));
   for (const tick of [0, 0.25, 0.5, 0.75, 1]) {
     const x = x0 + tick * (x1 - x0);
     chart.append(svg("line", { x1: x, x2: x, y1: top - 6, y2: H - 4, class: "grid" }));
@@ -477,8 +475,8 @@ function drawRecall() {
       chart.append(svg("text", { x: 4, y: mid + 4, class: "group-label" }, row.label));
       continue;
     }
-    const g = svg("g", { class: `row ${row.kind}`, "data-pair": row.kind === "pair" ? row.label : "" });
-    g.append(svg("title", {}, row.about || `${row.label}: ${fig} ${num(row.value, 3)}`));
+    const g = svg("g", { class: `row ${row.kind}`, ...(row.data || {}) });
+    g.append(svg("title", {}, row.about));
     g.append(svg("text", { x: x0 - 8, y: mid + 4, "text-anchor": "end", class: "label" }, row.label));
     const defined = typeof row.value === "number";
     const w = defined ? Math.max(row.value * (x1 - x0), row.value > 0 ? 1.5 : 0) : 0;
@@ -498,13 +496,67 @@ function drawRecall() {
     g.append(svg("text", { x: x1 + 8, y: mid + 4, class: "value" }, defined ? num(row.value, 3) : "—"));
     chart.append(g);
   }
-  $("probe-chart").replaceChildren(chart);
-  $("probe-chart").setAttribute(
-    "aria-label",
-    `${fig} ${words.chart}` + (known ? ", held out against seen" : ", every pair"),
-  );
+  return chart;
+}
+
+function bounds(iv) {
+  return iv && typeof iv.low === "number" ? ` (95% interval ${num(iv.low, 3)}–${num(iv.high, 3)})` : "";
+}
+
+// The result's figure at K per pair, grouped by side (held out / seen, or every pair when the
+// held-out pairs are not known) under the sides' means: a fraction in [0, 1] as a bar and as 0.263,
+// with its 95% bootstrap interval (the result's recall_interval) as an error bar
+function drawRecall() {
+  const result = run.result;
+  if (!result) return;
+  fillKs(result.ks || [1, 2, 3, 4, 5]);
+  const k = $("probe_k").value;
+  // a counterfactual result's sides are the set's (held-out value against seen), known either way
+  const known = result.held_out_known !== false || Boolean(result.outcome_classes && result.seen);
+  const words = wordingOf(run.kind);
+  const fig = `${words.figure}${k}`;
+  const sides = known ? ["held", "seen"] : ["all"];
+  legend(sides, words);
+  $("probe-figure").textContent = `${words.figure}K`;
+  $("probe-chart-about").textContent = words.about;
+  const value = (part) => (part && part.recall ? part.recall[k] : null);
+  const interval = (owner) => (owner && owner.recall_interval ? owner.recall_interval[k] || null : null);
+  const pairs = result.pairs || [];
+  const groups = known
+    ? [
+        ["held", pairs.filter((r) => r.held_out), result.held_out],
+        ["seen", pairs.filter((r) => !r.held_out), result.seen],
+      ]
+    : [["all", pairs, result.all]];
+  const rows = [];
+  for (const [cls, members, part] of groups) {
+    if (!members.length) continue;
+    const name = words.sides[cls].name;
+    const iv = interval(part);
+    const about = `${name}: mean ${fig} over ${members.length} pairs ${num(value(part), 3)}${bounds(iv)}`;
+    const label = `${name} · mean of ${members.length}`;
+    rows.push({ kind: "mean", cls, label, value: value(part), iv, about, data: { "data-pair": "" } });
+  }
+  for (const [cls, members] of groups) {
+    if (!members.length) continue;
+    const side = words.sides[cls];
+    rows.push({ kind: "gap" });
+    rows.push({ kind: "group", label: side.group });
+    for (const r of members) {
+      const hits = r.hits ? r.hits[k] : null;
+      const units = r.images ? ` — ${hits} of ${r.images} ${words.units}` : ` — no ${words.units}`;
+      const iv = interval(r);
+      const label = words.rowLabel(r);
+      const figure = `${fig} ${num(r.recall[k], 3)}${bounds(iv)}`;
+      const about = `${label} (${side.name}${words.rowNote(r)}): ${figure}${units}`;
+      rows.push({ kind: "pair", cls, label, value: r.recall[k], iv, about, data: { "data-pair": r.pair } });
+    }
+  }
+  $("probe-chart").replaceChildren(barChart(rows, `${fig} ${words.chart}`));
+  const sidesSaid = known ? words.versus : "every pair";
+  $("probe-chart").setAttribute("aria-label", `${fig} ${words.chart}, ${sidesSaid}`);
   $("probe-chart-head").hidden = false;
-  drawOutcomes(k);
+  drawOutcomes(k, words);
 }
 
 // ---------------------------------------------------------------- counterfactual outcomes
@@ -532,10 +584,43 @@ function share(value, iv) {
   return cell;
 }
 
-// The top-1 outcome shares of a counterfactual result (hit and the four miss classes), held out
-// against seen, each with its 95% interval and a stacked bar, and held-out − seen with its interval
-// and permutation p-value (the result's `difference.outcomes`); hidden for other kinds
-function drawOutcomes(k) {
+const SIDE_KEYS = [
+  ["held_out", "held"],
+  ["seen", "seen"],
+];
+
+// The top-1 outcome shares per class (hit and the four miss classes) as bars, the held-out value's
+// and its seen twin's, each with its 95% interval as an error bar
+function outcomesChart(result, classes, words) {
+  const rows = [];
+  for (const c of classes) {
+    const name = OUTCOME_NAMES[c] || c;
+    if (rows.length) rows.push({ kind: "gap" });
+    rows.push({ kind: "group", label: name });
+    for (const [side, cls] of SIDE_KEYS) {
+      const part = result[side];
+      const value = part.outcomes ? part.outcomes[c] : null;
+      const iv = part.outcome_intervals ? part.outcome_intervals[c] : null;
+      const label = words.sides[cls].name;
+      const about = `${label}: ${name}, share of top-1 captions ${num(value, 3)}${bounds(iv)}`;
+      const data = { "data-outcome": c, "data-side": side };
+      rows.push({ kind: "share", cls, label, value, iv, about, data });
+    }
+  }
+  const title = `top-1 outcome shares per class, ${words.versus}`;
+  const chart = barChart(rows, title);
+  const box = el("div", null, "chart outcomes-chart");
+  box.setAttribute("role", "img");
+  box.setAttribute("aria-label", `${title}, with 95% intervals`);
+  box.append(chart);
+  return box;
+}
+
+// The top-1 outcome shares of a counterfactual result (hit and the four miss classes), held-out value
+// against seen twin: bars with their 95% intervals as error bars, then a table with each share, its
+// interval and a stacked bar per side, and held-out − seen with its interval and permutation p-value
+// (the result's `difference.outcomes`); hidden for other kinds
+function drawOutcomes(k, words) {
   const box = $("probe-outcomes");
   const result = run.result;
   const classes = result && Array.isArray(result.outcome_classes) ? result.outcome_classes : null;
@@ -555,10 +640,8 @@ function drawOutcomes(k) {
   table.append(el("thead"));
   table.tHead.append(head);
   const body = el("tbody");
-  for (const [side, label] of [
-    ["held_out", "held out"],
-    ["seen", "seen"],
-  ]) {
+  for (const [side, cls] of SIDE_KEYS) {
+    const label = words.sides[cls].name;
     const part = result[side];
     const row = el("tr", null, `side ${side}`);
     row.dataset.side = side;
@@ -589,7 +672,7 @@ function drawOutcomes(k) {
   const tests = result.difference && result.difference.outcomes ? result.difference.outcomes : {};
   const diff = el("tr", null, "side difference");
   diff.dataset.side = "difference";
-  const diffName = el("th", "held out − seen");
+  const diffName = el("th", `${words.sides.held.name} − ${words.sides.seen.name}`);
   diffName.scope = "row";
   diff.append(diffName, el("td", "paired over the minimal pairs", "muted small"));
   for (const c of classes) {
@@ -611,20 +694,22 @@ function drawOutcomes(k) {
   const recallTest = result.difference && result.difference.recall ? result.difference.recall[k] : null;
   const caption = el("caption", null, "small");
   caption.append(
-    "Counterfactual minimal pairs: what each side's top-1 caption did, as shares of " +
+    "Counterfactual minimal pairs: what each side's top-1 caption did — a hit, or a miss by class " +
+      `(modifier on another object, noun missing, wrong value, modifier omitted) — as shares of ` +
       `${result.minimal_pairs} minimal pairs (mean over pairs, 95% interval).`,
   );
   if (recallTest) {
     const d = recallTest.difference;
     const text =
-      ` Hit@${k} held out − seen ${signed(d.estimate, 3)} [${num(d.low, 3)}, ${num(d.high, 3)}],` +
-      ` p = ${num(recallTest.p_value, 3)}.`;
+      ` ${words.figure}${k} ${words.sides.held.name} − ${words.sides.seen.name} ${signed(d.estimate, 3)}` +
+      ` [${num(d.low, 3)}, ${num(d.high, 3)}], p = ${num(recallTest.p_value, 3)}.`;
     caption.append(el("span", text, "recall-test"));
   }
   table.prepend(caption);
   const wrap = el("div", null, "table-wrap");
   wrap.append(table);
-  box.replaceChildren(wrap);
+  const heading = el("p", "Top-1 outcome shares per class, with their 95% intervals:", "muted small");
+  box.replaceChildren(heading, outcomesChart(result, classes, words), wrap);
   box.hidden = false;
 }
 
