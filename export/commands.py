@@ -11,7 +11,6 @@ from pathlib import Path
 
 from service import cli_blocks as blocks
 from service.cli_args import (
-    ListAction,
     existing_dir,
     existing_file,
     fraction,
@@ -184,14 +183,14 @@ def _probeset(args: argparse.Namespace) -> int:
 def _probesets_arguments(parser: argparse.ArgumentParser) -> None:
     blocks.repository(parser, "a built repository (compcap build / compcap models)", required=True)
     blocks.work_folder(parser, "its work folder (default: <repo>.work)")
-    parser.add_argument(
+    blocks.value_list(
+        parser,
         "--kind",
-        action=ListAction,
-        item=one_of(*PROBE_KINDS, "counterfactual"),
-        default=PROBE_KINDS,
-        metavar="KIND",
-        help="only these kinds (default: " + ", ".join(PROBE_KINDS) + "; counterfactual: the minimal "
+        "KIND",
+        "only these kinds (default: " + ", ".join(PROBE_KINDS) + "; counterfactual: the minimal "
         "pairs of the default captioner's held-out pairs, only when named)",
+        default=PROBE_KINDS,
+        item=one_of(*PROBE_KINDS, "counterfactual"),
     )
     parser.add_argument(
         "--preset", choices=PRESETS, default=None, help="sizes (default: the repository's preset)"
@@ -285,9 +284,7 @@ def _import(args: argparse.Namespace) -> int:
 
 def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
     blocks.repository(parser, required=True)
-    parser.add_argument(
-        "--model", action=ListAction, default=None, metavar="MODEL", help="captioners (default: all)"
-    )
+    blocks.value_list(parser, "--model", "MODEL", "captioners (default: all)")
     blocks.dataset(parser, "a folder of the captioner's own validation images (default: SceneWorld images)")
     blocks.images(parser, "SceneWorld validation images", 1500)
     blocks.seed(parser, "the repository's training seed")
@@ -327,12 +324,8 @@ def _quantize_arguments(parser: argparse.ArgumentParser) -> None:
         "on a CPU) or tf32 (FP32 models computed in TF32 by the CUDA provider: made and gated only on a "
         "GPU host). BF16 is not offered: onnxruntime's CUDA provider has only partial BF16 kernels",
     )
-    parser.add_argument(
-        "--models",
-        action=ListAction,
-        default=None,
-        metavar="MODEL",
-        help="FP32 models to quantize (default: all); the others serve FP32",
+    blocks.value_list(
+        parser, "--models", "MODEL", "FP32 models to quantize (default: all); the others serve FP32"
     )
     parser.add_argument(
         "--method",

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from service.cli_args import (
     RERANK_HELP,
+    ListAction,
     add_renamed,
     existing_dir,
     held_out_group,
@@ -112,6 +113,31 @@ def rerank_weight(parser: Parser, default: float | None, default_said: str) -> N
     )
 
 
+# -- lists ----------------------------------------------------------------------------------------
+
+
+def value_list(
+    parser: Parser,
+    flag: str,
+    metavar: str,
+    help: str,
+    *,
+    default: Sequence[Any] | None = None,
+    item: Callable[[str], Any] = str,
+) -> argparse.Action:
+    """``FLAG A B C`` (``A,B,C`` and a repeated flag alike, ``ListAction``): a list, each item checked by
+    ``item``."""
+    action: argparse.Action = parser.add_argument(
+        flag, action=ListAction, item=item, default=default, metavar=metavar, help=help
+    )
+    return action
+
+
+def counts(parser: Parser, flag: str, help: str, default: Sequence[int] | None = None) -> argparse.Action:
+    """``FLAG N N N``: a list of counts (each >= 1)."""
+    return value_list(parser, flag, "N", help, default=default, item=positive_int)
+
+
 # -- data and what is written -----------------------------------------------------------------------
 
 
@@ -194,6 +220,7 @@ __all__ = [
     "beam_size",
     "build_sizes",
     "captioner",
+    "counts",
     "dataset",
     "gateway_source",
     "gateway_url",
@@ -207,5 +234,6 @@ __all__ = [
     "rerank_weight",
     "reranking",
     "seed",
+    "value_list",
     "work_folder",
 ]

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from service import cli_blocks as blocks
 from service.cli_args import (
-    ListAction,
     existing_dir,
     existing_file,
     port,
@@ -151,12 +150,11 @@ def _probe_arguments(parser: argparse.ArgumentParser) -> None:
     )
     blocks.rerank_weight(parser, None, "default: the gateway's")
     parser.add_argument("--probe-set", default=None, help="probe set name (default: the first of the kind)")
-    parser.add_argument(
+    blocks.value_list(
+        parser,
         "--pairs",
-        action=ListAction,
-        default=None,
-        metavar="PAIR",
-        help="kinds that take pairs (systematicity): e.g. --pairs 'black cat' 'red bus' (default: all)",
+        "PAIR",
+        "kinds that take pairs (systematicity): e.g. --pairs 'black cat' 'red bus' (default: all)",
     )
     blocks.images(parser, "at most N images per pair / bucket (default: all)")
     blocks.api_key(parser)

@@ -105,13 +105,8 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
     # checked by _report, since with --reuse the report re-renders from its JSON without the zoo
     blocks.zoo_repository(parser, default=Path("model_zoo"))
     blocks.dataset(parser, "evaluation world (default: <repo>.work/data/eval_<seed>)")
-    parser.add_argument(
-        "--groups",
-        action=ListAction,
-        item=held_out_group,
-        default=(1, 2, 3, 4),
-        metavar="GROUP",
-        help="held-out pair groups",
+    blocks.value_list(
+        parser, "--groups", "GROUP", "held-out pair groups", default=(1, 2, 3, 4), item=held_out_group
     )
     blocks.report_folder(parser)
     parser.add_argument(
@@ -242,9 +237,7 @@ def _explain_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="MODEL",
         help="captioners (default: one per architecture)",
     )
-    parser.add_argument(
-        "--methods", action=ListAction, default=None, metavar="METHOD", help="methods (default: all four)"
-    )
+    blocks.value_list(parser, "--methods", "METHOD", "methods (default: all four)")
     parser.add_argument("--n-steps", type=positive_int, default=50, help="integrated gradients' path steps")
     blocks.report_folder(parser)
 
@@ -352,12 +345,11 @@ def _render(args: argparse.Namespace) -> int:
 
 def _counterfactual_arguments(parser: argparse.ArgumentParser) -> None:
     blocks.zoo_repository(parser)
-    parser.add_argument(
+    blocks.value_list(
+        parser,
         "--runs",
-        action=ListAction,
-        default=None,
-        metavar="RUN",
-        help="captioner or captioner+ranker (re-ranked), e.g. --runs butr butr+butr butd "
+        "RUN",
+        "captioner or captioner+ranker (re-ranked), e.g. --runs butr butr+butr butd "
         "(default: the repository's default captioner)",
     )
     blocks.beam_size(parser, "beam size (top-5 kept)", 5)
@@ -386,13 +378,13 @@ def _counterfactual(args: argparse.Namespace) -> int:
 
 def _seeds_arguments(parser: argparse.ArgumentParser) -> None:
     blocks.zoo_repository(parser)
-    parser.add_argument(
+    blocks.value_list(
+        parser,
         "--seeds",
-        action=ListAction,
-        item=positive_int,
+        "SEED",
+        "training seeds besides the zoo's own (its models are the first seed)",
         default=(1, 2),
-        metavar="SEED",
-        help="training seeds besides the zoo's own (its models are the first seed)",
+        item=positive_int,
     )
     parser.add_argument("--group", type=held_out_group, default=1, help="the held-out group retrained")
     blocks.dataset(parser, "evaluation world (default: the zoo's, <repo>.work/data/eval_<seed>)")

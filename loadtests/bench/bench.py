@@ -45,7 +45,6 @@ from loadtests.load.inputs import bench_images, png_bytes
 from service import cli_blocks as blocks
 from service.backends.factory import make_backend
 from service.cli_args import (
-    ListAction,
     add_renamed,
     non_negative_int,
     positive_float,
@@ -595,32 +594,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the model backend; null: no models, outputs at zero cost (the gateway's own ceiling: the step "
         "and compute limits are skipped)",
     )
-    parser.add_argument(
+    blocks.counts(
+        parser,
         "--gateways",
-        action=ListAction,
-        item=positive_int,
-        default=(1,),
-        metavar="N",
-        help="independent gateway processes loaded at once, clients spread over them; one load run per "
+        "independent gateway processes loaded at once, clients spread over them; one load run per "
         "count and client count",
+        (1,),
     )
-    parser.add_argument(
+    blocks.counts(
+        parser,
         "--api-processes",
-        action=ListAction,
-        item=positive_int,
-        default=(1,),
-        metavar="N",
-        help="HTTP processes of each gateway (compcap serve --api-processes; above 1 with one engine "
+        "HTTP processes of each gateway (compcap serve --api-processes; above 1 with one engine "
         "core); one load run per count, CPU counted over all of a gateway's processes",
+        (1,),
     )
-    parser.add_argument(
-        "--clients",
-        action=ListAction,
-        item=positive_int,
-        default=(1, 8, 32, 64),
-        metavar="N",
-        help="closed-loop client counts, one load level each",
-    )
+    blocks.counts(parser, "--clients", "closed-loop client counts, one load level each", (1, 8, 32, 64))
     add_renamed(
         parser,
         "--seconds",
@@ -674,13 +662,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "or transformers (loadtests.peers.transformers_baseline: generate() on --snapshot, the snapshot the "
         "imported --model came from)",
     )
-    parser.add_argument(
+    blocks.counts(
+        parser,
         "--baseline-clients",
-        action=ListAction,
-        item=positive_int,
-        default=None,
-        metavar="N",
-        help="--baseline: load the peer at these client counts only (default: --clients)",
+        "--baseline: load the peer at these client counts only (default: --clients)",
     )
     blocks.dataset(parser, "--baseline transformers: the snapshot directory", flag="--snapshot")
     parser.add_argument(
