@@ -9,16 +9,14 @@ import json
 import sys
 from pathlib import Path
 
+from service import cli_blocks as blocks
 from service.cli_args import (
-    ListAction,
     existing_dir,
     existing_file,
     fraction,
-    held_out_group,
     one_of,
     positive_int,
     writable_dir,
-    writable_file,
 )
 from service.cli_errors import UsageError
 from service.cli_table import Command, CommandTable
@@ -29,8 +27,8 @@ SPLIT_KINDS = ("systematicity", "productivity", "substitutivity", "full")
 
 def _world_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=writable_dir, required=True, help="folder of the dataset (created)")
-    parser.add_argument("--images", type=positive_int, default=1000, help="images to generate")
-    parser.add_argument("--seed", type=int, default=0, help="the world's seed")
+    blocks.images(parser, "images to generate", 1000)
+    blocks.seed(parser, "the world's seed")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -43,10 +41,10 @@ def _world(args: argparse.Namespace) -> int:
 
 
 def _train_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", type=existing_dir, required=True, help="a SceneWorld dataset folder")
+    blocks.dataset(parser, "a SceneWorld dataset folder", required=True)
     parser.add_argument("--preset", choices=PRESETS, default="default", help="model and training sizes")
     parser.add_argument("--out", type=writable_dir, required=True, help="folder for checkpoints")
-    parser.add_argument("--seed", type=int, default=0, help="training seed")
+    blocks.seed(parser, "training seed")
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -57,15 +55,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _build_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", choices=PRESETS, default="default", help="data, model and training sizes")
-    parser.add_argument("--out", type=writable_dir, default="model_repo", help="the repository to write")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the world and the training")
-    parser.add_argument(
-        "--work",
-        type=writable_dir,
-        default=None,
-        help="folder for data and checkpoints (default: <out>.work)",
-    )
+    blocks.build_sizes(parser, PRESETS, "model_repo", "the repository to write")
     parser.add_argument(
         "--quantize",
         action="store_true",
@@ -89,15 +79,7 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _models_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", choices=PRESETS, default="default", help="data, model and training sizes")
-    parser.add_argument("--out", type=writable_dir, default="model_zoo", help="the zoo repository to write")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the world and the training")
-    parser.add_argument(
-        "--work",
-        type=writable_dir,
-        default=None,
-        help="folder for data and checkpoints (default: <out>.work)",
-    )
+    blocks.build_sizes(parser, PRESETS, "model_zoo", "the zoo repository to write")
 
 
 def _models(args: argparse.Namespace) -> int:
@@ -109,20 +91,10 @@ def _models(args: argparse.Namespace) -> int:
 
 
 def _splits_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--data",
-        type=existing_dir,
-        required=True,
-        help="folder with captions.json (SceneWorld or COCO format)",
-    )
+    blocks.dataset(parser, "folder with captions.json (SceneWorld or COCO format)", required=True)
     parser.add_argument("--kind", required=True, choices=SPLIT_KINDS, help="which split")
-    parser.add_argument(
-        "--group",
-        type=held_out_group,
-        default=None,
-        help="held-out pair group, 1..4 (required for --kind systematicity)",
-    )
-    parser.add_argument("--by", default="length", choices=["length", "density"], help="productivity measure")
+    blocks.held_out_group_choice(parser, "--kind systematicity")
+    blocks.productivity_measure(parser)
     parser.add_argument(
         "--out",
         type=writable_dir,
@@ -154,11 +126,8 @@ PROBE_KINDS = ("systematicity", "productivity", "substitutivity")
 
 
 def _probeset_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--data",
-        type=existing_dir,
-        required=True,
-        help="COCO-format folder (captions.json, images, optional instances.json)",
+    blocks.dataset(
+        parser, "COCO-format folder (captions.json, images, optional instances.json)", required=True
     )
     parser.add_argument("--kind", required=True, choices=PROBE_KINDS, help="which probe")
     parser.add_argument(
@@ -166,12 +135,11 @@ def _probeset_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="folder of the probe set (replaced); with --repo a folder of <repo>/probes/ (default <name>)",
     )
-    parser.add_argument(
-        "--repo",
-        type=existing_dir,
-        default=None,
-        help="a model repository: write the set into it and list it in its probe index (the gateway's probes "
+    blocks.repository(
+        parser,
+        "a model repository: write the set into it and list it in its probe index (the gateway's probes "
         "serve it as probe_set <name>; a set of the same name is replaced)",
+        default=None,
     )
     parser.add_argument(
         "--per-pair",
@@ -179,7 +147,7 @@ def _probeset_arguments(parser: argparse.ArgumentParser) -> None:
         default=50,
         help="images per pair (comb and no_comb each) or per object count",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the splits and the image choice")
+    blocks.seed(parser, "seed of the splits and the image choice")
     parser.add_argument(
         "--min-count", type=positive_int, default=200, help="substitutivity: synonym words' training count"
     )
@@ -213,23 +181,16 @@ def _probeset(args: argparse.Namespace) -> int:
 
 
 def _probesets_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--repo",
-        type=existing_dir,
-        required=True,
-        help="a built repository (compcap build / compcap models)",
-    )
-    parser.add_argument(
-        "--work", type=writable_dir, default=None, help="its work folder (default: <repo>.work)"
-    )
-    parser.add_argument(
+    blocks.repository(parser, "a built repository (compcap build / compcap models)", required=True)
+    blocks.work_folder(parser, "its work folder (default: <repo>.work)")
+    blocks.value_list(
+        parser,
         "--kind",
-        action=ListAction,
-        item=one_of(*PROBE_KINDS, "counterfactual"),
-        default=PROBE_KINDS,
-        metavar="KIND",
-        help="only these kinds (default: " + ", ".join(PROBE_KINDS) + "; counterfactual: the minimal "
+        "KIND",
+        "only these kinds (default: " + ", ".join(PROBE_KINDS) + "; counterfactual: the minimal "
         "pairs of the default captioner's held-out pairs, only when named)",
+        default=PROBE_KINDS,
+        item=one_of(*PROBE_KINDS, "counterfactual"),
     )
     parser.add_argument(
         "--preset", choices=PRESETS, default=None, help="sizes (default: the repository's preset)"
@@ -250,7 +211,7 @@ def _import_arguments(parser: argparse.ArgumentParser) -> None:
         "snapshot", type=existing_dir, help="the snapshot directory (what save_pretrained wrote)"
     )
     parser.add_argument("--name", required=True, help="the captioner's name in the repository")
-    parser.add_argument("--repo", type=existing_dir, required=True, help="the model repository to add it to")
+    blocks.repository(parser, "the model repository to add it to", required=True)
     parser.add_argument(
         "--role",
         choices=["captioner", "ranker"],
@@ -322,22 +283,15 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--repo", type=existing_dir, required=True, help="the model repository")
-    parser.add_argument(
-        "--model", action=ListAction, default=None, metavar="MODEL", help="captioners (default: all)"
-    )
-    parser.add_argument(
-        "--data",
-        type=existing_dir,
-        default=None,
-        help="a folder of the captioner's own validation images (default: SceneWorld images)",
-    )
-    parser.add_argument("--images", type=positive_int, default=1500, help="SceneWorld validation images")
-    parser.add_argument("--seed", type=int, default=0, help="the repository's training seed")
+    blocks.repository(parser, required=True)
+    blocks.value_list(parser, "--model", "MODEL", "captioners (default: all)")
+    blocks.dataset(parser, "a folder of the captioner's own validation images (default: SceneWorld images)")
+    blocks.images(parser, "SceneWorld validation images", 1500)
+    blocks.seed(parser, "the repository's training seed")
     parser.add_argument(
         "--quantile", type=fraction, default=0.025, help="share each test flags of its images"
     )
-    parser.add_argument("--json", type=writable_file, default=None, help="write the figures here")
+    blocks.json_output(parser, "the figures")
 
 
 def _calibrate(args: argparse.Namespace) -> int:
@@ -360,7 +314,7 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def _quantize_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--repo", type=existing_dir, required=True, help="the model repository")
+    blocks.repository(parser, required=True)
     parser.add_argument(
         "--precision",
         choices=["int8", "fp16", "tf32"],
@@ -370,12 +324,8 @@ def _quantize_arguments(parser: argparse.ArgumentParser) -> None:
         "on a CPU) or tf32 (FP32 models computed in TF32 by the CUDA provider: made and gated only on a "
         "GPU host). BF16 is not offered: onnxruntime's CUDA provider has only partial BF16 kernels",
     )
-    parser.add_argument(
-        "--models",
-        action=ListAction,
-        default=None,
-        metavar="MODEL",
-        help="FP32 models to quantize (default: all); the others serve FP32",
+    blocks.value_list(
+        parser, "--models", "MODEL", "FP32 models to quantize (default: all); the others serve FP32"
     )
     parser.add_argument(
         "--method",
@@ -428,8 +378,8 @@ def _quantize_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="gate: systematicity mean Recall@5, points (default 1.0)",
     )
-    parser.add_argument("--seed", type=int, default=None, help="training world seed (default: the build's)")
-    parser.add_argument("--json", type=writable_file, default=None, help="write the manifest entry here")
+    blocks.seed(parser, "training world seed (default: the build's)", None)
+    blocks.json_output(parser, "the manifest entry")
 
 
 def _quantize(args: argparse.Namespace) -> int:
@@ -461,7 +411,7 @@ def _quantize(args: argparse.Namespace) -> int:
 
 
 def _upgrade_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--repo", type=existing_dir, default=Path("model_repo"), help="repository to upgrade")
+    blocks.repository(parser, "repository to upgrade", default=Path("model_repo"))
 
 
 def _upgrade(args: argparse.Namespace) -> int:

@@ -38,42 +38,43 @@ def _float(text: str) -> float:
     return value
 
 
+def _require(ok: bool, rule: str, got: object) -> None:
+    """Refuse a value out of range: ``must be RULE, got GOT``."""
+    if not ok:
+        raise ArgumentTypeError(f"must be {rule}, got {got}")
+
+
 def positive_int(text: str) -> int:
     """A count: a whole number >= 1."""
     value = _int(text)
-    if value < 1:
-        raise ArgumentTypeError(f"must be >= 1, got {value}")
+    _require(value >= 1, ">= 1", value)
     return value
 
 
 def non_negative_int(text: str) -> int:
     """A whole number >= 0 (0 usually turns something off)."""
     value = _int(text)
-    if value < 0:
-        raise ArgumentTypeError(f"must be >= 0, got {value}")
+    _require(value >= 0, ">= 0", value)
     return value
 
 
 def positive_float(text: str) -> float:
     """Seconds, a rate: a finite number > 0."""
     value = _float(text)
-    if value <= 0:
-        raise ArgumentTypeError(f"must be > 0, got {text}")
+    _require(value > 0, "> 0", text)
     return value
 
 
 def non_negative_float(text: str) -> float:
     value = _float(text)
-    if value < 0:
-        raise ArgumentTypeError(f"must be >= 0, got {text}")
+    _require(value >= 0, ">= 0", text)
     return value
 
 
 def fraction(text: str) -> float:
     """A share: a number in 0..1."""
     value = _float(text)
-    if not 0.0 <= value <= 1.0:
-        raise ArgumentTypeError(f"must be in 0..1, got {text}")
+    _require(0.0 <= value <= 1.0, "in 0..1", text)
     return value
 
 
@@ -82,8 +83,7 @@ def int_between(low: int, high: int) -> Callable[[str], int]:
 
     def parse(text: str) -> int:
         value = _int(text)
-        if not low <= value <= high:
-            raise ArgumentTypeError(f"must be in {low}..{high}, got {value}")
+        _require(low <= value <= high, f"in {low}..{high}", value)
         return value
 
     parse.__name__ = f"int_{low}_{high}"

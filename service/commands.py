@@ -12,19 +12,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from service import cli_blocks as blocks
 from service.cli_args import (
-    RERANK_HELP,
-    ListAction,
     existing_dir,
     existing_file,
-    non_negative_float,
     port,
     positive_float,
     positive_int,
-    rerank,
-    url,
-    writable_dir,
-    writable_file,
 )
 from service.cli_errors import UsageError
 from service.cli_table import Command, CommandTable
@@ -107,17 +101,12 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _triton_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--repo", type=existing_dir, default="model_repo", help="model repository to serve")
+    blocks.repository(parser, "model repository to serve")
     parser.add_argument("--host", default="127.0.0.1", help="bind address")
     parser.add_argument("--http-port", type=port, default=8000, help="HTTP port, 0 = any free port")
     parser.add_argument("--grpc-port", type=port, default=8001, help="gRPC port, 0 = any free port")
     parser.add_argument("--metrics-port", type=port, default=8002, help="metrics port, 0 = any free port")
-    parser.add_argument(
-        "--work",
-        type=writable_dir,
-        default=None,
-        help="keep the mirror and tritonserver.log here (default: a temp dir)",
-    )
+    blocks.work_folder(parser, "keep the mirror and tritonserver.log here (default: a temp dir)")
     parser.add_argument(
         "--venv", type=existing_dir, default=None, help="venv with nvidia-pytriton (default: .venv-triton)"
     )
@@ -146,46 +135,30 @@ def _triton(args: argparse.Namespace) -> int:
 
 
 def _probe_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", type=url, required=True, help="the gateway, e.g. http://127.0.0.1:8080")
+    blocks.gateway_url(parser, "the gateway, e.g. http://127.0.0.1:8080", required=True)
     parser.add_argument(
         "--kind",
         required=True,
         help="probe kind: systematicity, productivity, substitutivity or one the gateway adds "
         "(GET /v1/probe-kinds)",
     )
-    parser.add_argument("--model", default=None, help="captioner (default: the gateway's default)")
-    parser.add_argument("--rerank", type=rerank, default=None, help=RERANK_HELP)
-    parser.add_argument(
-        "--beam-size", type=positive_int, default=None, help="beam size (default: the kind's own)"
-    )
+    blocks.captioner(parser, "the gateway's default")
+    blocks.reranking(parser)
+    blocks.beam_size(parser, "beam size (default: the kind's own)")
     parser.add_argument(
         "--n-best", type=positive_int, default=None, help="captions kept per image (default: the kind's own)"
     )
-    parser.add_argument(
-        "--rerank-weight",
-        type=non_negative_float,
-        default=None,
-        help="re-ranked order = cosine + weight × normalised log-prob (default: the gateway's)",
-    )
+    blocks.rerank_weight(parser, None, "default: the gateway's")
     parser.add_argument("--probe-set", default=None, help="probe set name (default: the first of the kind)")
-    parser.add_argument(
+    blocks.value_list(
+        parser,
         "--pairs",
-        action=ListAction,
-        default=None,
-        metavar="PAIR",
-        help="kinds that take pairs (systematicity): e.g. --pairs 'black cat' 'red bus' (default: all)",
+        "PAIR",
+        "kinds that take pairs (systematicity): e.g. --pairs 'black cat' 'red bus' (default: all)",
     )
-    parser.add_argument(
-        "--images", type=positive_int, default=None, help="at most N images per pair / bucket (default: all)"
-    )
-    parser.add_argument(
-        "--api-key",
-        default=os.environ.get("COMPCAP_API_KEY"),
-        help="sent as 'Authorization: Bearer KEY' (default: COMPCAP_API_KEY)",
-    )
-    parser.add_argument(
-        "--json", type=writable_file, default=None, help="write the finished job (with its result) here"
-    )
+    blocks.images(parser, "at most N images per pair / bucket (default: all)")
+    blocks.api_key(parser)
+    blocks.json_output(parser, "the finished job (with its result)")
     parser.add_argument("--poll", type=positive_float, default=1.0, help="seconds between progress polls")
     parser.add_argument(
         "--timeout",
@@ -281,26 +254,15 @@ def probe_summary(job: Mapping[str, Any]) -> str:
 
 def _caption_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("images", nargs="+", type=existing_file, metavar="IMAGE", help="image files")
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument(
-        "--repo",
-        type=existing_dir,
-        default=None,
-        help="decode in process from this model repository (default: model_repo)",
+    blocks.gateway_source(
+        parser,
+        "decode in process from this model repository (default: model_repo)",
+        "post to the gateway at this URL instead (compcap serve)",
     )
-    source.add_argument(
-        "--url", type=url, default=None, help="post to the gateway at this URL instead (compcap serve)"
-    )
-    parser.add_argument("--model", default=None, help="captioner (default: the repository's default)")
-    parser.add_argument(
-        "--beam-size", type=positive_int, default=None, help="beam size (default: COMPCAP_DEFAULT_BEAM_SIZE)"
-    )
-    parser.add_argument("--rerank", type=rerank, default=None, help=RERANK_HELP)
-    parser.add_argument(
-        "--api-key",
-        default=os.environ.get("COMPCAP_API_KEY"),
-        help="with --url: sent as 'Authorization: Bearer KEY' (default: COMPCAP_API_KEY)",
-    )
+    blocks.captioner(parser)
+    blocks.beam_size(parser, "beam size (default: COMPCAP_DEFAULT_BEAM_SIZE)")
+    blocks.reranking(parser)
+    blocks.api_key(parser, with_url=True)
     parser.add_argument(
         "--json",
         action="store_true",

@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
+from service import cli_blocks as blocks
 from service.cli_args import (
     ListAction,
     add_renamed,
     existing_dir,
     existing_file,
     held_out_group,
-    non_negative_float,
     positive_int,
-    url,
-    writable_dir,
     writable_file,
 )
 from service.cli_table import Command, CommandTable
@@ -27,31 +24,23 @@ SPLIT_KINDS = ("systematicity", "productivity", "substitutivity", "full")
 
 
 def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--repo", type=existing_dir, help="decode in process from this model repository")
-    source.add_argument(
-        "--url",
-        type=url,
-        help="decode over HTTP on the gateway at this URL (e.g. http://127.0.0.1:8080); the runs come "
+    blocks.gateway_source(
+        parser,
+        "decode in process from this model repository",
+        "decode over HTTP on the gateway at this URL (e.g. http://127.0.0.1:8080); the runs come "
         "from its GET /v1/models, so no --repo",
+        required=True,
     )
-    parser.add_argument(
-        "--data", type=existing_dir, required=True, help="the dataset folder (captions.json, images)"
-    )
+    blocks.dataset(parser, "the dataset folder (captions.json, images)", required=True)
     parser.add_argument("--split", required=True, choices=SPLIT_KINDS, help="which split (compcap splits)")
-    parser.add_argument(
-        "--group",
-        type=held_out_group,
-        default=None,
-        help="held-out pair group, 1..4 (required for --split systematicity without --split-file)",
-    )
+    blocks.held_out_group_choice(parser, "--split systematicity without --split-file")
     parser.add_argument(
         "--split-file",
         type=existing_file,
         default=None,
         help="split.json (default: <data>/splits/<kind>[_<group>]/split.json, where compcap splits writes)",
     )
-    parser.add_argument("--json", type=writable_file, default=None, help="write the results JSON here")
+    blocks.json_output(parser, "the results JSON")
     parser.add_argument(
         "--set",
         default="test",
@@ -60,19 +49,14 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rerank-beam-size", type=positive_int, default=100, help="beams a re-ranked run re-ranks (B)"
     )
-    parser.add_argument(
-        "--rerank-weight",
-        type=non_negative_float,
-        default=0.0,
-        help="re-ranked order = cosine + weight × normalised log-prob (default 0: the ranker alone)",
-    )
+    blocks.rerank_weight(parser, 0.0, "default 0: the ranker alone")
     parser.add_argument(
         "--limit",
         type=positive_int,
         default=None,
         help="evaluate only the set's first N images (default: all)",
     )
-    parser.add_argument("--no-meteor", action="store_true", help="skip METEOR (a Java start per run)")
+    blocks.no_meteor(parser)
     parser.add_argument(
         "--concurrency", type=positive_int, default=None, help="with --url: requests in flight (default 8)"
     )
@@ -82,11 +66,7 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="with --url: JSON-lines file of finished images; a rerun skips them (resumes)",
     )
-    parser.add_argument(
-        "--api-key",
-        default=os.environ.get("COMPCAP_API_KEY"),
-        help="with --url: sent as 'Authorization: Bearer KEY' (default: COMPCAP_API_KEY)",
-    )
+    blocks.api_key(parser, with_url=True)
 
 
 def _evaluate(args: argparse.Namespace) -> int:
@@ -120,37 +100,15 @@ def _evaluate(args: argparse.Namespace) -> int:
     )
 
 
-def _repo_argument(parser: argparse.ArgumentParser, help: str = "the model zoo (compcap models)") -> None:
-    """``--repo`` of the studies (their old spelling ``--zoo`` still works)."""
-    add_renamed(parser, "--repo", "--zoo", type=existing_dir, default="model_zoo", help=help)
-
-
 def _report_arguments(parser: argparse.ArgumentParser) -> None:
     # a folder given is checked here; the default (a Path: argparse converts only string defaults) is
     # checked by _report, since with --reuse the report re-renders from its JSON without the zoo
-    add_renamed(
-        parser,
-        "--repo",
-        "--zoo",
-        type=existing_dir,
-        default=Path("model_zoo"),
-        help="the model zoo (compcap models)",
+    blocks.zoo_repository(parser, default=Path("model_zoo"))
+    blocks.dataset(parser, "evaluation world (default: <repo>.work/data/eval_<seed>)")
+    blocks.value_list(
+        parser, "--groups", "GROUP", "held-out pair groups", default=(1, 2, 3, 4), item=held_out_group
     )
-    parser.add_argument(
-        "--data",
-        type=existing_dir,
-        default=None,
-        help="evaluation world (default: <repo>.work/data/eval_<seed>)",
-    )
-    parser.add_argument(
-        "--groups",
-        action=ListAction,
-        item=held_out_group,
-        default=(1, 2, 3, 4),
-        metavar="GROUP",
-        help="held-out pair groups",
-    )
-    parser.add_argument("--out", type=writable_dir, default="reports", help="folder of the report")
+    blocks.report_folder(parser)
     parser.add_argument(
         "--reuse",
         action="store_true",
@@ -161,12 +119,10 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also BUTR+RR Recall@5 for B = 5..100 and both targets against the re-ranking weight",
     )
-    parser.add_argument(
-        "--dev-data",
-        default=None,
-        type=existing_dir,
-        help="world whose held-out halves choose BUTR+RR's re-ranking weight "
-        "(default: <repo>.work/data/train)",
+    blocks.dataset(
+        parser,
+        "world whose held-out halves choose BUTR+RR's re-ranking weight (default: <repo>.work/data/train)",
+        flag="--dev-data",
     )
 
 
@@ -217,17 +173,13 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _substitutivity_arguments(parser: argparse.ArgumentParser) -> None:
-    _repo_argument(parser)
-    parser.add_argument(
-        "--data", type=existing_dir, required=True, help="evaluation world folder (with splits/full)"
-    )
-    parser.add_argument(
-        "--train", type=existing_dir, required=True, help="the captioner's training world folder"
-    )
+    blocks.zoo_repository(parser)
+    blocks.dataset(parser, "evaluation world folder (with splits/full)", required=True)
+    blocks.dataset(parser, "the captioner's training world folder", required=True, flag="--train")
     add_renamed(parser, "--model", "--captioner", default="butd_full", help="the captioner studied")
-    parser.add_argument("--images", type=positive_int, default=2000, help="evaluation images substituted")
-    parser.add_argument("--out", type=writable_dir, default="reports", help="folder of the report")
-    parser.add_argument("--no-meteor", action="store_true", help="skip METEOR (a Java start per run)")
+    blocks.images(parser, "evaluation images substituted", 2000)
+    blocks.report_folder(parser)
+    blocks.no_meteor(parser)
 
 
 def _substitutivity(args: argparse.Namespace) -> int:
@@ -247,18 +199,13 @@ def _substitutivity(args: argparse.Namespace) -> int:
 
 
 def _productivity_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--train-data", type=existing_dir, required=True, help="the training world folder")
-    parser.add_argument("--eval-data", type=existing_dir, required=True, help="the evaluation world folder")
-    parser.add_argument("--by", default="length", choices=["length", "density"], help="productivity measure")
-    _repo_argument(parser, "the zoo: visual encoder, vocabulary and FULL BUTD")
-    parser.add_argument("--out", type=writable_dir, default="reports", help="folder of the report")
-    parser.add_argument(
-        "--work",
-        type=writable_dir,
-        default=None,
-        help="folder of the retrained captioner (default: <repo>.work/productivity_<by>)",
-    )
-    parser.add_argument("--no-meteor", action="store_true", help="skip METEOR (a Java start per run)")
+    blocks.dataset(parser, "the training world folder", required=True, flag="--train-data")
+    blocks.dataset(parser, "the evaluation world folder", required=True, flag="--eval-data")
+    blocks.productivity_measure(parser)
+    blocks.zoo_repository(parser, "the zoo: visual encoder, vocabulary and FULL BUTD")
+    blocks.report_folder(parser)
+    blocks.work_folder(parser, "folder of the retrained captioner (default: <repo>.work/productivity_<by>)")
+    blocks.no_meteor(parser)
 
 
 def _productivity(args: argparse.Namespace) -> int:
@@ -278,14 +225,9 @@ def _productivity(args: argparse.Namespace) -> int:
 
 
 def _explain_arguments(parser: argparse.ArgumentParser) -> None:
-    _repo_argument(parser, "the repository whose captioners are explained")
-    parser.add_argument(
-        "--data",
-        type=existing_dir,
-        default=None,
-        help="SceneWorld folder with scene graphs (default: the repository's evaluation world)",
-    )
-    parser.add_argument("--images", type=positive_int, default=500, help="images explained")
+    blocks.zoo_repository(parser, "the repository whose captioners are explained")
+    blocks.dataset(parser, "SceneWorld folder with scene graphs (default: the repository's evaluation world)")
+    blocks.images(parser, "images explained", 500)
     add_renamed(
         parser,
         "--model",
@@ -295,11 +237,9 @@ def _explain_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="MODEL",
         help="captioners (default: one per architecture)",
     )
-    parser.add_argument(
-        "--methods", action=ListAction, default=None, metavar="METHOD", help="methods (default: all four)"
-    )
+    blocks.value_list(parser, "--methods", "METHOD", "methods (default: all four)")
     parser.add_argument("--n-steps", type=positive_int, default=50, help="integrated gradients' path steps")
-    parser.add_argument("--out", type=writable_dir, default="reports", help="folder of the report")
+    blocks.report_folder(parser)
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -322,12 +262,7 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _mad_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--repo",
-        type=existing_dir,
-        default="model_repo",
-        help="model repository whose captioners are compared",
-    )
+    blocks.repository(parser, "model repository whose captioners are compared")
     parser.add_argument(
         "--configs",
         nargs="+",
@@ -337,37 +272,24 @@ def _mad_arguments(parser: argparse.ArgumentParser) -> None:
     )
     pool = parser.add_argument_group("pool R (one of)")
     pool.add_argument("--world-seed", type=int, default=None, help="SceneWorld seed (default 20261123)")
-    pool.add_argument("--images", type=positive_int, default=None, help="SceneWorld images (default 5000)")
-    pool.add_argument(
-        "--data", type=existing_dir, default=None, help="a COCO-format folder (captions.json) as the pool"
-    )
-    pool.add_argument(
-        "--image-dir",
-        type=existing_dir,
-        default=None,
-        help="a folder of images (no references: --no-referee)",
-    )
+    blocks.images(pool, "SceneWorld images (default 5000)")
+    blocks.dataset(pool, "a COCO-format folder (captions.json) as the pool")
+    blocks.dataset(pool, "a folder of images (no references: --no-referee)", flag="--image-dir")
     parser.add_argument(
         "--k", type=positive_int, default=None, help="images per pairwise set D_ij (default 70)"
     )
-    parser.add_argument(
-        "--out",
-        type=writable_dir,
-        default="reports",
-        help="mad.md, mad.json, figures; work under <out>/mad_work",
-    )
+    blocks.report_folder(parser, "mad.md, mad.json, figures; work under <out>/mad_work")
     parser.add_argument(
         "--state", type=writable_file, default=None, help="state file (default <out>/mad_work/state.json)"
     )
     parser.add_argument(
         "--add", default=None, help="add one configuration to the state's study (Algorithm 2)"
     )
-    parser.add_argument(
-        "--iid-data",
-        type=existing_dir,
-        default=None,
-        help="i.i.d. test set for the conventional CIDEr-D ranking (its splits/full test set when it has "
+    blocks.dataset(
+        parser,
+        "i.i.d. test set for the conventional CIDEr-D ranking (its splits/full test set when it has "
         "one; default: <repo>.work/data/eval_<seed>, else <repo>.work/data/test)",
+        flag="--iid-data",
     )
     parser.add_argument(
         "--iid-images", type=positive_int, default=1000, help="images of the i.i.d. test set scored"
@@ -422,20 +344,17 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _counterfactual_arguments(parser: argparse.ArgumentParser) -> None:
-    _repo_argument(parser)
-    parser.add_argument(
+    blocks.zoo_repository(parser)
+    blocks.value_list(
+        parser,
         "--runs",
-        action=ListAction,
-        default=None,
-        metavar="RUN",
-        help="captioner or captioner+ranker (re-ranked), e.g. --runs butr butr+butr butd "
+        "RUN",
+        "captioner or captioner+ranker (re-ranked), e.g. --runs butr butr+butr butd "
         "(default: the repository's default captioner)",
     )
-    parser.add_argument("--beam-size", type=positive_int, default=5, help="beam size (top-5 kept)")
-    parser.add_argument(
-        "--images", type=positive_int, default=None, help="at most N minimal pairs per pair (default: all)"
-    )
-    parser.add_argument("--out", type=writable_dir, default="reports", help="folder of the report")
+    blocks.beam_size(parser, "beam size (top-5 kept)", 5)
+    blocks.images(parser, "at most N minimal pairs per pair (default: all)")
+    blocks.report_folder(parser)
 
 
 def _counterfactual(args: argparse.Namespace) -> int:
@@ -458,27 +377,20 @@ def _counterfactual(args: argparse.Namespace) -> int:
 
 
 def _seeds_arguments(parser: argparse.ArgumentParser) -> None:
-    _repo_argument(parser)
-    parser.add_argument(
+    blocks.zoo_repository(parser)
+    blocks.value_list(
+        parser,
         "--seeds",
-        action=ListAction,
-        item=positive_int,
+        "SEED",
+        "training seeds besides the zoo's own (its models are the first seed)",
         default=(1, 2),
-        metavar="SEED",
-        help="training seeds besides the zoo's own (its models are the first seed)",
+        item=positive_int,
     )
     parser.add_argument("--group", type=held_out_group, default=1, help="the held-out group retrained")
-    parser.add_argument(
-        "--data",
-        type=existing_dir,
-        default=None,
-        help="evaluation world (default: the zoo's, <repo>.work/data/eval_<seed>)",
-    )
-    parser.add_argument(
-        "--out",
-        type=writable_dir,
-        default="reports",
-        help="folder of the reproduction report (its reproduction.json gives the zoo's seed and λ); "
+    blocks.dataset(parser, "evaluation world (default: the zoo's, <repo>.work/data/eval_<seed>)")
+    blocks.report_folder(
+        parser,
+        "folder of the reproduction report (its reproduction.json gives the zoo's seed and λ); "
         "seeds.{md,json,png} are written there",
     )
 

@@ -42,17 +42,13 @@ from loadtests.bench.table import summary
 from loadtests.load.cpu import bounds_of_limit, process_tree
 from loadtests.load.http_load import Gateway, closed_loop
 from loadtests.load.inputs import bench_images, png_bytes
+from service import cli_blocks as blocks
 from service.backends.factory import make_backend
 from service.cli_args import (
-    RERANK_HELP,
-    ListAction,
     add_renamed,
-    existing_dir,
     non_negative_int,
     positive_float,
     positive_int,
-    rerank,
-    writable_file,
 )
 from service.engine.engine import CaptionEngine
 from service.engine.params import SearchParams
@@ -598,32 +594,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the model backend; null: no models, outputs at zero cost (the gateway's own ceiling: the step "
         "and compute limits are skipped)",
     )
-    parser.add_argument(
+    blocks.counts(
+        parser,
         "--gateways",
-        action=ListAction,
-        item=positive_int,
-        default=(1,),
-        metavar="N",
-        help="independent gateway processes loaded at once, clients spread over them; one load run per "
+        "independent gateway processes loaded at once, clients spread over them; one load run per "
         "count and client count",
+        (1,),
     )
-    parser.add_argument(
+    blocks.counts(
+        parser,
         "--api-processes",
-        action=ListAction,
-        item=positive_int,
-        default=(1,),
-        metavar="N",
-        help="HTTP processes of each gateway (compcap serve --api-processes; above 1 with one engine "
+        "HTTP processes of each gateway (compcap serve --api-processes; above 1 with one engine "
         "core); one load run per count, CPU counted over all of a gateway's processes",
+        (1,),
     )
-    parser.add_argument(
-        "--clients",
-        action=ListAction,
-        item=positive_int,
-        default=(1, 8, 32, 64),
-        metavar="N",
-        help="closed-loop client counts, one load level each",
-    )
+    blocks.counts(parser, "--clients", "closed-loop client counts, one load level each", (1, 8, 32, 64))
     add_renamed(
         parser,
         "--seconds",
@@ -634,11 +619,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=20.0,
         help="seconds per load level",
     )
-    parser.add_argument("--json", type=writable_file, default=None, help="write the result here")
-    parser.add_argument("--repo", type=existing_dir, default="model_repo", help="the model repository")
-    parser.add_argument("--model", default=None, help="captioner (default: the manifest's default)")
-    parser.add_argument("--rerank", type=rerank, default=None, help=RERANK_HELP)
-    parser.add_argument("--images", type=positive_int, default=64, help="distinct bench images")
+    blocks.json_output(parser)
+    blocks.repository(parser)
+    blocks.captioner(parser, "the manifest's default")
+    blocks.reranking(parser)
+    blocks.images(parser, "distinct bench images", 64)
     parser.add_argument(
         "--single-runs", type=positive_int, default=50, help="single-image captions timed one by one"
     )
@@ -677,20 +662,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "or transformers (loadtests.peers.transformers_baseline: generate() on --snapshot, the snapshot the "
         "imported --model came from)",
     )
-    parser.add_argument(
+    blocks.counts(
+        parser,
         "--baseline-clients",
-        action=ListAction,
-        item=positive_int,
-        default=None,
-        metavar="N",
-        help="--baseline: load the peer at these client counts only (default: --clients)",
+        "--baseline: load the peer at these client counts only (default: --clients)",
     )
-    parser.add_argument(
-        "--snapshot",
-        type=existing_dir,
-        default=None,
-        help="--baseline transformers: the snapshot directory",
-    )
+    blocks.dataset(parser, "--baseline transformers: the snapshot directory", flag="--snapshot")
     parser.add_argument(
         "--precision",
         choices=list(PRECISIONS),

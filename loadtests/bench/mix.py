@@ -40,7 +40,8 @@ from loadtests.load.cpu import CpuMeter
 from loadtests.load.http_load import BOUNDARY, Gateway, RawConnection, request_head, samples, step_rows
 from loadtests.load.inputs import bench_images, png_bytes
 from loadtests.load.results import print_and_save
-from service.cli_args import ListAction, positive_int
+from service import cli_blocks as blocks
+from service.cli_args import positive_int
 from service.manifest import load_manifest
 from service.metrics import ABANDONED, PACED_ABANDONERS
 
@@ -402,9 +403,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--mix-repeat", type=positive_int, default=1, help="rounds of every scenario, interleaved"
     )
-    parser.add_argument(
-        "--mix-scenarios", action=ListAction, default=(), metavar="SCENARIO", help="a subset (default: all)"
-    )
+    blocks.value_list(parser, "--mix-scenarios", "SCENARIO", "a subset (default: all)", default=())
     parser.add_argument(
         "--hang-up-source",
         default="127.0.0.2",

@@ -24,16 +24,8 @@ from compcap_client import CompCapClient
 from loadtests.load.http_load import Gateway, closed_loop
 from loadtests.load.inputs import bench_images, png_bytes
 from loadtests.load.results import print_and_save
-from service.cli_args import (
-    add_renamed,
-    existing_dir,
-    fraction,
-    non_negative_float,
-    positive_float,
-    positive_int,
-    rerank,
-    writable_file,
-)
+from service import cli_blocks as blocks
+from service.cli_args import fraction, non_negative_float, positive_int, rerank
 from service.manifest import load_manifest
 
 console = Console(stderr=True)
@@ -125,13 +117,9 @@ def summary(result: dict[str, Any]) -> Table:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--repo", type=existing_dir, default="model_repo", help="the model repository")
-    parser.add_argument("--model", default=None, help="captioner (default: the repository's default)")
-    parser.add_argument("--clients", type=positive_int, default=8, help="closed-loop caption clients")
-    add_renamed(
-        parser, "--seconds", "--duration", type=positive_float, default=20.0, help="length of each phase"
-    )
-    parser.add_argument("--rounds", type=positive_int, default=2, help="A/B pairs")
+    blocks.repository(parser)
+    blocks.captioner(parser)
+    blocks.ab_phases(parser)
     parser.add_argument(
         "--settle",
         type=non_negative_float,
@@ -149,7 +137,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--background-rows", type=positive_int, default=128, help="COMPCAP_MAX_BACKGROUND_ROWS"
     )
     parser.add_argument("--background-share", type=fraction, default=0.25, help="COMPCAP_BACKGROUND_SHARE")
-    parser.add_argument("--json", type=writable_file, default=None, help="write the result here")
+    blocks.json_output(parser)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

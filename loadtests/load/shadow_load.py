@@ -23,7 +23,8 @@ from rich.table import Table
 from loadtests.load.http_load import Gateway, closed_loop, samples
 from loadtests.load.inputs import bench_images, png_bytes
 from loadtests.load.results import print_and_save
-from service.cli_args import add_renamed, existing_dir, fraction, positive_float, positive_int, writable_file
+from service import cli_blocks as blocks
+from service.cli_args import fraction
 from service.compare.shadow import SHADOW_REQUESTS
 from service.manifest import load_manifest
 
@@ -121,17 +122,13 @@ def summary(result: dict[str, Any]) -> Table:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--repo", type=existing_dir, default="model_repo", help="the model repository")
-    parser.add_argument("--model", default=None, help="users' captioner (default: the repository's default)")
+    blocks.repository(parser)
+    blocks.captioner(parser, who="users' captioner")
     parser.add_argument("--shadow", default=None, help="shadow configuration (default: another captioner)")
     parser.add_argument("--rate", type=fraction, default=1.0, help="COMPCAP_SHADOW_RATE")
-    parser.add_argument("--clients", type=positive_int, default=8, help="closed-loop caption clients")
-    add_renamed(
-        parser, "--seconds", "--duration", type=positive_float, default=20.0, help="length of each phase"
-    )
-    parser.add_argument("--rounds", type=positive_int, default=2, help="A/B pairs")
+    blocks.ab_phases(parser)
     parser.add_argument("--background-share", type=fraction, default=0.25, help="COMPCAP_BACKGROUND_SHARE")
-    parser.add_argument("--json", type=writable_file, default=None, help="write the result here")
+    blocks.json_output(parser)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -31,7 +31,7 @@ power of the penalty can no longer beat the pool's worst (transformers' heuristi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
@@ -378,17 +378,24 @@ class BeamBatch:
             logprobs[at_max, eos] = eos_col
         return logprobs
 
+    def _processed_rows(
+        self, step: BatchRows, spans: Spans
+    ) -> Iterator[tuple[int, tuple[LogitsProcessor, ...], tuple[int, int], np.ndarray]]:
+        """Each request with processors and rows in ``step``: its key, its processors, its rows
+        ``(a, b)`` and their tokens so far."""
+        t_row = step.lengths - 1
+        for key, processors in self.processors.items():
+            mine = spans.get(key)
+            if mine is not None:
+                a, b = mine
+                yield key, processors, mine, step.tokens[a:b, : int(t_row[a]) + 1]
+
     def _process(self, step: BatchRows, live: np.ndarray, spans: Spans, update: StepUpdate) -> None:
         """Each request's processors on its own rows (in place on ``live``), constrained again after
         (one ``_constrain`` for the rows of every request processed: constraints act row by row)."""
         t_row, v = step.lengths - 1, live.shape[1]
         done: list[np.ndarray] = []
-        for key, processors in self.processors.items():
-            mine = spans.get(key)
-            if mine is None:
-                continue
-            a, b = mine
-            tokens = step.tokens[a:b, : int(t_row[a]) + 1]
+        for key, processors, (a, b), tokens in self._processed_rows(step, spans):
             out = live[a:b].astype(np.float32)
             try:
                 for proc in processors:
@@ -412,12 +419,7 @@ class BeamBatch:
         copy, kept only if none raises), the end token kept in its own column, constrained again after."""
         t_row, end = step.lengths - 1, live.shape[1] - 1
         done: list[np.ndarray] = []
-        for key, processors in self.processors.items():
-            mine = spans.get(key)
-            if mine is None:
-                continue
-            a, b = mine
-            tokens = step.tokens[a:b, : int(t_row[a]) + 1]
+        for key, processors, (a, b), tokens in self._processed_rows(step, spans):
             values, own = live[a:b].copy(), words[a:b].copy()
             try:
                 for proc in processors:

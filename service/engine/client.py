@@ -4,22 +4,24 @@ Two implementations: ``CaptionEngine`` itself (in process: ``make run``, the tes
 studies) and ``service.engine.core_client.RemoteEngine`` (an engine core in another process,
 ``compcap serve --api-processes N``). Options are resolved and images checked on the client's side
 (the same repository, settings and hook registry), so a bad request is refused without a round trip;
-the search itself runs wherever the models are.
+the search itself runs wherever the models are. That caller's side is written once, in
+``ClientSide``, which both implementations extend.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
 from service.engine.limits import rows_for
 from service.engine.observer import StepObserver
-from service.engine.params import InvalidParameterError, SearchParams
+from service.engine.params import InvalidParameterError, SearchParams, resolve_params
 from service.engine.request import Priority
 from service.engine.rerank import Caption
+from service.engine.runner import prepare_images
 from service.manifest import Manifest
 from service.settings import EngineSettings
 from service.text.subword import TokenVocabulary
@@ -108,4 +110,71 @@ async def caption_in_parts(
     return [per for results in done for per in results]
 
 
-__all__ = ["EngineClient", "caption_in_parts", "check_request"]
+Output = TypeVar("Output")
+
+
+class Checked(NamedTuple):
+    """A caption request ``ClientSide.caption`` has checked, with its deadline set."""
+
+    images: np.ndarray
+    params: SearchParams
+    timeout_s: float
+    priority: Priority
+    observer: StepObserver | None
+
+
+class ClientSide(Generic[Output]):
+    """The caller's side of an ``EngineClient``, the same in process and across one: options resolved,
+    images prepared for an encoder, a request checked and its deadline set before ``_submit`` (what
+    differs: a scheduler here, a frame to the engine core there), many images captioned in parts. A
+    subclass sets ``manifest``, ``vocabs`` and ``settings``."""
+
+    manifest: Manifest
+    vocabs: Mapping[str, TokenVocabulary]
+    settings: EngineSettings
+
+    def resolve(self, **options: Any) -> SearchParams:
+        """Validate request options (``model``, ``beam_size``, ``max_length``, ``n_best``, ``rerank``,
+        ``length_penalty``, ``hooks``, ``rerank_weight``) into ``SearchParams``; ``EngineError`` names
+        the option at fault."""
+        return resolve_params(self.manifest, self.vocabs, self.settings, **options)
+
+    def encoder_images(self, model: str, images: np.ndarray) -> np.ndarray:
+        """uint8 images [N, H, W, 3] as captioner ``model``'s own encoder reads them (resized, or
+        resized and centre-cropped: contract v2); unchanged for a captioner of the shared encoder."""
+        pre = self.manifest.captioner(model).image
+        return images if pre is None else prepare_images(images, pre)
+
+    async def caption(
+        self,
+        images: np.ndarray,
+        params: SearchParams,
+        timeout_s: float | None = None,
+        priority: Priority = Priority.USER,
+        observer: StepObserver | None = None,
+    ) -> Output:
+        """Caption uint8 [B, H, W, 3] images within ``timeout_s`` (default: the request deadline;
+        ``TimeoutError`` after it). ``observer`` gets this request's ``StepEvent`` at every step."""
+        check_request(self.manifest, self.settings, images, params)
+        timeout = self.settings.request_deadline_s if timeout_s is None else timeout_s
+        return await self._submit(Checked(images, params, timeout, priority, observer))
+
+    async def _submit(self, request: Checked) -> Output:
+        """Decode a checked request within its ``timeout_s``."""
+        raise NotImplementedError
+
+    async def caption_many(
+        self,
+        images: np.ndarray,
+        params: SearchParams,
+        priority: Priority = Priority.BACKGROUND,
+        progress: Callable[[int], object] | None = None,
+    ) -> list[list[Caption]]:
+        """Caption any number of images (offline studies, probes, benchmarks): requests of as many
+        images as the row budget of ``priority`` allows, a few in flight at once so that their step
+        calls share the batch (``caption_in_parts``). ``progress(n)`` is called as each request's ``n``
+        images finish."""
+        return await caption_in_parts(self.caption, self.settings, images, params, priority, progress)
+
+
+__all__ = ["Checked", "ClientSide", "EngineClient", "caption_in_parts", "check_request"]

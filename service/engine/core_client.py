@@ -22,22 +22,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from service.backends.base import BackendError
-from service.engine.client import caption_in_parts, check_request
+from service.engine.client import Checked, ClientSide
 from service.engine.engine import CaptionOutput
 from service.engine.observer import StepEvent, StepObserver
 from service.engine.params import (
     InvalidParameterError,
     OverloadedError,
-    SearchParams,
     UnknownModelError,
-    resolve_params,
 )
-from service.engine.request import Priority
 from service.engine.rerank import Caption
-from service.engine.runner import prepare_images
 from service.engine.tokens import captioner_vocabularies
 from service.engine.wire import (
     Cancel,
@@ -97,7 +91,7 @@ class _Pending:
     observer: StepObserver | None
 
 
-class RemoteEngine:
+class RemoteEngine(ClientSide[CaptionOutput]):
     """``EngineClient`` of an engine core at ``path`` (see module docstring). ``connected`` says
     whether the core answers now; ``devices`` and ``backend`` are what it said when it did;
     ``on_connected(bool)`` is called as that changes (the gateway's ``compcap_ready`` gauge)."""
@@ -151,37 +145,18 @@ class RemoteEngine:
 
     # -- the engine's API -------------------------------------------------------------------------
 
-    def resolve(self, **options: Any) -> SearchParams:
-        return resolve_params(self.manifest, self.vocabs, self.settings, **options)
-
-    def encoder_images(self, model: str, images: np.ndarray) -> np.ndarray:
-        pre = self.manifest.captioner(model).image
-        return images if pre is None else prepare_images(images, pre)
-
-    async def caption(
-        self,
-        images: np.ndarray,
-        params: SearchParams,
-        timeout_s: float | None = None,
-        priority: Priority = Priority.USER,
-        observer: StepObserver | None = None,
-    ) -> CaptionOutput:
-        check_request(self.manifest, self.settings, images, params)
+    async def _submit(self, request: Checked) -> CaptionOutput:
+        """``caption`` (``ClientSide``) of a checked request: one frame to the core, its answer."""
+        images, params, timeout, priority, observer = request
         options = params.options()
-        writer = self._writer
-        if writer is None or not self.connected or writer.is_closing():
-            raise BackendError(CORE, "unavailable", "the engine core is not running; retry shortly")
-        timeout = self.settings.request_deadline_s if timeout_s is None else timeout_s
-        key = next(self._ids)
-        future: asyncio.Future[Done] = asyncio.get_running_loop().create_future()
-        self._pending[key] = _Pending(future, observer)
+        writer, key, future = self._request(observer)
         try:
             writer.write(
                 frame(Submit(key, pack(images), options, timeout, int(priority), observer is not None))
             )
             try:
                 async with asyncio.timeout(timeout + GRACE_S):  # no task of its own, unlike wait_for
-                    answer = await future
+                    answer: Done = await future
             except TimeoutError:
                 self._cancel(key)
                 raise TimeoutError(f"no answer from the engine core within {timeout:.0f} s") from None
@@ -204,12 +179,7 @@ class RemoteEngine:
         """Ask the core to load the repository again (``wire.Reload``); its answer, once it serves the
         new version. ``BackendError`` while the core is away; the core's error when it could not load
         it (it goes on serving the old one)."""
-        writer = self._writer
-        if writer is None or not self.connected or writer.is_closing():
-            raise BackendError(CORE, "unavailable", "the engine core is not running; retry shortly")
-        key = next(self._ids)
-        future: asyncio.Future[Reloaded] = asyncio.get_running_loop().create_future()
-        self._pending[key] = _Pending(future, None)
+        writer, key, future = self._request(None)
         try:
             writer.write(frame(Reload(key, force, generation)))
             async with asyncio.timeout(timeout_s):
@@ -222,16 +192,20 @@ class RemoteEngine:
         self.vocabs = captioner_vocabularies(self.settings.repo, manifest, vocab)
         self.manifest = manifest
 
-    async def caption_many(
-        self,
-        images: np.ndarray,
-        params: SearchParams,
-        priority: Priority = Priority.BACKGROUND,
-        progress: Callable[[int], object] | None = None,
-    ) -> list[list[Caption]]:
-        return await caption_in_parts(self.caption, self.settings, images, params, priority, progress)
-
     # -- the connection ---------------------------------------------------------------------------
+
+    def _request(
+        self, observer: StepObserver | None
+    ) -> tuple[asyncio.StreamWriter, int, asyncio.Future[Any]]:
+        """A new request's writer, key and future (waiting in ``_pending`` for the core's answer: a
+        ``Done``, or a ``Reloaded`` for a ``Reload``); ``BackendError`` while the core is away."""
+        writer = self._writer
+        if writer is None or not self.connected or writer.is_closing():
+            raise BackendError(CORE, "unavailable", "the engine core is not running; retry shortly")
+        key = next(self._ids)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[key] = _Pending(future, observer)
+        return writer, key, future
 
     def _cancel(self, key: int) -> None:
         writer = self._writer

@@ -12,22 +12,17 @@ step calls.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from service.backends.base import Backend
-from service.engine.client import caption_in_parts, check_request
+from service.engine.client import Checked, ClientSide
 from service.engine.domain import DomainModel
 from service.engine.limits import QueueFullError
-from service.engine.observer import StepObserver
-from service.engine.params import OverloadedError, SearchParams, resolve_params
-from service.engine.request import Priority
+from service.engine.params import OverloadedError, SearchParams
 from service.engine.rerank import Caption, order_captions
-from service.engine.runner import ModelRunner, prepare_images
+from service.engine.runner import ModelRunner
 from service.engine.scheduler import Scheduler
 from service.engine.tokens import banned_ids, captioner_vocabularies, load_subword
 from service.manifest import Manifest, load_manifest
@@ -46,7 +41,7 @@ class CaptionOutput:
     domain: tuple[list[float], list[bool]] | None = None  # per image: typicality score, in domain
 
 
-class CaptionEngine:
+class CaptionEngine(ClientSide[CaptionOutput]):
     """Captions images with a repository's models on ``backend`` (see module docstring)."""
 
     def __init__(
@@ -154,30 +149,10 @@ class CaptionEngine:
         shadow, studies) yields to them, since every captioner shares the same cores."""
         return sum(s.user_requests for s in self._schedulers.values())
 
-    def encoder_images(self, model: str, images: np.ndarray) -> np.ndarray:
-        """uint8 images [N, H, W, 3] as captioner ``model``'s own encoder reads them (resized, or
-        resized and centre-cropped: contract v2); unchanged for a captioner of the shared encoder."""
-        pre = self.manifest.captioner(model).image
-        return images if pre is None else prepare_images(images, pre)
-
-    def resolve(self, **options: Any) -> SearchParams:
-        """Validate request options (``model``, ``beam_size``, ``max_length``, ``n_best``, ``rerank``,
-        ``length_penalty``, ``hooks``, ``rerank_weight``) into ``SearchParams``; ``EngineError`` names
-        the option at fault."""
-        return resolve_params(self.manifest, self.vocabs, self.settings, **options)
-
-    async def caption(
-        self,
-        images: np.ndarray,
-        params: SearchParams,
-        timeout_s: float | None = None,
-        priority: Priority = Priority.USER,
-        observer: StepObserver | None = None,
-    ) -> CaptionOutput:
-        """Caption uint8 [B, H, W, 3] images within ``timeout_s`` (default: the request deadline;
-        ``TimeoutError`` after it). ``observer`` gets this request's ``StepEvent`` at every step."""
-        check_request(self.manifest, self.settings, images, params)
-        timeout = self.settings.request_deadline_s if timeout_s is None else timeout_s
+    async def _submit(self, request: Checked) -> CaptionOutput:
+        """``caption`` (``ClientSide``) of a checked request: through the captioner's scheduler, or
+        one of its own without cross-request batching."""
+        images, params, timeout, priority, observer = request
         alone = not self.settings.cross_request_batching
         scheduler = self._new_scheduler(params.model) if alone else self.scheduler(params.model)
         self.in_flight += 1
@@ -202,19 +177,6 @@ class CaptionEngine:
             for i, per in enumerate(done.hypotheses)
         ]
         return CaptionOutput(params, results, done.timings_ms, done.iterations, done.domain)
-
-    async def caption_many(
-        self,
-        images: np.ndarray,
-        params: SearchParams,
-        priority: Priority = Priority.BACKGROUND,
-        progress: Callable[[int], object] | None = None,
-    ) -> list[list[Caption]]:
-        """Caption any number of images (offline studies, probes, benchmarks): requests of as many
-        images as the row budget of ``priority`` allows, a few in flight at once so that their step
-        calls share the batch (``service.engine.client.caption_in_parts``). ``progress(n)`` is called
-        as each request's ``n`` images finish."""
-        return await caption_in_parts(self.caption, self.settings, images, params, priority, progress)
 
 
 __all__ = ["Caption", "CaptionEngine", "CaptionOutput"]

@@ -22,25 +22,30 @@ def install_docs(app: FastAPI) -> None:
     app.mount(STATIC_URL, StaticFiles(directory=str(directory)), name="docs-static")
     openapi_url = app.openapi_url or "/openapi.json"
 
+    def urls(request: Request) -> tuple[str, str]:
+        """The OpenAPI document's URL and the assets' folder, below the app's root path."""
+        root = request.scope.get("root_path", "")
+        return f"{root}{openapi_url}", f"{root}{STATIC_URL}"
+
     @app.get("/docs", include_in_schema=False)
     async def swagger_ui(request: Request) -> HTMLResponse:
-        root = request.scope.get("root_path", "")
+        document, assets = urls(request)
         return get_swagger_ui_html(
-            openapi_url=f"{root}{openapi_url}",
+            openapi_url=document,
             title=f"{app.title} - Swagger UI",
-            swagger_js_url=f"{root}{STATIC_URL}/swagger-ui-bundle.js",
-            swagger_css_url=f"{root}{STATIC_URL}/swagger-ui.css",
-            swagger_favicon_url=f"{root}{STATIC_URL}/favicon.png",
+            swagger_js_url=f"{assets}/swagger-ui-bundle.js",
+            swagger_css_url=f"{assets}/swagger-ui.css",
+            swagger_favicon_url=f"{assets}/favicon.png",
             swagger_ui_parameters=SWAGGER_UI_PARAMETERS,
         )
 
     @app.get("/redoc", include_in_schema=False)
     async def redoc(request: Request) -> HTMLResponse:
-        root = request.scope.get("root_path", "")
+        document, assets = urls(request)
         return get_redoc_html(
-            openapi_url=f"{root}{openapi_url}",
+            openapi_url=document,
             title=f"{app.title} - ReDoc",
-            redoc_js_url=f"{root}{STATIC_URL}/redoc.standalone.js",
-            redoc_favicon_url=f"{root}{STATIC_URL}/favicon.png",
+            redoc_js_url=f"{assets}/redoc.standalone.js",
+            redoc_favicon_url=f"{assets}/favicon.png",
             with_google_fonts=False,
         )

@@ -6,7 +6,6 @@ find it only after the models, in a log line."""
 from __future__ import annotations
 
 import errno
-import math
 import signal
 import socket
 
@@ -15,6 +14,7 @@ from pydantic import ValidationError
 
 from service.cli_errors import UsageError
 from service.gateway.app import create_app
+from service.gateway.split import serve_split, uvicorn_options
 from service.logs import configure_logging, write_log_then_die
 from service.settings import Settings, settings_error
 
@@ -68,8 +68,6 @@ def serve(settings: Settings) -> None:
     check_address(settings.host, settings.port)
     check_device(settings)
     if settings.api_processes > 1:  # HTTP processes and one engine core (service.gateway.split)
-        from service.gateway.split import serve_split
-
         configure_logging(settings.log_format, settings.log_level)
         serve_split(settings)
         return
@@ -79,16 +77,4 @@ def serve(settings: Settings) -> None:
         app = create_app(settings, serving=True)
     except ValidationError as exc:  # a feature's setting (the probe schedule, the shadow) is invalid
         raise settings_error(exc) from None
-    # uvicorn's own logging config and access log are off: compcap.access writes one line per request
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_config=None,
-        access_log=False,
-        log_level=settings.log_level,
-        # the drain: what is still in flight a request deadline after SIGTERM is cancelled (every caption
-        # started before it has its answer by then; k8s grace periods count on it). Unbounded, one
-        # stalled upload on a route without a deadline kept the process alive until its client left.
-        timeout_graceful_shutdown=math.ceil(settings.request_deadline_s),
-    )
+    uvicorn.run(app, **uvicorn_options(settings))  # logs, the drain: see uvicorn_options

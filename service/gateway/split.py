@@ -31,6 +31,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI
 
@@ -175,6 +176,22 @@ def release_split_folder(folder: Path) -> None:
         os.close(descriptor)
 
 
+def uvicorn_options(settings: Settings) -> dict[str, Any]:
+    """What uvicorn runs every HTTP process of the gateway with, one or many (``service.gateway.server``
+    and ``serve_split``). Its own logging config and access log are off: compcap.access writes one line
+    per request. The drain: what is still in flight a request deadline after SIGTERM is cancelled (every
+    caption started before it has its answer by then; k8s grace periods count on it). Unbounded, one
+    stalled upload on a route without a deadline kept the process alive until its client left."""
+    return {
+        "host": settings.host,
+        "port": settings.port,
+        "log_config": None,
+        "access_log": False,
+        "log_level": settings.log_level,
+        "timeout_graceful_shutdown": math.ceil(settings.request_deadline_s),
+    }
+
+
 def serve_split(settings: Settings) -> None:
     """Serve with ``settings.api_processes`` HTTP processes and one engine core (module docstring)."""
     import uvicorn
@@ -194,12 +211,7 @@ def serve_split(settings: Settings) -> None:
             "service.gateway.split:app_factory",
             factory=True,
             workers=settings.api_processes,
-            host=settings.host,
-            port=settings.port,
-            log_config=None,
-            access_log=False,
-            log_level=settings.log_level,
-            timeout_graceful_shutdown=math.ceil(settings.request_deadline_s),
+            **uvicorn_options(settings),
         )
     finally:
         core.stop()
@@ -214,4 +226,5 @@ __all__ = [
     "serve_split",
     "split_environment",
     "split_folder",
+    "uvicorn_options",
 ]

@@ -34,7 +34,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,26 +53,22 @@ NON_NOUN_POS = frozenset({"VERB", "AUX", "ADP", "DET", "CCONJ", "SCONJ", "PART",
 
 def _lexicon(concepts: ConceptInventory) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
     """Surface word / lemma -> canonical concept, for nouns, adjectives and verbs."""
-    nouns: dict[str, str] = {}
-    for noun, entry in concepts.nouns.items():
-        for word in entry["synonyms"]:
-            nouns[word] = noun
-            plural = entry.get("plural", {}).get(word)
-            if plural:
-                nouns[plural] = noun
-    adjectives: dict[str, str] = {}
-    for table in (concepts.colours, concepts.sizes):
-        for adjective, entry in table.items():
-            for word in entry["synonyms"]:
-                adjectives[word] = adjective
-    verbs: dict[str, str] = {}
-    for verb, entry in concepts.verbs.items():
-        for word in entry["synonyms"]:
-            verbs[word] = verb
-            ing = entry.get("ing", {}).get(word)
-            if ing:
-                verbs[ing] = verb
+    nouns = _surface_words(concepts.nouns, "plural")
+    adjectives = {**_surface_words(concepts.colours), **_surface_words(concepts.sizes)}
+    verbs = _surface_words(concepts.verbs, "ing")
     return nouns, adjectives, verbs
+
+
+def _surface_words(table: Mapping[str, Any], inflection: str = "") -> dict[str, str]:
+    """Each concept's synonyms (and the ``inflection`` of each, e.g. its ``plural``) -> the concept."""
+    words: dict[str, str] = {}
+    for concept, entry in table.items():
+        for word in entry["synonyms"]:
+            words[word] = concept
+            inflected = entry.get(inflection, {}).get(word) if inflection else None
+            if inflected:
+                words[inflected] = concept
+    return words
 
 
 def _lookup(table: dict[str, str], token: Any) -> str | None:
