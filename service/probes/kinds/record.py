@@ -5,7 +5,7 @@ registry. Adding a kind is one module with its record, its line in ``service.pro
 test.
 
 A kind reads probe sets of one format (``sets``: ``systematicity``, ``productivity`` or
-``substitutivity``, see ``service.probes.sets``) and decodes them through the engine with ``decode``
+``substitutivity``, see ``service.probesets``) and decodes them through the engine with ``decode``
 (background priority, the same ``caption_many`` path the offline studies use), reporting its progress
 (images decoded of the total) and, where it has one, a partial result as it goes."""
 
@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from service.engine.client import EngineClient
-    from service.probes.parser import PairParser
-    from service.probes.sets import ProbeSet
+    from service.probes.scoring.parser import PairParser
+    from service.probesets import ProbeSet, SetFormat
 
 
 @dataclass
@@ -98,7 +98,9 @@ class ProbeKind:
     """One kind of live probe.
 
     - ``run(engine, spec, probe_set, parser, progress)``: the result (a JSON-able dict);
-    - ``sets``: the probe-set format it reads (default: its own name);
+    - ``sets``: the probe-set format it reads (default: its ``set_format``'s name, else its own name);
+    - ``set_format``: a probe-set format of its own (``service.probesets.SetFormat``: its keys of
+      ``probe.json`` and their check), registered with the kind and removed with it;
     - ``takes_pairs``: whether a request may name ``pairs`` (labels of the set's concept pairs);
     - ``check(probe_set, pairs)``: what else a request must satisfy (raises the kit's ``RequestError``);
     - ``gauges(registry)``: its gauges on the gateway's registry (None: only the common ones);
@@ -113,6 +115,7 @@ class ProbeKind:
     description: str
     run: Runner
     sets: str = ""
+    set_format: SetFormat | None = None
     takes_pairs: bool = False
     check: Check = no_check
     gauges: Callable[[CollectorRegistry], KindGauges] | None = None
@@ -124,8 +127,10 @@ class ProbeKind:
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").isalnum() or not self.name.islower():
             raise ValueError(f"name must be lower-case letters, digits and '_', got {self.name!r}")
+        if self.set_format is not None and self.sets not in ("", self.set_format.name):
+            raise ValueError(f"sets must name its set_format {self.set_format.name!r}, got {self.sets!r}")
         if not self.sets:
-            object.__setattr__(self, "sets", self.name)
+            object.__setattr__(self, "sets", self.set_format.name if self.set_format else self.name)
 
     def describe(self) -> dict[str, Any]:
         """``GET /v1/probe-kinds``'s entry."""

@@ -1,7 +1,7 @@
 """The counterfactual probe (issue 41): minimal pairs of SceneWorld scenes that differ in exactly one
 object's held-out attribute or action; hit rates of the held-out and the seen side, every top-1 miss
 classified by the scene graph, held-out − seen as a paired test, all with 95% intervals. The maths is
-``service.probes.counterfactual``."""
+``service.probes.scoring.counterfactual``."""
 
 from __future__ import annotations
 
@@ -11,16 +11,16 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from service.probes.bounds import BoundedGauge
-from service.probes.counterfactual import KS, MISS_CLASSES, OUTCOMES, SIDES, counterfactual_result
-from service.probes.kind import ProbeKind, ProbeSpec, Progress, decode, invalid
-from service.probes.tables import cell, fixed, get, table
+from service.probes.kinds.bounds import BoundedGauge
+from service.probes.kinds.record import ProbeKind, ProbeSpec, Progress, decode, invalid
+from service.probes.kinds.tables import cell, fixed, get, table
+from service.probes.scoring.counterfactual import KS, MISS_CLASSES, OUTCOMES, SIDES, counterfactual_result
 from service.text.concepts import ConceptPair
 
 if TYPE_CHECKING:
     from service.engine.client import EngineClient
-    from service.probes.parser import PairParser
-    from service.probes.sets import ProbeSet
+    from service.probes.scoring.parser import PairParser
+    from service.probesets import ProbeSet
 
 BOUNDS = (("estimate", "estimate"), ("low", "low"), ("high", "high"))
 

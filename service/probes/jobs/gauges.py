@@ -13,8 +13,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from service.probes.kind import KindGauges
 from service.probes.kinds import KINDS
+from service.probes.kinds.record import KindGauges
 
 
 class ProbeGauges:

@@ -1,5 +1,5 @@
 """The systematicity probe (seed 000 §3): Recall@K of each concept pair on its Test-Comb images and
-false composition on its Test-no-Comb images; the maths is ``service.probes.systematicity``."""
+false composition on its Test-no-Comb images; the maths is ``service.probes.scoring.systematicity``."""
 
 from __future__ import annotations
 
@@ -10,17 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from service.probes.bounds import BoundedGauge
-from service.probes.kind import ProbeKind, ProbeSpec, Progress, cap, decode, invalid
-from service.probes.parser import lookup
-from service.probes.systematicity import KS, compare, systematicity_result, with_intervals
-from service.probes.tables import bounds, cell, fixed, get, table, with_bounds
+from service.probes.kinds.bounds import BoundedGauge
+from service.probes.kinds.record import ProbeKind, ProbeSpec, Progress, cap, decode, invalid
+from service.probes.kinds.tables import bounds, cell, fixed, get, table, with_bounds
+from service.probes.scoring.parser import lookup
+from service.probes.scoring.systematicity import KS, compare, systematicity_result, with_intervals
 from service.text.concepts import ConceptPair
 
 if TYPE_CHECKING:
     from service.engine.client import EngineClient
-    from service.probes.parser import PairParser
-    from service.probes.sets import ProbeSet
+    from service.probes.scoring.parser import PairParser
+    from service.probesets import ProbeSet
 
 
 async def run(

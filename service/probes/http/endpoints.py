@@ -13,9 +13,9 @@ from service.api.deps import EngineDep, from_state
 from service.api.errors import ApiError
 from service.api.feature import error_responses, feature_router
 from service.api.requestlog import annotate
-from service.probes.jobs import ProbeJob
+from service.probes.jobs.manager import ProbeJob
+from service.probes.jobs.probe_service import NotComparable, ProbeService
 from service.probes.kinds import KINDS, kind_names
-from service.probes.service import NotComparable, ProbeService
 
 
 class ProbeRequest(BaseModel):

@@ -23,15 +23,15 @@ from prometheus_client import CollectorRegistry
 from service.api.gate import RequestError
 from service.engine.client import EngineClient
 from service.manifest import Manifest
-from service.probes.gauges import ProbeGauges
-from service.probes.jobs import JobManager, JobStatus, ProbeJob
-from service.probes.kind import ProbeSpec
+from service.probes.jobs.gauges import ProbeGauges
+from service.probes.jobs.manager import JobManager, JobStatus, ProbeJob
+from service.probes.jobs.probe_store import ProbeStore
+from service.probes.jobs.schedule import ProbeSchedule
+from service.probes.jobs.spec import build_spec
 from service.probes.kinds import KINDS
-from service.probes.parser import PairParser
-from service.probes.schedule import ProbeSchedule
-from service.probes.sets import ProbeSet, repo_probe_sets
-from service.probes.spec import build_spec
-from service.probes.store import ProbeStore
+from service.probes.kinds.record import ProbeSpec
+from service.probes.scoring.parser import PairParser
+from service.probesets import ProbeSet, repo_probe_sets
 from service.state.lease import Lease
 from service.state.store import StateStore
 
