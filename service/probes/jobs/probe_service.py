@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -88,17 +88,10 @@ class ProbeService:
             self._sets = repo_probe_sets(self.repo, self.manifest)
         return self._sets
 
-    def spec(
-        self,
-        engine: EngineClient,
-        kind: str,
-        search: Mapping[str, Any],
-        probe_set: str | None = None,
-        pairs: Sequence[str] | None = None,
-        images: int | None = None,
-        scheduled: bool = False,
-    ) -> ProbeSpec:
-        return build_spec(engine, self.sets(), kind, search, probe_set, pairs, images, scheduled)
+    def spec(self, engine: EngineClient, kind: str, search: Mapping[str, Any], **request: Any) -> ProbeSpec:
+        """``build_spec`` over the repository's probe sets (``request``: probe_set, pairs, images,
+        scheduled)."""
+        return build_spec(engine, self.sets(), kind, search, **request)
 
     async def start(
         self, engine: EngineClient, spec: ProbeSpec, force: bool = False, scheduled: bool = False

@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Gauge
 
 from service.probes.kinds.bounds import BoundedGauge
-from service.probes.kinds.record import ProbeKind, ProbeSpec, Progress, decode, invalid
+from service.probes.kinds.record import (
+    ProbeKind,
+    ProbeSpec,
+    Progress,
+    check_labels,
+    declared_held_out,
+    decode,
+)
 from service.probes.kinds.tables import cell, fixed, get, table
 from service.probes.scoring.counterfactual import KS, MISS_CLASSES, OUTCOMES, SIDES, counterfactual_result
 from service.text.concepts import ConceptPair
@@ -38,12 +45,8 @@ async def run(
         for e in entries
     }
     progress.total = 2 * sum(len(v) for v in minimal.values())
-    training = engine.manifest.captioner(spec.model).training
-    held_out = (
-        frozenset(ConceptPair(p.kind, p.modifier, p.noun) for p in training.held_out_pairs)
-        if training.held_out_known
-        else None
-    )
+    declared = declared_held_out(engine, spec.model)
+    held_out = frozenset(declared) if declared is not None else None
     scenes = probe_set.scenes or {}
     generated: dict[int, list[str]] = {}
     attached: dict[str, frozenset[ConceptPair]] = {}
@@ -72,12 +75,8 @@ async def run(
 
 def check(probe_set: ProbeSet, pairs: tuple[str, ...] | None) -> None:
     """Every label of ``pairs`` is one of the set's held-out pairs."""
-    if pairs is None:
-        return
-    known = {p.pair.label for p in probe_set.minimal_pairs()}
-    for n, label in enumerate(pairs):
-        if label not in known:
-            raise invalid(f"unknown pair {label!r} (known: {', '.join(sorted(known))})", "pairs." + str(n))
+    if pairs is not None:
+        check_labels(pairs, {p.pair.label for p in probe_set.minimal_pairs()})
 
 
 class Gauges:

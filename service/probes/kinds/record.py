@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from service.api.gate import RequestError
 from service.engine.params import SearchParams
 from service.engine.request import Priority
+from service.text.concepts import ConceptPair
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -164,4 +165,31 @@ def invalid(message: str, field: str) -> RequestError:
     return RequestError(422, "invalid_probe", message, field=field)
 
 
-__all__ = ["KindGauges", "ProbeKind", "ProbeSpec", "Progress", "cap", "decode", "invalid", "no_check"]
+def check_labels(pairs: Sequence[str] | None, known: set[str]) -> None:
+    """Every label of ``pairs`` (None: every pair) is one of ``known`` (422 naming ``pairs.<n>``)."""
+    for n, label in enumerate(pairs or ()):
+        if label not in known:
+            raise invalid(f"unknown pair {label!r} (known: {', '.join(sorted(known))})", f"pairs.{n}")
+
+
+def declared_held_out(engine: EngineClient, model: str) -> list[ConceptPair] | None:
+    """The pairs captioner ``model`` was trained without, or None when its import declared none (an
+    imported captioner: per-pair figures only)."""
+    training = engine.manifest.captioner(model).training
+    if not training.held_out_known:
+        return None
+    return [ConceptPair(p.kind, p.modifier, p.noun) for p in training.held_out_pairs]
+
+
+__all__ = [
+    "KindGauges",
+    "ProbeKind",
+    "ProbeSpec",
+    "Progress",
+    "cap",
+    "check_labels",
+    "declared_held_out",
+    "decode",
+    "invalid",
+    "no_check",
+]
