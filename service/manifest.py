@@ -256,17 +256,16 @@ class VocabularySpec(BaseModel):
     unk_id: int = 3
 
 
-# the formats of probe sets on disk (``service.probes.sets``); a probe kind reads one of them
-ProbeSetFormat = Literal["systematicity", "productivity", "substitutivity", "counterfactual"]
-PROBE_SET_FORMATS: tuple[str, ...] = get_args(ProbeSetFormat)
-
-
 class ProbeSetEntry(BaseModel):
     """One probe set of the repository: ``<repo>/<path>/probe.json`` + COCO captions + images (the
-    on-disk format is ``service.probes.sets``)."""
+    on-disk format is ``service.probesets``)."""
 
     name: str
-    kind: ProbeSetFormat
+    kind: str = Field(
+        pattern=r"^[a-z][a-z0-9_]*$",
+        description="its format: systematicity, productivity, substitutivity, counterfactual, or one a "
+        "probe kind registers (service.probesets checks it when the set is loaded)",
+    )
     path: str = Field(description="folder relative to the repository, e.g. 'probes/systematicity'")
     images: int = Field(ge=0)
     scene_graphs: bool = False

@@ -1,5 +1,5 @@
 """Probe sets: the images the live probes decode, written into the model repository as data
-(``<repo>/probes/<name>/``, read by ``service.probes.sets``; the format is documented there).
+(``<repo>/probes/<name>/``, read by ``service.probesets``; the format is documented there).
 
 * ``sceneworld`` — from a SceneWorld world of its own: seed ``probe_seed(seed)`` = training seed +
   ``PROBE_SEED_OFFSET``, never the training world (seed), the build's test world (seed + 7919) or the
@@ -11,17 +11,21 @@
   the same scene with the held-out value), written on demand only (``compcap probesets --kind
   counterfactual``), never by a build.
 * ``tables`` — what both share (length terciles, the substitution table, the systematicity splits);
-  ``write`` — the one writer of the on-disk format.
+  ``write`` — the one writer of the on-disk format, for any registered format (``service.probesets``).
+
+``sceneworld`` and ``coco`` choose a set's images with one selector per format, in a table keyed by the
+format's name; a probe kind with a format of its own writes its sets with ``write.write_probe_set``.
 """
 
 from __future__ import annotations
 
-from service.manifest import PROBE_SET_FORMATS
+from service.probesets.builtin import BUILTIN
 
 PROBE_SEED_OFFSET = 104729  # the 10000th prime; build.TEST_SEED_OFFSET is 7919 (the 1000th)
 ZOO_EVAL_SEED = 20270313  # export.zoo.EVAL_SEED (not imported here: export.zoo imports torch)
 COUNTERFACTUAL = "counterfactual"  # written on demand only (export.probesets.counterfactual)
-KINDS = tuple(k for k in PROBE_SET_FORMATS if k != COUNTERFACTUAL)  # each set is named after its kind
+# the formats a build writes (each set named after its kind): the built-in ones but counterfactual
+KINDS = tuple(f.name for f in BUILTIN if f.name != COUNTERFACTUAL)
 
 
 def probe_seed(seed: int) -> int:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -232,6 +232,36 @@ def _substitutivity(
     return extra, sorted(used), split
 
 
+# a selector's answer: the kind-specific keys, the chosen ids, the splits to write, and the split whose
+# train references give the CIDEr-D frequencies and the training references (None: the set keeps none)
+Chosen = tuple[dict[str, Any], list[int], list[Split], Split | None]
+
+
+def _select_systematicity(ds: CaptionDataset, per_pair: int, seed: int, min_count: int) -> Chosen:
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = default_cache_path(ds) or Path(tmp) / "caption_pairs.json"
+        extra, splits, ids = _systematicity(ds, per_pair, seed, cache)
+    return extra, ids, splits, None
+
+
+def _select_productivity(ds: CaptionDataset, per_pair: int, seed: int, min_count: int) -> Chosen:
+    extra, ids, split = _productivity(ds, per_pair, seed)
+    return extra, ids, [], split
+
+
+def _select_substitutivity(ds: CaptionDataset, per_pair: int, seed: int, min_count: int) -> Chosen:
+    extra, ids, split = _substitutivity(ds, per_pair, seed, min_count)
+    return extra, ids, [], split
+
+
+# format name -> its selector (ds, per_pair, seed, min_count) -> Chosen
+SELECTORS: dict[str, Callable[[CaptionDataset, int, int, int], Chosen]] = {
+    "systematicity": _select_systematicity,
+    "productivity": _select_productivity,
+    "substitutivity": _select_substitutivity,
+}
+
+
 def _copier(ds: CaptionDataset) -> Any:
     def save(image_id: int, folder: Path) -> tuple[str, int, int]:
         source = Path(ds.root) / ds.file_names[image_id]
@@ -283,20 +313,14 @@ def coco_probe_set(
     folder = _destination(out, repo, name or kind)
     data = Path(data)
     ds = load_folder(data)  # FileNotFoundError naming the folder when captions.json is missing
-    splits: list[Split] = []
+    extra, ids, splits, train_split = SELECTORS[kind](ds, per_pair, seed, min_count)
     cider: CiderD | None = None
-    if kind == "systematicity":
-        with tempfile.TemporaryDirectory() as tmp:
-            cache = default_cache_path(ds) or Path(tmp) / "caption_pairs.json"
-            extra, splits, ids = _systematicity(ds, per_pair, seed, cache)
-    else:
-        if kind == "productivity":
-            extra, ids, split = _productivity(ds, per_pair, seed)
-        else:
-            extra, ids, split = _substitutivity(ds, per_pair, seed, min_count)
-        train = {i: ds.captions[i] for i in split.sets["train"]}
+    if train_split is not None:
+        train = {i: ds.captions[i] for i in train_split.sets["train"]}
         cider = CiderD.from_references(train) if train else None
-        extra["training_references"] = f"{split.kind} split train set ({len(train)} images, seed {seed})"
+        extra["training_references"] = (
+            f"{train_split.kind} split train set ({len(train)} images, seed {seed})"
+        )
     if not ids:
         raise ValueError(f"{data}: no image qualifies for a {kind} probe set")
     scenes = ds.scenes if ds.scenes is not None else instance_scenes(ds, ids)

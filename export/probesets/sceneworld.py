@@ -19,6 +19,7 @@ An image that qualifies for several slots goes to the least filled one (ties: fi
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -177,7 +178,23 @@ def select_substitutivity(
     return filled, {f"{c}<->{f}": per_pair - len(v) for (c, f), v in filled.items() if len(v) < per_pair}
 
 
-def _systematicity(world: ProbeWorld, per_pair: int) -> tuple[list[int], dict[str, Any], list[Split]]:
+@dataclass(frozen=True)
+class Sizes:
+    """What every selector may read: images per pair / per bucket, the training captions (synonym
+    counts) and the substitution table's ``min_count``."""
+
+    per_pair: int
+    per_bucket: int
+    train_captions: list[str]
+    min_count: int
+
+
+# (world, sizes) -> the chosen image ids, the kind-specific keys of probe.json, the splits to write
+Selector = Callable[[ProbeWorld, Sizes], tuple[list[int], dict[str, Any], list[Split]]]
+
+
+def _systematicity(world: ProbeWorld, sizes: Sizes) -> tuple[list[int], dict[str, Any], list[Split]]:
+    per_pair = sizes.per_pair
     records, shortfall = select_systematicity(world, per_pair)
     ids = sorted({i for r in records for part in ("comb", "no_comb") for i in r[part]})
     info = {"source": world.source(), "world_seed": world.seed, "presence": "scene_graph"}
@@ -185,22 +202,22 @@ def _systematicity(world: ProbeWorld, per_pair: int) -> tuple[list[int], dict[st
     return ids, {"per_pair": per_pair, "pairs": records, "shortfall": shortfall}, splits
 
 
-def _productivity(world: ProbeWorld, per_bucket: int) -> tuple[list[int], dict[str, Any]]:
+def _productivity(world: ProbeWorld, sizes: Sizes) -> tuple[list[int], dict[str, Any], list[Split]]:
+    per_bucket = sizes.per_bucket
     density, shortfall = select_productivity(world, per_bucket)
     ids = sorted(i for v in density.values() for i in v)
     length, edges = length_terciles({i: _texts(world.graph(i)) for i in ids})
     objects = {str(i): [o["noun"] for o in world.graph(i)["objects"]] for i in ids}
     extra = {"per_bucket": per_bucket, "objects": objects, "density": density, "length": length}
-    return ids, extra | {"length_edges": edges, "shortfall": shortfall}
+    return ids, extra | {"length_edges": edges, "shortfall": shortfall}, []
 
 
-def _substitutivity(
-    world: ProbeWorld, per_pair: int, train_captions: list[str], min_count: int
-) -> tuple[list[int], dict[str, Any]]:
+def _substitutivity(world: ProbeWorld, sizes: Sizes) -> tuple[list[int], dict[str, Any], list[Split]]:
+    per_pair, min_count = sizes.per_pair, sizes.min_count
     chosen, shortfall = select_substitutivity(world, per_pair)
     ids = sorted(i for v in chosen.values() for i in v)
-    table, counts = substitution_table(train_captions, min_count)
-    return ids, {
+    table, counts = substitution_table(sizes.train_captions, min_count)
+    extra = {
         "per_pair": per_pair,
         "pairs": [{"category": c, "fine": f, "images": v} for (c, f), v in chosen.items()],
         "substitutions": [list(p) for p in table],
@@ -208,6 +225,15 @@ def _substitutivity(
         "synonym_counts": counts,
         "shortfall": shortfall,
     }
+    return ids, extra, []
+
+
+# format name -> its selector and whether its sets keep the training references' CIDEr-D frequencies
+SELECTORS: dict[str, tuple[Selector, bool]] = {
+    "systematicity": (_systematicity, False),
+    "productivity": (_productivity, True),
+    "substitutivity": (_substitutivity, True),
+}
 
 
 def sceneworld_probe_sets(
@@ -232,19 +258,14 @@ def sceneworld_probe_sets(
         raise ValueError(f"kinds must be among {KINDS}, got {unknown}")
     world = ProbeWorld(probe_seed(seed), image_size, max_graphs)
     cider = CiderD.from_references(train_references) if train_references else None
-    train_captions = [c for refs in train_references for c in refs]
+    sizes = Sizes(per_pair, per_bucket, [c for refs in train_references for c in refs], min_count)
     entries = []
     for kind in kinds:
         if on_kind is not None:
             on_kind(kind)
         world.searched = 0
-        splits: list[Split] = []
-        if kind == "systematicity":
-            ids, extra, splits = _systematicity(world, per_pair)
-        elif kind == "productivity":
-            ids, extra = _productivity(world, per_bucket)
-        else:
-            ids, extra = _substitutivity(world, per_pair, train_captions, min_count)
+        select, keeps_cider = SELECTORS[kind]
+        ids, extra, splits = select(world, sizes)
         extra |= {"scenes_searched": world.searched, "training_references": references}
         content = ProbeContent(
             name=kind,
@@ -255,7 +276,7 @@ def sceneworld_probe_sets(
             extra=extra,
             scenes={i: world.graph(i) for i in ids},
             splits=splits,
-            cider=cider if kind != "systematicity" else None,
+            cider=cider if keeps_cider else None,
             info={"generator": GENERATOR, "seed": world.seed, "image_size": image_size},
         )
         folder = Path(repo) / "probes" / kind

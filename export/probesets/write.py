@@ -1,4 +1,6 @@
-"""The one writer of the probe-set format (``service.probes.sets`` documents and reads it)."""
+"""The one writer of the probe-set format (``service.probesets`` documents and reads it), for every
+registered format: the kind-specific keys come in ``ProbeContent.extra`` and are checked on reading
+back by the format's record (``service.probesets.format.SetFormat``)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,16 @@ from export.data.splits import Split, split_dir_for, write_split
 from export.probesets.tables import full_split
 from service.evaluation.cider import CiderD
 from service.manifest import ProbeSetEntry
-from service.probes.sets import CAPTIONS_FILE, CIDER_FILE, FORMAT, PROBE_FILE, SCENES_FILE, load_probe_set
+from service.probesets import (
+    CAPTIONS_FILE,
+    CIDER_FILE,
+    FORMAT,
+    PROBE_FILE,
+    SCENES_FILE,
+    format_names,
+    get_format,
+    load_probe_set,
+)
 
 # (image id, probe folder) -> (file name relative to the folder, width, height); writes the file
 ImageSaver = Callable[[int, Path], tuple[str, int, int]]
@@ -22,7 +33,7 @@ ImageSaver = Callable[[int, Path], tuple[str, int, int]]
 @dataclass
 class ProbeContent:
     name: str
-    kind: str  # systematicity | productivity | substitutivity
+    kind: str  # a registered probe-set format (service.probesets.format_names())
     source: str  # "sceneworld(seed=...)" or the COCO folder
     world_seed: int | None
     captions: dict[int, list[str]]  # image id -> references, in the order written
@@ -38,6 +49,8 @@ def write_probe_set(
 ) -> ProbeSetEntry:
     """Write ``content`` to ``folder`` (replacing it once complete), check it reads back, and return its
     manifest entry (``path`` relative to ``repo`` when given)."""
+    if get_format(content.kind) is None:
+        raise ValueError(f"kind must be a probe-set format, one of {format_names()}, got {content.kind!r}")
     folder = Path(folder)
     tmp = folder.with_name(f".{folder.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -75,7 +88,7 @@ def write_probe_set(
     path = folder.relative_to(repo).as_posix() if repo is not None else str(folder)
     return ProbeSetEntry(
         name=content.name,
-        kind=content.kind,  # type: ignore[arg-type]
+        kind=content.kind,
         path=path,
         images=len(images),
         scene_graphs=content.scenes is not None,

@@ -147,10 +147,10 @@ async def _systematicity(
 ) -> dict[str, dict[str, float | None]]:
     """Per systematicity run: the probe's mean Recall@5 of the held-out and the seen pairs (or of every
     pair where the held-out pairs are not known)."""
-    from service.probes.kind import ProbeSpec, Progress
-    from service.probes.kinds.systematicity import run as run_probe
-    from service.probes.parser import PairParser
-    from service.probes.sets import load_probe_set
+    from service.probes.kinds.record import ProbeSpec, Progress
+    from service.probes.kinds.systematicity_kind import run as run_probe
+    from service.probes.scoring.parser import PairParser
+    from service.probesets import load_probe_set
 
     entry = repo_probe_set_entry(repo, manifest, probe_set)
     loaded = load_probe_set(repo / entry.path)

@@ -1,7 +1,7 @@
 """The counterfactual probe offline: every minimal pair of a repository's counterfactual probe set
 (``compcap probesets --kind counterfactual``) decoded in process through the served engine path, top-K
 captions parsed by the attachment checker, and the live kind's result
-(``service.probes.counterfactual``) per run, written as ``counterfactual.json``, ``counterfactual.md``
+(``service.probes.scoring.counterfactual``) per run, written as ``counterfactual.json``, ``counterfactual.md``
 and a bar plot of the top-1 outcome shares, held-out against seen, with 95% intervals.
 
 ``compcap counterfactual --repo model_repo --runs butr butr+butr butd --out reports``
@@ -19,8 +19,8 @@ import numpy as np
 
 from export.decoding import decode, open_engine
 from service.manifest import load_manifest
-from service.probes.counterfactual import KS, MISS_CLASSES, OUTCOMES, counterfactual_result
-from service.probes.sets import ProbeSet, load_probe_set
+from service.probes.scoring.counterfactual import KS, MISS_CLASSES, OUTCOMES, counterfactual_result
+from service.probesets import ProbeSet, load_probe_set
 from service.text.concepts import ConceptPair
 
 LABELS = {

@@ -9,7 +9,7 @@ Those images are decoded again with the ``synonym_substitution`` hook (S: whenev
 likely next word is in S1, its category word from S2 gets probability 1); O is the plain decode (the
 same search without the hook, an ordinary request). Scores (seed 001 Table 6): O vs GT, S vs GT,
 O vs S (O as the reference), and Ot vs St, the sub-captions after the first S1 word of O and after
-the word that replaced it in S (``service.probes.substitutivity.substituted_tails``). High O-vs-S and
+the word that replaced it in S (``service.probes.scoring.substitutivity.substituted_tails``). High O-vs-S and
 Ot-vs-St overlap means the model goes on describing the image the same way after the substitution.
 
 ``compcap substitutivity --repo model_zoo --data <eval world> --train <training world> --out reports``
@@ -33,7 +33,7 @@ from service.evaluation.cider import CiderD
 from service.evaluation.intervals import bootstrap_interval
 from service.evaluation.metrics import caption_metrics
 from service.manifest import load_manifest
-from service.probes.substitutivity import substituted_tails, substitutivity_result
+from service.probes.scoring.substitutivity import substituted_tails, substitutivity_result
 from service.text.concepts import load_concepts
 from service.text.synonyms import candidate_table, plural
 from service.text.vocabulary import Vocabulary, tokenize

@@ -160,7 +160,7 @@ def _image(
     image = runtime.manifest.image
     settings = runtime.settings
     if body.image_ref is not None:
-        from service.probes.sets import ProbeSetError, repo_probe_sets
+        from service.probesets import ProbeSetError, repo_probe_sets
 
         try:
             sets = repo_probe_sets(settings.repo, runtime.manifest)

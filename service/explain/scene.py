@@ -1,6 +1,6 @@
 """Per-word grounding against a scene graph: what lies under each word's highest-attributed region,
 GroundingScore(δ) of the caption and the pointing game (pure; SceneWorld scene graphs, see
-``service.probes.sets``: ``objects`` in drawing order with pixel ``bbox`` [x0, y0, x1, y1], a
+``service.probesets``: ``objects`` in drawing order with pixel ``bbox`` [x0, y0, x1, y1], a
 ``background`` below the ``horizon`` row)."""
 
 from __future__ import annotations

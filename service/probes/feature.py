@@ -14,10 +14,10 @@ from fastapi import FastAPI
 
 from service.api.deps import Runtime
 from service.api.feature import add_tag
+from service.probes.http.endpoints import router
+from service.probes.jobs.probe_service import ProbeService
+from service.probes.jobs.schedule import ProbeSchedule, parse_schedule
 from service.probes.kinds import kind_names
-from service.probes.router import router
-from service.probes.schedule import ProbeSchedule, parse_schedule
-from service.probes.service import ProbeService
 from service.settings import ProbeSettings, check_setting
 
 log = logging.getLogger(__name__)

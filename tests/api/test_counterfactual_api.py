@@ -17,8 +17,8 @@ from fastapi.testclient import TestClient
 from export.probesets.repo import add_probe_sets
 from service.gateway.app import create_app
 from service.manifest import load_manifest
-from service.probes.counterfactual import MISS_CLASSES, OUTCOMES
-from service.probes.sets import load_probe_set
+from service.probes.scoring.counterfactual import MISS_CLASSES, OUTCOMES
+from service.probesets import load_probe_set
 from service.settings import Settings
 from tests.api.conftest import wait_ready
 

@@ -41,7 +41,7 @@ def first_image(client: TestClient, name: str = "productivity") -> int:
     sets = {s["name"]: s for s in client.get("/v1/probe-sets").json()["probe_sets"]}
     assert sets[name]["scene_graphs"]
     from service.manifest import load_manifest
-    from service.probes.sets import repo_probe_sets
+    from service.probesets import repo_probe_sets
 
     repo = client.app.state.runtime.settings.repo  # type: ignore[attr-defined]
     return repo_probe_sets(repo, load_manifest(repo))[name].image_ids[0]
@@ -86,7 +86,7 @@ def probe_image(client: TestClient, name: str = "productivity") -> tuple[str, di
     """A probe-set image as an upload would send it (base64 PNG at the served size), its scene graph
     and its id."""
     from service.manifest import load_manifest
-    from service.probes.sets import repo_probe_sets
+    from service.probesets import repo_probe_sets
 
     repo = client.app.state.runtime.settings.repo  # type: ignore[attr-defined]
     manifest = load_manifest(repo)

@@ -24,12 +24,12 @@ from compcap_client import CompCapClient
 from service.cli import main as cli
 from service.engine.engine import CaptionEngine
 from service.gateway.app import create_app
-from service.probes.kind import ProbeKind, ProbeSpec, Progress, cap, decode
+from service.probes.jobs.schedule import parse_schedule
 from service.probes.kinds import kind_names, register, unregister
-from service.probes.parser import PairParser
-from service.probes.schedule import parse_schedule
-from service.probes.sets import ProbeSet
-from service.probes.tables import cell, table
+from service.probes.kinds.record import ProbeKind, ProbeSpec, Progress, cap, decode
+from service.probes.kinds.tables import cell, table
+from service.probes.scoring.parser import PairParser
+from service.probesets import ProbeSet
 from service.settings import Settings
 from tests.api.conftest import wait_ready
 

@@ -506,7 +506,7 @@ def test_the_probe_chart_shows_every_pair_when_held_out_pairs_are_unknown(
     demo_server: str, browser_page: tuple[Any, Watch]
 ) -> None:
     """An imported captioner whose import declared no held-out pairs: its result has ``held_out_known``
-    false and ``all`` (as ``service.probes.systematicity`` writes it); the real job's result is
+    false and ``all`` (as ``service.probes.scoring.systematicity`` writes it); the real job's result is
     rewritten so on its way to the page."""
     from playwright.sync_api import expect
 
@@ -600,7 +600,7 @@ def test_the_counterfactual_probe_draws_pairs_and_outcome_shares(
     then reads this result's held-out hit rate and spread between pairs."""
     from playwright.sync_api import expect
 
-    from service.probes.counterfactual import OUTCOMES
+    from service.probes.scoring.counterfactual import OUTCOMES
 
     page, watch = browser_page
     open_demo(page, counterfactual_server)

@@ -33,11 +33,11 @@ from service.cli import main
 from service.compare.repetition import duplicated_rate
 from service.gateway.app import create_app
 from service.manifest import load_manifest, repo_probe_set_entries
-from service.probes.kinds import productivity as productivity_kind
-from service.probes.kinds import systematicity as systematicity_kind
-from service.probes.productivity import productivity_result
-from service.probes.sets import load_probe_set, repo_probe_sets
-from service.probes.systematicity import systematicity_result, with_intervals
+from service.probes.kinds import productivity_kind as productivity_kind
+from service.probes.kinds import systematicity_kind as systematicity_kind
+from service.probes.scoring.productivity import productivity_result
+from service.probes.scoring.systematicity import systematicity_result, with_intervals
+from service.probesets import load_probe_set, repo_probe_sets
 from service.settings import Settings
 from service.text.concepts import ConceptPair
 from service.text.vocabulary import Vocabulary

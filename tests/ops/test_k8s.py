@@ -1064,7 +1064,7 @@ def run_models_init(
 
 def test_models_init_container_adds_the_probe_sets_built_for_its_repository(tmp_path: Path) -> None:
     from service.manifest import load_manifest
-    from service.probes.sets import repo_probe_sets
+    from service.probesets import repo_probe_sets
 
     shipped = json.loads((ROOT / "model_repo" / "manifest.json").read_text())
     entry = write_probe_set(tmp_path / "entry", "tiny")
@@ -1165,7 +1165,7 @@ def gateway_metric_names() -> frozenset[str]:
     from prometheus_client import CollectorRegistry
 
     from service.metrics import Metrics
-    from service.probes.gauges import ProbeGauges
+    from service.probes.jobs.gauges import ProbeGauges
 
     registry = CollectorRegistry()
     Metrics(registry)
@@ -1215,7 +1215,7 @@ WRITE_EVERY_METRIC = """
 from prometheus_client import CollectorRegistry
 
 from service.metrics import Metrics
-from service.probes.gauges import ProbeGauges
+from service.probes.jobs.gauges import ProbeGauges
 
 registry = CollectorRegistry()
 Metrics(registry)

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 from service.compare.configs import parse_configuration
 from service.compare.shadow import ShadowComparer
 from service.metrics import Metrics
-from service.probes.gauges import ProbeGauges
+from service.probes.jobs.gauges import ProbeGauges
 from tests.integration.prometheus_server import (
     DASHBOARD,
     MONITORING,

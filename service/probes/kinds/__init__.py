@@ -1,4 +1,4 @@
-"""The registry of probe kinds (``service.probes.kind.ProbeKind``): the three of the seeds —
+"""The registry of probe kinds (``service.probes.kinds.record.ProbeKind``): the three of the seeds —
 systematicity (seed 000), productivity and substitutivity (seed 001) —, counterfactual minimal pairs
 (issue 41), and any a deployment or a test registers. The router, the schedule, the job's runner and
 gauges, ``compcap probe``'s tables and ``GET /v1/probe-kinds`` (which the client and the web page
@@ -6,23 +6,36 @@ read) all look kinds up here."""
 
 from __future__ import annotations
 
-from service.probes.kind import ProbeKind
-from service.probes.kinds import counterfactual, productivity, substitutivity, systematicity
+from service.probes.kinds import (
+    counterfactual_kind,
+    productivity_kind,
+    substitutivity_kind,
+    systematicity_kind,
+)
+from service.probes.kinds.record import ProbeKind
+from service.probesets import register_format, unregister_format
 
 KINDS: dict[str, ProbeKind] = {}
 
 
 def register(kind: ProbeKind) -> ProbeKind:
-    """Add ``kind``; a name registered already is refused (``ValueError``)."""
+    """Add ``kind``, and the probe-set format it brings (``set_format``); a name registered already,
+    or another format of the same name, is refused (``ValueError``)."""
     if kind.name in KINDS:
         raise ValueError(f"probe kind {kind.name!r} is registered already")
+    if kind.set_format is not None:
+        register_format(kind.set_format)
     KINDS[kind.name] = kind
     return kind
 
 
 def unregister(name: str) -> None:
-    """Remove the kind ``name`` (a no-op when it is not registered)."""
-    KINDS.pop(name, None)
+    """Remove the kind ``name`` and the format it brought, unless another kind reads it (a no-op when
+    it is not registered)."""
+    kind = KINDS.pop(name, None)
+    fmt = kind.set_format if kind is not None else None
+    if fmt is not None and not any(k.set_format is fmt for k in KINDS.values()):
+        unregister_format(fmt.name)
 
 
 def kind_names() -> tuple[str, ...]:
@@ -34,7 +47,7 @@ def get_kind(name: str) -> ProbeKind | None:
     return KINDS.get(name)
 
 
-for _builtin in (systematicity.KIND, productivity.KIND, substitutivity.KIND, counterfactual.KIND):
-    register(_builtin)
+for _builtin in (systematicity_kind, productivity_kind, substitutivity_kind, counterfactual_kind):
+    register(_builtin.KIND)
 
 __all__ = ["KINDS", "get_kind", "kind_names", "register", "unregister"]

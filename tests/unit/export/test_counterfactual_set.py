@@ -20,7 +20,7 @@ from export.probesets.counterfactual import (
 )
 from export.probesets.sceneworld import ProbeWorld
 from export.world.scene import Edit, EditError, scene_graph
-from service.probes.sets import ProbeSetError, load_probe_set
+from service.probesets import ProbeSetError, load_probe_set
 from service.text.concepts import ConceptPair
 
 HELD = [

@@ -1,4 +1,4 @@
-"""Probe sets as data (``export/probesets`` writes, ``service/probes/sets.py`` reads): the tiny build's
+"""Probe sets as data (``export/probesets`` writes, ``service/probesets/read.py`` reads): the tiny build's
 SceneWorld sets, a COCO-format folder through ``compcap probeset``, ``compcap probesets --repo``, and
 the errors of bad input."""
 
@@ -20,7 +20,7 @@ from export.world.dataset import generate_one
 from export.zoo import EVAL_SEED
 from service import cli
 from service.manifest import Manifest, load_manifest, load_probe_index, repo_probe_set_entries
-from service.probes.sets import ProbeSet, ProbeSetError, load_probe_set, repo_probe_sets
+from service.probesets import ProbeSet, ProbeSetError, load_probe_set, repo_probe_sets
 from service.text.concepts import ConceptPair, load_concepts
 from service.text.vocabulary import tokenize
 

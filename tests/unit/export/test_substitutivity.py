@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from export.studies.substitutivity import agreement, follows_up_to_the_word, markdown, substitution_table
-from service.probes.substitutivity import substituted_tails, substitutivity_result
+from service.probes.scoring.substitutivity import substituted_tails, substitutivity_result
 
 
 def test_pairs_need_both_words_often_enough_in_training_and_in_the_vocabulary() -> None:

@@ -1,6 +1,6 @@
-"""The counterfactual probe's maths (``service.probes.counterfactual``): each miss class on hand-written
-captions parsed by the real attachment checker, and the result's figures, shares and intervals on a
-small hand-made set of minimal pairs."""
+"""The counterfactual probe's maths (``service.probes.scoring.counterfactual``): each miss class on
+hand-written captions parsed by the real attachment checker, and the result's figures, shares and
+intervals on a small hand-made set of minimal pairs."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 
 from service.evaluation.intervals import bootstrap_interval, paired_test
-from service.probes.counterfactual import (
+from service.probes.scoring.counterfactual import (
     MISS_CLASSES,
     OUTCOMES,
     classify,
     counterfactual_result,
     nouns_mentioned,
 )
-from service.probes.sets import MinimalPair, PairMinimalPairs
+from service.probesets import MinimalPair, PairMinimalPairs
 from service.text.attachment import AttachmentChecker
 from service.text.concepts import ConceptPair
 

@@ -16,12 +16,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from service.evaluation.bleu import corpus_bleu
 from service.evaluation.intervals import bootstrap_interval
-from service.probes.bounds import BoundedGauge
-from service.probes.kinds import systematicity as kind
-from service.probes.productivity import productivity_result
-from service.probes.substitutivity import bleu4_of_sums, bleu4_units, substitutivity_result
-from service.probes.substitutivity import compare as compare_substitutivity
-from service.probes.systematicity import compare, systematicity_result, with_intervals
+from service.probes.kinds import systematicity_kind as kind
+from service.probes.kinds.bounds import BoundedGauge
+from service.probes.scoring.productivity import productivity_result
+from service.probes.scoring.substitutivity import bleu4_of_sums, bleu4_units, substitutivity_result
+from service.probes.scoring.substitutivity import compare as compare_substitutivity
+from service.probes.scoring.systematicity import compare, systematicity_result, with_intervals
 from service.text.concepts import ConceptPair
 
 PAIRS = [

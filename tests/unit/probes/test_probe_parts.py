@@ -16,10 +16,10 @@ from service.api.auth import check_key
 from service.api.errors import ApiError
 from service.api.gate import BusyError
 from service.probes.feature import probe_schedule
-from service.probes.gauges import ProbeGauges
-from service.probes.jobs import JobManager, JobStatus, ProbeJob
-from service.probes.schedule import parse_duration, parse_schedule
-from service.probes.store import ProbeStore
+from service.probes.jobs.gauges import ProbeGauges
+from service.probes.jobs.manager import JobManager, JobStatus, ProbeJob
+from service.probes.jobs.probe_store import ProbeStore
+from service.probes.jobs.schedule import parse_duration, parse_schedule
 from service.settings import Settings
 from service.state.store import open_store
 

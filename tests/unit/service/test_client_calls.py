@@ -324,7 +324,7 @@ def test_result_types_mirror_the_server_schemas() -> None:
     from service.api import schemas as api
     from service.compare import schemas as compare
     from service.explain import schemas as explain
-    from service.probes import router as probes
+    from service.probes.http import endpoints as probes
 
     pairs: list[tuple[Any, Any]] = [
         (results.Caption, api.CaptionOut),
@@ -482,7 +482,7 @@ def test_every_input_form_gets_the_same_captions_from_both_clients(gateway: str)
 @pytest.mark.integration  # starts compcap serve
 def test_explain_attention_a_gradient_method_and_a_probe_image(gateway: str, tiny_repo: Path) -> None:
     from service.manifest import load_manifest
-    from service.probes.sets import repo_probe_sets
+    from service.probesets import repo_probe_sets
 
     image_id = repo_probe_sets(tiny_repo, load_manifest(tiny_repo))["productivity"].image_ids[0]
     with client(gateway) as sync:

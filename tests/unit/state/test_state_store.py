@@ -15,8 +15,8 @@ import sqlalchemy as sa
 
 from service.compare.reservoir import DiscrepancyReservoir, ReservoirItem
 from service.compare.stored import StoredReservoir
-from service.probes.jobs import JobManager, JobStatus, ProbeJob
-from service.probes.store import ProbeStore
+from service.probes.jobs.manager import JobManager, JobStatus, ProbeJob
+from service.probes.jobs.probe_store import ProbeStore
 from service.settings import Settings
 from service.state.lease import Lease
 from service.state.migrations import MIGRATIONS, SchemaTooNew

@@ -17,7 +17,7 @@ from typing import Any
 
 from service.evaluation.cider import CiderD
 from service.evaluation.intervals import SEED
-from service.probes.uncertainty import interval, method, paired, values
+from service.probes.scoring.uncertainty import interval, method, paired, values
 from service.text.concepts import ConceptInventory, load_concepts
 from service.text.vocabulary import tokenize
 

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from service.probes.jobs import CANCELLED, JobStatus, ProbeJob
+from service.probes.jobs.manager import CANCELLED, JobStatus, ProbeJob
 from service.state.schema import probe_baselines, probe_jobs
 from service.state.store import StateStore
 

@@ -1,6 +1,6 @@
 """The substitutivity probe (seed 001 §4.3, Table 6): each image's caption O, and S decoded with the
 ``synonym_substitution`` hook on the S1 words O generated; the maths is
-``service.probes.substitutivity``."""
+``service.probes.scoring.substitutivity``."""
 
 from __future__ import annotations
 
@@ -11,21 +11,21 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry
 
 from service.evaluation.intervals import SEED
-from service.probes.bounds import BoundedGauge
-from service.probes.kind import ProbeKind, ProbeSpec, Progress, cap, decode
-from service.probes.substitutivity import (
+from service.probes.kinds.bounds import BoundedGauge
+from service.probes.kinds.record import ProbeKind, ProbeSpec, Progress, cap, decode
+from service.probes.kinds.tables import cell, fixed, get, table, with_bounds
+from service.probes.scoring.substitutivity import (
     chosen_images,
     compare,
     substituted_words,
     substitutivity_result,
 )
-from service.probes.tables import cell, fixed, get, table, with_bounds
 from service.text.synonyms import distinct_first_tokens, vocabulary_words
 
 if TYPE_CHECKING:
     from service.engine.client import EngineClient
-    from service.probes.parser import PairParser
-    from service.probes.sets import ProbeSet
+    from service.probes.scoring.parser import PairParser
+    from service.probesets import ProbeSet
 
 
 async def run(

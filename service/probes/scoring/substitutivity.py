@@ -18,7 +18,7 @@ from service.evaluation.bleu import SMALL, TINY, bleu_stats
 from service.evaluation.cider import CiderD
 from service.evaluation.intervals import SEED, bootstrap_sums
 from service.evaluation.metrics import caption_metrics, normalise
-from service.probes.uncertainty import KEYS, interval, method, paired, shared, values
+from service.probes.scoring.uncertainty import KEYS, interval, method, paired, shared, values
 from service.text.vocabulary import tokenize
 
 ROWS = ("O vs GT", "S vs GT", "O vs S", "Ot vs St")

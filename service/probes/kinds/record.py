@@ -5,7 +5,7 @@ registry. Adding a kind is one module with its record, its line in ``service.pro
 test.
 
 A kind reads probe sets of one format (``sets``: ``systematicity``, ``productivity`` or
-``substitutivity``, see ``service.probes.sets``) and decodes them through the engine with ``decode``
+``substitutivity``, see ``service.probesets``) and decodes them through the engine with ``decode``
 (background priority, the same ``caption_many`` path the offline studies use), reporting its progress
 (images decoded of the total) and, where it has one, a partial result as it goes."""
 
@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from service.api.gate import RequestError
 from service.engine.params import SearchParams
 from service.engine.request import Priority
+from service.text.concepts import ConceptPair
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from service.engine.client import EngineClient
-    from service.probes.parser import PairParser
-    from service.probes.sets import ProbeSet
+    from service.probes.scoring.parser import PairParser
+    from service.probesets import ProbeSet, SetFormat
 
 
 @dataclass
@@ -98,7 +99,9 @@ class ProbeKind:
     """One kind of live probe.
 
     - ``run(engine, spec, probe_set, parser, progress)``: the result (a JSON-able dict);
-    - ``sets``: the probe-set format it reads (default: its own name);
+    - ``sets``: the probe-set format it reads (default: its ``set_format``'s name, else its own name);
+    - ``set_format``: a probe-set format of its own (``service.probesets.SetFormat``: its keys of
+      ``probe.json`` and their check), registered with the kind and removed with it;
     - ``takes_pairs``: whether a request may name ``pairs`` (labels of the set's concept pairs);
     - ``check(probe_set, pairs)``: what else a request must satisfy (raises the kit's ``RequestError``);
     - ``gauges(registry)``: its gauges on the gateway's registry (None: only the common ones);
@@ -113,6 +116,7 @@ class ProbeKind:
     description: str
     run: Runner
     sets: str = ""
+    set_format: SetFormat | None = None
     takes_pairs: bool = False
     check: Check = no_check
     gauges: Callable[[CollectorRegistry], KindGauges] | None = None
@@ -124,8 +128,10 @@ class ProbeKind:
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").isalnum() or not self.name.islower():
             raise ValueError(f"name must be lower-case letters, digits and '_', got {self.name!r}")
+        if self.set_format is not None and self.sets not in ("", self.set_format.name):
+            raise ValueError(f"sets must name its set_format {self.set_format.name!r}, got {self.sets!r}")
         if not self.sets:
-            object.__setattr__(self, "sets", self.name)
+            object.__setattr__(self, "sets", self.set_format.name if self.set_format else self.name)
 
     def describe(self) -> dict[str, Any]:
         """``GET /v1/probe-kinds``'s entry."""
@@ -159,4 +165,31 @@ def invalid(message: str, field: str) -> RequestError:
     return RequestError(422, "invalid_probe", message, field=field)
 
 
-__all__ = ["KindGauges", "ProbeKind", "ProbeSpec", "Progress", "cap", "decode", "invalid", "no_check"]
+def check_labels(pairs: Sequence[str] | None, known: set[str]) -> None:
+    """Every label of ``pairs`` (None: every pair) is one of ``known`` (422 naming ``pairs.<n>``)."""
+    for n, label in enumerate(pairs or ()):
+        if label not in known:
+            raise invalid(f"unknown pair {label!r} (known: {', '.join(sorted(known))})", f"pairs.{n}")
+
+
+def declared_held_out(engine: EngineClient, model: str) -> list[ConceptPair] | None:
+    """The pairs captioner ``model`` was trained without, or None when its import declared none (an
+    imported captioner: per-pair figures only)."""
+    training = engine.manifest.captioner(model).training
+    if not training.held_out_known:
+        return None
+    return [ConceptPair(p.kind, p.modifier, p.noun) for p in training.held_out_pairs]
+
+
+__all__ = [
+    "KindGauges",
+    "ProbeKind",
+    "ProbeSpec",
+    "Progress",
+    "cap",
+    "check_labels",
+    "declared_held_out",
+    "decode",
+    "invalid",
+    "no_check",
+]

@@ -1,5 +1,5 @@
 """The systematicity probe (seed 000 §3): Recall@K of each concept pair on its Test-Comb images and
-false composition on its Test-no-Comb images; the maths is ``service.probes.systematicity``."""
+false composition on its Test-no-Comb images; the maths is ``service.probes.scoring.systematicity``."""
 
 from __future__ import annotations
 
@@ -10,17 +10,25 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from service.probes.bounds import BoundedGauge
-from service.probes.kind import ProbeKind, ProbeSpec, Progress, cap, decode, invalid
-from service.probes.parser import lookup
-from service.probes.systematicity import KS, compare, systematicity_result, with_intervals
-from service.probes.tables import bounds, cell, fixed, get, table, with_bounds
+from service.probes.kinds.bounds import BoundedGauge
+from service.probes.kinds.record import (
+    ProbeKind,
+    ProbeSpec,
+    Progress,
+    cap,
+    check_labels,
+    declared_held_out,
+    decode,
+)
+from service.probes.kinds.tables import bounds, cell, fixed, get, table, with_bounds
+from service.probes.scoring.parser import lookup
+from service.probes.scoring.systematicity import KS, compare, systematicity_result, with_intervals
 from service.text.concepts import ConceptPair
 
 if TYPE_CHECKING:
     from service.engine.client import EngineClient
-    from service.probes.parser import PairParser
-    from service.probes.sets import ProbeSet
+    from service.probes.scoring.parser import PairParser
+    from service.probesets import ProbeSet
 
 
 async def run(
@@ -37,12 +45,7 @@ async def run(
     comb = {g: sorted({i for e in members[g] for i in cap(e.comb, spec.images)}) for g in groups}
     no_comb = {e.pair.label: cap(e.no_comb, spec.images) for e in reported}
     progress.total = sum(len(comb[g]) for g in groups) + sum(len(v) for v in no_comb.values())
-    training = engine.manifest.captioner(spec.model).training
-    held_out = (
-        [ConceptPair(p.kind, p.modifier, p.noun) for p in training.held_out_pairs]
-        if training.held_out_known
-        else None  # an imported captioner whose import declared no held-out pairs: per-pair recall only
-    )
+    held_out = declared_held_out(engine, spec.model)
     generated: dict[int, list[str]] = {}
     parsed: dict[str, frozenset[ConceptPair]] = {}
     result: dict[str, Any] = {}
@@ -79,12 +82,8 @@ async def run(
 
 def check(probe_set: ProbeSet, pairs: tuple[str, ...] | None) -> None:
     """Every label of ``pairs`` is one of the set's pairs."""
-    if pairs is None:
-        return
-    known = {p.pair.label for p in probe_set.pairs()}
-    for n, label in enumerate(pairs):
-        if label not in known:
-            raise invalid(f"unknown pair {label!r} (known: {', '.join(sorted(known))})", f"pairs.{n}")
+    if pairs is not None:
+        check_labels(pairs, {p.pair.label for p in probe_set.pairs()})
 
 
 def held_out_known(result: Mapping[str, Any]) -> bool:

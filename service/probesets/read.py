@@ -2,7 +2,8 @@
 written by ``compcap build`` / ``compcap models`` / ``compcap probesets`` into
 ``<repo>/probes/<name>/`` and listed in the manifest (``Manifest.probe_sets``, by a build) or the
 repository's probe index (``<repo>/probes/index.json``, by ``compcap probesets``), or by ``compcap
-probeset`` from any COCO-format folder. This module only reads them (numpy, PIL and ``service.*``).
+probeset`` from any COCO-format folder. This module only reads them (numpy, PIL and ``service.*``);
+``export.probesets.write`` is the one writer.
 
 Layout of ``<repo>/probes/<name>/``::
 
@@ -15,20 +16,8 @@ Layout of ``<repo>/probes/<name>/``::
                        substitutivity; ``CiderD.save``)
     splits/<kind>[_<g>]/split.json   splits over the probe images (``compcap evaluate --data <folder>``)
 
-Kind-specific keys of ``probe.json``:
-
-* systematicity: ``"pairs": [{"kind", "modifier", "noun", "group", "comb": [ids], "no_comb": [ids]}]``
-  — comb: the pair is in the scene and attached in at least one reference; no_comb: both constituents
-  are present, no object carries the pair and no reference mentions it;
-* productivity: ``"objects": {str(id): [noun, ...]} | null``, ``"density": {"1"|"2"|"3"|"4": [ids]} |
-  null`` ("4" = four or more objects), ``"length": {"short"|"medium"|"long": [ids]}`` and
-  ``"length_edges": [e1, e2]`` (short: mean reference length <= e1, medium: <= e2, long: > e2);
-* substitutivity: ``"pairs": [{"category", "fine", "images": [ids]}]``, ``"substitutions": [[S1 fine,
-  S2 category], ...]``, ``"min_count"``, ``"synonym_counts"``;
-* counterfactual: ``"pairs": [{"kind", "modifier", "noun", "field", "minimal_pairs": [{"held_out": id,
-  "seen": id, "object": k, "seen_value": v}]}]`` — each minimal pair is a scene with a seen pair's
-  object (``seen_value`` with the noun) and the same scene with exactly that object's ``field`` set to
-  the held-out modifier (``export.probesets.counterfactual``).
+The kind-specific keys of ``probe.json`` are each format's (``SetFormat``, ``service.probesets.format``):
+the built-in four are documented in ``service.probesets.builtin``; a probe kind may bring its own.
 """
 
 from __future__ import annotations
@@ -43,57 +32,23 @@ import numpy as np
 
 from service.evaluation.cider import CiderD
 from service.images import ImageError, decode_image
-from service.manifest import PROBE_SET_FORMATS, Manifest, repo_probe_set_entries
-from service.text.concepts import ConceptPair
+from service.manifest import Manifest, repo_probe_set_entries
+from service.probesets.builtin import (
+    PairImages,
+    PairMinimalPairs,
+    counterfactual_pairs,
+    systematicity_pairs,
+)
+from service.probesets.format import ProbeSetError, SetFormat, format_names, get_format
 
 FORMAT = 1
-KINDS = PROBE_SET_FORMATS  # the formats of probe sets (a probe kind reads one: service.probes.kinds)
 PROBE_FILE = "probe.json"
 CAPTIONS_FILE = "captions.json"
 SCENES_FILE = "scene_graphs.json"
 CIDER_FILE = "cider_df.json"
-DENSITY_BUCKETS = ("1", "2", "3", "4")
-LENGTH_BUCKETS = ("short", "medium", "long")
 # probe images are the repository's own files, not uploads: generous decoding limits
 MAX_FILE_BYTES = 64 * 1024 * 1024
 MAX_PIXELS = 64 * 1024 * 1024
-
-
-class ProbeSetError(ValueError):
-    """A probe set that cannot be read or is used for the wrong kind; the message names the file/key."""
-
-
-@dataclass(frozen=True)
-class PairImages:
-    """The systematicity images of one concept pair."""
-
-    pair: ConceptPair
-    group: int
-    comb: tuple[int, ...]
-    no_comb: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class MinimalPair:
-    """Counterfactual: a seen image and the same scene with object ``object``'s ``field`` changed from
-    ``seen_value`` to the held-out modifier."""
-
-    held_out: int
-    seen: int
-    object: int
-    seen_value: str
-
-
-@dataclass(frozen=True)
-class PairMinimalPairs:
-    """Counterfactual: the minimal pairs of one held-out pair."""
-
-    pair: ConceptPair
-    field: str
-    minimal_pairs: tuple[MinimalPair, ...]
-
-    def seen_pair(self, m: MinimalPair) -> ConceptPair:
-        return ConceptPair(self.pair.kind, m.seen_value, self.pair.noun)
 
 
 @dataclass(frozen=True)
@@ -106,6 +61,14 @@ class ProbeSet:
     file_names: dict[int, str]
     captions: dict[int, list[str]]
     scenes: dict[int, dict[str, Any]] | None
+
+    @property
+    def format(self) -> SetFormat:
+        """The set's format record (``service.probesets.format``)."""
+        fmt = get_format(self.kind)
+        if fmt is None:
+            raise ProbeSetError(f"{self.root / PROBE_FILE}: probe-set format {self.kind!r} is not registered")
+        return fmt
 
     @property
     def has_scene_graphs(self) -> bool:
@@ -136,15 +99,7 @@ class ProbeSet:
     def pairs(self) -> list[PairImages]:
         """Systematicity: the images of each of the 24 pairs."""
         self._require("systematicity")
-        return [
-            PairImages(
-                ConceptPair(str(p["kind"]), str(p["modifier"]), str(p["noun"])),
-                int(p["group"]),
-                tuple(int(i) for i in p["comb"]),
-                tuple(int(i) for i in p["no_comb"]),
-            )
-            for p in self.info["pairs"]
-        ]
+        return systematicity_pairs(self.info)
 
     def objects(self) -> dict[int, list[str]] | None:
         """Productivity: each image's object nouns (None when the source had no object lists)."""
@@ -180,17 +135,7 @@ class ProbeSet:
     def minimal_pairs(self) -> list[PairMinimalPairs]:
         """Counterfactual: the minimal pairs of each held-out pair."""
         self._require("counterfactual")
-        return [
-            PairMinimalPairs(
-                ConceptPair(str(p["kind"]), str(p["modifier"]), str(p["noun"])),
-                str(p["field"]),
-                tuple(
-                    MinimalPair(int(m["held_out"]), int(m["seen"]), int(m["object"]), str(m["seen_value"]))
-                    for m in p["minimal_pairs"]
-                ),
-            )
-            for p in self.info["pairs"]
-        ]
+        return counterfactual_pairs(self.info)
 
     def cider(self) -> CiderD | None:
         """CIDEr-D with the training references' document frequencies (None if the set has none)."""
@@ -212,58 +157,6 @@ def _read_json(path: Path) -> Any:
         raise ProbeSetError(f"{path}: not valid JSON ({exc})") from None
 
 
-def _ids(value: Any, where: str, known: set[int]) -> list[int]:
-    if not isinstance(value, list):
-        raise ProbeSetError(f"{where} must be a list of image ids")
-    try:
-        ids = [int(i) for i in value]
-    except (TypeError, ValueError):
-        raise ProbeSetError(f"{where} holds a non-integer image id") from None
-    unknown = [i for i in ids if i not in known]
-    if unknown:
-        raise ProbeSetError(f"{where}: image ids not in captions.json, e.g. {unknown[:3]}")
-    return ids
-
-
-def _check_kind(info: dict[str, Any], where: str, known: set[int]) -> None:
-    """The kind-specific keys exist and name only images of the set."""
-    kind = info["kind"]
-    try:
-        if kind == "systematicity":
-            for n, p in enumerate(info["pairs"]):
-                for key in ("kind", "modifier", "noun", "group"):
-                    if key not in p:
-                        raise ProbeSetError(f"{where}: pairs[{n}] has no {key!r}")
-                _ids(p["comb"], f"{where}: pairs[{n}].comb", known)
-                _ids(p["no_comb"], f"{where}: pairs[{n}].no_comb", known)
-        elif kind == "productivity":
-            if info.get("objects") is not None:
-                _ids([int(k) for k in info["objects"]], f"{where}: objects", known)
-            for by in ("density", "length"):
-                if info.get(by) is not None:
-                    for name, ids in info[by].items():
-                        _ids(ids, f"{where}: {by}[{name!r}]", known)
-        elif kind == "counterfactual":
-            if info.get("scene_graphs") is not True:
-                raise ProbeSetError(f"{where}: a counterfactual probe set needs its scene graphs")
-            for n, p in enumerate(info["pairs"]):
-                for key in ("kind", "modifier", "noun", "field"):
-                    if key not in p:
-                        raise ProbeSetError(f"{where}: pairs[{n}] has no {key!r}")
-                for m, mp in enumerate(p["minimal_pairs"]):
-                    _ids([mp["held_out"], mp["seen"]], f"{where}: pairs[{n}].minimal_pairs[{m}]", known)
-        else:
-            for n, p in enumerate(info["pairs"]):
-                if "category" not in p or "fine" not in p:
-                    raise ProbeSetError(f"{where}: pairs[{n}] needs 'category' and 'fine'")
-                _ids(p["images"], f"{where}: pairs[{n}].images", known)
-            for s in info["substitutions"]:
-                if not (isinstance(s, list) and len(s) == 2):
-                    raise ProbeSetError(f"{where}: substitutions must be [S1, S2] pairs, got {s!r}")
-    except KeyError as exc:
-        raise ProbeSetError(f"{where}: a {kind} probe set needs key {exc.args[0]!r}") from None
-
-
 def load_probe_set(root: Path) -> ProbeSet:
     """Read and check the probe set in folder ``root``."""
     root = Path(root)
@@ -278,8 +171,9 @@ def load_probe_set(root: Path) -> ProbeSet:
     for key in ("name", "kind"):
         if not isinstance(info.get(key), str):
             raise ProbeSetError(f"{probe_path}: key {key!r} is missing or not a string")
-    if info["kind"] not in KINDS:
-        raise ProbeSetError(f"{probe_path}: kind {info['kind']!r} is not one of {KINDS}")
+    fmt = get_format(info["kind"])
+    if fmt is None:
+        raise ProbeSetError(f"{probe_path}: kind {info['kind']!r} is not one of {format_names()}")
     captions_path = root / CAPTIONS_FILE
     coco = _read_json(captions_path)
     try:
@@ -319,7 +213,7 @@ def load_probe_set(root: Path) -> ProbeSet:
             raise ProbeSetError(f"{root / SCENES_FILE}: no scene graph for images {missing[:3]}")
     elif info.get("scene_graphs"):
         raise ProbeSetError(f"{probe_path} says scene_graphs but {root / SCENES_FILE} is missing")
-    _check_kind(info, str(probe_path), set(file_names))
+    fmt.validate(info, str(probe_path), set(file_names))
     return ProbeSet(
         name=info["name"],
         kind=info["kind"],

@@ -13,9 +13,9 @@ from service.api.deps import EngineDep, from_state
 from service.api.errors import ApiError
 from service.api.feature import error_responses, feature_router
 from service.api.requestlog import annotate
-from service.probes.jobs import ProbeJob
+from service.probes.jobs.manager import ProbeJob
+from service.probes.jobs.probe_service import NotComparable, ProbeService
 from service.probes.kinds import KINDS, kind_names
-from service.probes.service import NotComparable, ProbeService
 
 
 class ProbeRequest(BaseModel):
@@ -182,7 +182,9 @@ async def start_probe(
 ) -> dict[str, Any]:
     """Start a probe job; poll ``GET /v1/probes/{id}`` (also in the ``Location`` header)."""
     search = body.model_dump(include={"model", "rerank", "beam_size", "n_best", "rerank_weight"})
-    spec = probes.spec(engine, body.kind, search, body.probe_set, body.pairs, body.images)
+    spec = probes.spec(
+        engine, body.kind, search, probe_set=body.probe_set, pairs=body.pairs, images=body.images
+    )
     job = await probes.start(engine, spec)
     annotate(model=spec.model, probe=body.kind)
     response.headers["Location"] = f"/v1/probes/{job.id}"

@@ -1,4 +1,4 @@
-"""The counterfactual probe's maths, scored on a counterfactual probe set (``service.probes.sets``):
+"""The counterfactual probe's maths, scored on a counterfactual probe set (``service.probesets``):
 each minimal pair is a scene with a seen pair's object (a white cat) and the same scene with exactly
 that object's colour, size or action set to a held-out value (a black cat).
 
@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from service.evaluation.intervals import RESAMPLES, bootstrap_interval, mean_of_means, paired_test
-from service.probes.sets import PairMinimalPairs
+from service.probesets import PairMinimalPairs
 from service.text.concepts import ConceptPair, load_concepts
 
 KS = (1, 5)

@@ -1,6 +1,6 @@
 """The productivity probe (seed 001 §4.2): the top-1 caption's length, nouns, object coverage and
 CIDEr-D per density (objects in the scene) and length bucket; the maths is
-``service.probes.productivity``."""
+``service.probes.scoring.productivity``."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
-from service.probes.bounds import BoundedGauge
-from service.probes.kind import ProbeKind, ProbeSpec, Progress, cap, decode, invalid
-from service.probes.productivity import compare, productivity_result
-from service.probes.tables import cell, fixed, get, table, with_bounds
+from service.probes.kinds.bounds import BoundedGauge
+from service.probes.kinds.record import ProbeKind, ProbeSpec, Progress, cap, decode, invalid
+from service.probes.kinds.tables import cell, fixed, get, table, with_bounds
+from service.probes.scoring.productivity import compare, productivity_result
 
 if TYPE_CHECKING:
     from service.engine.client import EngineClient
-    from service.probes.parser import PairParser
-    from service.probes.sets import ProbeSet
+    from service.probes.scoring.parser import PairParser
+    from service.probesets import ProbeSet
 
 
 async def run(

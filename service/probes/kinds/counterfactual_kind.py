@@ -1,7 +1,7 @@
 """The counterfactual probe (issue 41): minimal pairs of SceneWorld scenes that differ in exactly one
 object's held-out attribute or action; hit rates of the held-out and the seen side, every top-1 miss
 classified by the scene graph, held-out − seen as a paired test, all with 95% intervals. The maths is
-``service.probes.counterfactual``."""
+``service.probes.scoring.counterfactual``."""
 
 from __future__ import annotations
 
@@ -11,16 +11,23 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from service.probes.bounds import BoundedGauge
-from service.probes.counterfactual import KS, MISS_CLASSES, OUTCOMES, SIDES, counterfactual_result
-from service.probes.kind import ProbeKind, ProbeSpec, Progress, decode, invalid
-from service.probes.tables import cell, fixed, get, table
+from service.probes.kinds.bounds import BoundedGauge
+from service.probes.kinds.record import (
+    ProbeKind,
+    ProbeSpec,
+    Progress,
+    check_labels,
+    declared_held_out,
+    decode,
+)
+from service.probes.kinds.tables import cell, fixed, get, table
+from service.probes.scoring.counterfactual import KS, MISS_CLASSES, OUTCOMES, SIDES, counterfactual_result
 from service.text.concepts import ConceptPair
 
 if TYPE_CHECKING:
     from service.engine.client import EngineClient
-    from service.probes.parser import PairParser
-    from service.probes.sets import ProbeSet
+    from service.probes.scoring.parser import PairParser
+    from service.probesets import ProbeSet
 
 BOUNDS = (("estimate", "estimate"), ("low", "low"), ("high", "high"))
 
@@ -38,12 +45,8 @@ async def run(
         for e in entries
     }
     progress.total = 2 * sum(len(v) for v in minimal.values())
-    training = engine.manifest.captioner(spec.model).training
-    held_out = (
-        frozenset(ConceptPair(p.kind, p.modifier, p.noun) for p in training.held_out_pairs)
-        if training.held_out_known
-        else None
-    )
+    declared = declared_held_out(engine, spec.model)
+    held_out = frozenset(declared) if declared is not None else None
     scenes = probe_set.scenes or {}
     generated: dict[int, list[str]] = {}
     attached: dict[str, frozenset[ConceptPair]] = {}
@@ -72,12 +75,8 @@ async def run(
 
 def check(probe_set: ProbeSet, pairs: tuple[str, ...] | None) -> None:
     """Every label of ``pairs`` is one of the set's held-out pairs."""
-    if pairs is None:
-        return
-    known = {p.pair.label for p in probe_set.minimal_pairs()}
-    for n, label in enumerate(pairs):
-        if label not in known:
-            raise invalid(f"unknown pair {label!r} (known: {', '.join(sorted(known))})", "pairs." + str(n))
+    if pairs is not None:
+        check_labels(pairs, {p.pair.label for p in probe_set.minimal_pairs()})
 
 
 class Gauges:

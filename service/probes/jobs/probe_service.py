@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +23,15 @@ from prometheus_client import CollectorRegistry
 from service.api.gate import RequestError
 from service.engine.client import EngineClient
 from service.manifest import Manifest
-from service.probes.gauges import ProbeGauges
-from service.probes.jobs import JobManager, JobStatus, ProbeJob
-from service.probes.kind import ProbeSpec
+from service.probes.jobs.gauges import ProbeGauges
+from service.probes.jobs.manager import JobManager, JobStatus, ProbeJob
+from service.probes.jobs.probe_store import ProbeStore
+from service.probes.jobs.schedule import ProbeSchedule
+from service.probes.jobs.spec import build_spec
 from service.probes.kinds import KINDS
-from service.probes.parser import PairParser
-from service.probes.schedule import ProbeSchedule
-from service.probes.sets import ProbeSet, repo_probe_sets
-from service.probes.spec import build_spec
-from service.probes.store import ProbeStore
+from service.probes.kinds.record import ProbeSpec
+from service.probes.scoring.parser import PairParser
+from service.probesets import ProbeSet, repo_probe_sets
 from service.state.lease import Lease
 from service.state.store import StateStore
 
@@ -88,17 +88,10 @@ class ProbeService:
             self._sets = repo_probe_sets(self.repo, self.manifest)
         return self._sets
 
-    def spec(
-        self,
-        engine: EngineClient,
-        kind: str,
-        search: Mapping[str, Any],
-        probe_set: str | None = None,
-        pairs: Sequence[str] | None = None,
-        images: int | None = None,
-        scheduled: bool = False,
-    ) -> ProbeSpec:
-        return build_spec(engine, self.sets(), kind, search, probe_set, pairs, images, scheduled)
+    def spec(self, engine: EngineClient, kind: str, search: Mapping[str, Any], **request: Any) -> ProbeSpec:
+        """``build_spec`` over the repository's probe sets (``request``: probe_set, pairs, images,
+        scheduled)."""
+        return build_spec(engine, self.sets(), kind, search, **request)
 
     async def start(
         self, engine: EngineClient, spec: ProbeSpec, force: bool = False, scheduled: bool = False

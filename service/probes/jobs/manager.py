@@ -1,10 +1,10 @@
 """Probe jobs: each probe runs as an ``asyncio`` task on the replica that accepted it, with an explicit
-status, progress and result kept in the shared state (``service.probes.store``), so that every replica
-answers ``GET``, ``DELETE`` and ``accept`` for any job. ``JobManager`` bounds how many run here at once
-(the kit's ``BoundedGate``: the rest is refused with a 429 and a retry hint, never queued without end),
-writes its jobs' progress every heartbeat, cancels on request — its own, or another replica's read at the
-next heartbeat (the task's engine requests are cancelled with it, which frees their beam rows) — and
-sweeps the jobs of replicas that died."""
+status, progress and result kept in the shared state (``service.probes.jobs.probe_store``), so that every
+replica answers ``GET``, ``DELETE`` and ``accept`` for any job. ``JobManager`` bounds how many run here at
+once (the kit's ``BoundedGate``: the rest is refused with a 429 and a retry hint, never queued without
+end), writes its jobs' progress every heartbeat, cancels on request — its own, or another replica's read
+at the next heartbeat (the task's engine requests are cancelled with it, which frees their beam rows) —
+and sweeps the jobs of replicas that died."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from service.api.gate import BoundedGate
-from service.probes.kind import ProbeSpec, Progress
 from service.probes.kinds import KINDS
+from service.probes.kinds.record import ProbeSpec, Progress
 from service.state.store import StateStore
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,8 @@ Work = Callable[[ProbeJob], Awaitable[dict[str, Any]]]
 
 
 class JobStore(Protocol):
-    """Where the jobs of every replica are kept (``service.probes.store.ProbeStore``); blocking calls."""
+    """Where the jobs of every replica are kept (``service.probes.jobs.probe_store.ProbeStore``);
+    blocking calls."""
 
     store: StateStore
 

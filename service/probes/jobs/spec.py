@@ -8,9 +8,9 @@ from typing import Any
 
 from service.api.gate import RequestError
 from service.engine.client import EngineClient
-from service.probes.kind import ProbeKind, ProbeSpec, invalid
 from service.probes.kinds import KINDS
-from service.probes.sets import ProbeSet
+from service.probes.kinds.record import ProbeKind, ProbeSpec, invalid
+from service.probesets import ProbeSet
 from service.text.suggest import did_you_mean
 
 

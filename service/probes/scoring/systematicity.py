@@ -17,7 +17,7 @@ from typing import Any
 
 from service.evaluation.intervals import SEED
 from service.evaluation.recall import CATEGORIES, PairsFn, pair_category, recall_at_k
-from service.probes.uncertainty import hits, interval, method, paired, shared
+from service.probes.scoring.uncertainty import hits, interval, method, paired, shared
 from service.text.concepts import ConceptPair
 
 KS = (1, 2, 3, 4, 5)

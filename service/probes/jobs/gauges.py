@@ -13,8 +13,13 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from service.probes.kind import KindGauges
 from service.probes.kinds import KINDS
+from service.probes.kinds.record import KindGauges
+
+
+def _latest(name: str, documentation: str, labels: list[str], registry: CollectorRegistry) -> Gauge:
+    """A gauge that keeps the most recent value of any process (``multiprocess_mode="mostrecent"``)."""
+    return Gauge(name, documentation, labels, multiprocess_mode="mostrecent", registry=registry)
 
 
 class ProbeGauges:
@@ -22,25 +27,24 @@ class ProbeGauges:
         self.kinds: dict[str, KindGauges] = {
             name: kind.gauges(registry) for name, kind in KINDS.items() if kind.gauges is not None
         }
-        self.last_success = Gauge(
+        model_kind = ["model", "kind"]
+        self.last_success = _latest(
             "compcap_probe_last_success_timestamp_seconds",
             "Unix time the last probe of this kind and model succeeded",
-            ["model", "kind"],
-            multiprocess_mode="mostrecent",
-            registry=registry,
+            model_kind,
+            registry,
         )
-        self.leader = Gauge(
+        self.leader = _latest(
             "compcap_probe_schedule_leader",
             "1 on the replica that holds the probe schedule's lease (runs the scheduled probes), else 0",
-            multiprocess_mode="mostrecent",
-            registry=registry,
+            [],
+            registry,
         )
-        self.duration = Gauge(
+        self.duration = _latest(
             "compcap_probe_duration_seconds",
             "Wall time of the last succeeded probe of this kind and model",
-            ["model", "kind"],
-            multiprocess_mode="mostrecent",
-            registry=registry,
+            model_kind,
+            registry,
         )
 
     def record(
