@@ -15,7 +15,7 @@ from export.hf.adapter import preprocessing
 from export.hf.clip import adapt_ranker
 from export.hf.snapshot import Snapshot, SnapshotError
 from export.hf.staging import HfImportError, ImportReport, write_configs
-from export.onnx import GraphSpec, export_graph, parity
+from export.packaging.onnx import GraphSpec, export_graph, parity
 from service.manifest import ModelEntry, RankerEntry, TensorSpec, TokenizerSpec, Training
 
 PARITY_TOLERANCE = 1e-4
