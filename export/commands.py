@@ -291,8 +291,9 @@ def _import_arguments(parser: argparse.ArgumentParser) -> None:
 def _import(args: argparse.Namespace) -> int:
     import sys
 
+    from export.hf.architectures import read_snapshot
     from export.hf.importer import HfImportError, import_hf
-    from export.hf.snapshot import SnapshotError, read_snapshot
+    from export.hf.snapshot import SnapshotError
 
     try:
         if args.role is not None and (found := read_snapshot(args.snapshot)).role != args.role:

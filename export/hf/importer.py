@@ -26,10 +26,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from export.hf.adapter import Adapted, adapt, preprocessing
+from export.hf.adapter import adapt, preprocessing
+from export.hf.architecture import Adapted
+from export.hf.architectures import read_snapshot
 from export.hf.imported_programs import MIN_TOKENS, write_programs
 from export.hf.kv_step import CacheShape, KeyValueStep, ZeroState, decode_parity
-from export.hf.snapshot import Snapshot, SnapshotError, read_snapshot
+from export.hf.snapshot import Snapshot, SnapshotError
 from export.hf.staging import HfImportError, ImportReport, commit, write_configs
 from export.hf.step_choice import STEP_FORMS, StepForm, StepTiming, choose
 from export.packaging.onnx import GraphSpec, export_graph, parity

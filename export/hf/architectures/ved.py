@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from export.hf.adapter import Adapted
+from export.hf.architecture import Adapted, Architecture
 from export.hf.kv_step import KeyValueStep, cache_shape
 from export.hf.pixels import PixelValues
 from export.hf.snapshot import Snapshot, SnapshotError, offline
@@ -86,3 +86,8 @@ def adapt(snapshot: Snapshot, pre: Preprocessing) -> Adapted:
         max_tokens=tokens,
         early_stopping=gen.early_stopping is True,  # True, False or "never" (read as False)
     )
+
+
+ARCHITECTURE = Architecture(
+    "vision-encoder-decoder", "captioner", "VisionEncoderDecoderModel (e.g. ViT + GPT-2)", adapt
+)

@@ -12,12 +12,12 @@ two graphs around the unchanged module.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
+from export.hf.architecture import AdaptedRanker, Architecture
 from export.hf.pixels import PixelValues
 from export.hf.snapshot import Snapshot, SnapshotError, offline
 from service.manifest import Preprocessing
@@ -48,22 +48,6 @@ class TextEmbedding(nn.Module):
         return nn.functional.normalize(self.model.text_projection(pooled), dim=-1)
 
 
-@dataclass(frozen=True)
-class AdaptedRanker:
-    """An imported ranker ready to export; ``bos``/``eos``/``pad`` frame its text, ``max_tokens`` is
-    its text tower's positions."""
-
-    model: Any
-    image: nn.Module
-    text: nn.Module
-    vocab_size: int
-    embedding_dim: int
-    bos: int
-    eos: int
-    pad: int
-    max_tokens: int
-
-
 def adapt_ranker(snapshot: Snapshot, pre: Preprocessing) -> AdaptedRanker:
     """Load a CLIP snapshot offline and wrap it."""
     with offline():
@@ -87,4 +71,6 @@ def adapt_ranker(snapshot: Snapshot, pre: Preprocessing) -> AdaptedRanker:
     )
 
 
-__all__ = ["AdaptedRanker", "ImageEmbedding", "TextEmbedding", "adapt_ranker"]
+ARCHITECTURE = Architecture("clip", "ranker", "CLIPModel", adapt_ranker)
+
+__all__ = ["ARCHITECTURE", "ImageEmbedding", "TextEmbedding", "adapt_ranker"]

@@ -21,8 +21,8 @@ itself. CompCap splits that forward where the image ends:
   concatenated in front, GIT's mask (with the padding after ``length`` masked as ``attention_mask``
   would), ``git.encoder``'s layers, and ``output`` at the row's last real token. ``attention`` is the
   last layer's self-attention from that position onto the M image positions, averaged over its heads
-  (the layer closest to the words, as for ``export.hf.ved``; it does not sum to 1, the rest of the
-  weight being on the text).
+  (the layer closest to the words, as for ``export.hf.architectures.ved``; it does not sum to 1, the rest
+  of the weight being on the text).
 
 Video GIT checkpoints (``num_image_with_embedding``: several frames, each with a temporal embedding)
 are refused: the contract's encoder reads one image."""
@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from export.hf.adapter import Adapted
+from export.hf.architecture import Adapted, Architecture
 from export.hf.pixels import PixelValues
 from export.hf.snapshot import Snapshot, SnapshotError, offline
 from service.manifest import Preprocessing
@@ -133,3 +133,6 @@ def adapt(snapshot: Snapshot, pre: Preprocessing) -> Adapted:
         max_tokens=int(gen.max_length or 20),
         early_stopping=gen.early_stopping is True,  # True, False or "never" (read as False)
     )
+
+
+ARCHITECTURE = Architecture("git", "captioner", "GitForCausalLM", adapt)

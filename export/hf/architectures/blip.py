@@ -1,6 +1,6 @@
 """A transformers ``BlipForConditionalGeneration`` (BLIP's captioner) in CompCap's model contract, version
-2 (docs/architecture.md): two graphs around the unchanged transformers module, as ``export.hf.ved`` does for a
-``VisionEncoderDecoderModel``.
+2 (docs/architecture.md): two graphs around the unchanged transformers module, as
+``export.hf.architectures.ved`` does for a ``VisionEncoderDecoderModel``.
 
 - ``Encoder``: ``image`` uint8 [B, H, W, 3] at the image processor's size → ``memory`` float32 [B, M, D]
   (the vision model's last hidden states, after its final layer norm: the ``image_embeds`` that
@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from export.hf.adapter import Adapted
+from export.hf.architecture import Adapted, Architecture
 from export.hf.kv_step import KeyValueStep, cache_shape
 from export.hf.pixels import PixelValues
 from export.hf.snapshot import Snapshot, SnapshotError, offline
@@ -100,3 +100,6 @@ def adapt(snapshot: Snapshot, pre: Preprocessing) -> Adapted:
         max_tokens=tokens,
         early_stopping=gen.early_stopping is True,  # True, False or "never" (read as False); default False
     )
+
+
+ARCHITECTURE = Architecture("blip", "captioner", "BlipForConditionalGeneration", adapt)
