@@ -11,24 +11,18 @@ two graphs around the unchanged module.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
 from export.hf.architecture import AdaptedRanker, Architecture
-from export.hf.pixels import PixelValues
+from export.hf.pixels import ImageGraph
 from export.hf.snapshot import Snapshot, SnapshotError, offline
 from service.manifest import Preprocessing
 
 
-class ImageEmbedding(nn.Module):
-    def __init__(self, model: nn.Module, rescale: float, mean: Sequence[float], std: Sequence[float]) -> None:
-        super().__init__()
-        self.model: Any = model
-        self.pixels = PixelValues(rescale, mean, std)
-
+class ImageEmbedding(ImageGraph):
     def forward(self, image: torch.Tensor) -> torch.Tensor:
         x = self.pixels(image)
         pooled = self.model.vision_model(pixel_values=x).pooler_output

@@ -29,32 +29,23 @@ are refused: the contract's encoder reads one image."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
 from export.hf.architecture import Adapted, Architecture
-from export.hf.pixels import PixelValues
+from export.hf.pixels import CaptionerEncoder
 from export.hf.snapshot import Snapshot, SnapshotError, offline
 from service.manifest import Preprocessing
 
 
-class Encoder(nn.Module):
+class Encoder(CaptionerEncoder):
     """uint8 images → (memory, state) of a ``GitForCausalLM`` (see module docstring)."""
 
-    def __init__(self, model: nn.Module, rescale: float, mean: Sequence[float], std: Sequence[float]) -> None:
-        super().__init__()
-        self.model: Any = model
-        self.pixels = PixelValues(rescale, mean, std)
-
-    def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self.pixels(image)
+    def memory(self, pixel_values: torch.Tensor) -> torch.Tensor:
         git = self.model.git
-        features = git.image_encoder(x).last_hidden_state
-        memory = git.visual_projection(features)
-        return memory, torch.zeros(memory.shape[0], 1, dtype=torch.float32)
+        return git.visual_projection(git.image_encoder(pixel_values).last_hidden_state)
 
 
 class Step(nn.Module):
