@@ -128,14 +128,8 @@ class TransformerCaptioner(nn.Module):
         max_tokens: int = 40,
     ) -> None:
         super().__init__()
-        require_positive(
-            vocab_size=vocab_size,
-            region_dim=region_dim,
-            regions=regions,
-            dim=dim,
-            layers=layers,
-            max_tokens=max_tokens,
-        )
+        require_positive(vocab_size=vocab_size, region_dim=region_dim, regions=regions)
+        require_positive(dim=dim, layers=layers, max_tokens=max_tokens)
         if memory_slots < 0:
             raise ValueError(f"memory_slots must be >= 0, got {memory_slots}")
         self.layers, self.regions, self.meshed, self.max_tokens = layers, regions, meshed, max_tokens
