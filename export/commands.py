@@ -48,7 +48,7 @@ def _train_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from export.build import train_models
+    from export.pipeline.build import train_models
 
     train_models(data=Path(args.data), preset=args.preset, out=Path(args.out), seed=args.seed)
     return 0
@@ -64,7 +64,7 @@ def _build_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from export.build import build_repo
+    from export.pipeline.build import build_repo
 
     manifest = build_repo(Path(args.out), preset=args.preset, seed=args.seed, work=args.work)
     print(
@@ -83,7 +83,7 @@ def _models_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _models(args: argparse.Namespace) -> int:
-    from export.zoo import build_zoo
+    from export.pipeline.zoo import build_zoo
 
     manifest = build_zoo(Path(args.out), preset=args.preset, seed=args.seed, work=args.work)
     print(f"wrote {args.out}: captioners {[c.name for c in manifest.captioners]}")
@@ -252,8 +252,9 @@ def _import_arguments(parser: argparse.ArgumentParser) -> None:
 def _import(args: argparse.Namespace) -> int:
     import sys
 
+    from export.hf.architectures import read_snapshot
     from export.hf.importer import HfImportError, import_hf
-    from export.hf.snapshot import SnapshotError, read_snapshot
+    from export.hf.snapshot import SnapshotError
 
     try:
         if args.role is not None and (found := read_snapshot(args.snapshot)).role != args.role:
@@ -295,7 +296,7 @@ def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from export.calibrate import calibrate_repo
+    from export.packaging.calibrate import calibrate_repo
 
     figures = calibrate_repo(
         Path(args.repo),
@@ -415,7 +416,7 @@ def _upgrade_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _upgrade(args: argparse.Namespace) -> int:
-    from export.state_gather import upgrade_repository
+    from export.packaging.state_gather import upgrade_repository
 
     changed = upgrade_repository(Path(args.repo))
     if changed:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from service.text.concepts import ConceptInventory, ConceptPair, load_concepts
 
 if TYPE_CHECKING:
-    from export.data.coco import CaptionDataset
+    from export.data.coco_captions import CaptionDataset
     from service.text.attachment import AttachmentChecker
 
 log = logging.getLogger(__name__)

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from export.data.coco import CaptionDataset, load_captions, load_folder
+from export.data.coco_captions import CaptionDataset, load_captions, load_folder
 from export.data.pairs import caption_pairs_truth, default_cache_path, image_caption_pairs
 from service.text.concepts import ConceptInventory, ConceptPair, load_concepts
 from service.text.synonyms import candidate_table, plural

@@ -1,51 +1,33 @@
-"""What the importer needs of one captioner architecture: an ``Adapted`` captioner — its transformers
-module wrapped as the contract's two graphs, and its token ids — built by the architecture's module
-(``ADAPTERS``: model_type → module with ``adapt(snapshot, preprocessing) -> Adapted``). Adding an
-architecture is one module with ``adapt``, its line here and in ``snapshot.KNOWN``, and its test."""
+"""What the importer needs of a snapshot before export: its image processor as the contract's
+``Preprocessing``, and its model adapted by its architecture's record (``export.hf.architectures``):
+an ``Adapted`` captioner — its transformers module wrapped as the contract's two graphs, and its token
+ids — or an ``AdaptedRanker``."""
 
 from __future__ import annotations
 
-import importlib
 import json
-from dataclasses import dataclass
-from typing import Any
 
-from torch import nn
-
+from export.hf.architecture import Adapted, AdaptedRanker
+from export.hf.architectures import get_architecture
 from export.hf.snapshot import Snapshot, SnapshotError
 from service.manifest import Preprocessing
 
-ADAPTERS = {"vision-encoder-decoder": "export.hf.ved", "blip": "export.hf.blip", "git": "export.hf.git"}
 RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}  # PIL's codes in preprocessor_config.json
 
 
-@dataclass(frozen=True)
-class Adapted:
-    """An imported captioner ready to export: ``encoder`` (``image`` uint8 [B, H, W, 3] → ``memory``
-        [B, M, D], ``state`` [B, 1]) and ``step`` (the contract's step, see ``export.hf.ved``); ``start``
-        begins every prefix, ``eos`` ends a caption, ``pad`` pads; ``max_tokens`` is generate's
-        ``max_length`` (the start token counted); ``early_stopping`` its beam search's; ``cached_step`` the
-    same step with its cross-attention projected once per image (``export.hf.step.ImageCacheStep``), for
-    an architecture that has one; ``kv_step`` the step of contract v3 that also carries each row's
-    self-attention keys and values in its state (``export.hf.kv_step.KeyValueStep``), likewise."""
-
-    model: Any
-    encoder: nn.Module
-    step: nn.Module
-    vocab_size: int
-    start: int
-    eos: int
-    pad: int
-    max_tokens: int
-    early_stopping: bool
-    cached_step: nn.Module | None = None  # the same step, cross-attention keys/values once per image
-    kv_step: nn.Module | None = None  # the same outputs from one new token per row (contract v3)
-
-
 def adapt(snapshot: Snapshot, pre: Preprocessing) -> Adapted:
-    """The snapshot's architecture module's ``adapt``."""
-    module = importlib.import_module(ADAPTERS[snapshot.model_type])
-    adapted: Adapted = module.adapt(snapshot, pre)
+    """A captioner snapshot adapted by its architecture's record."""
+    adapted = get_architecture(snapshot.model_type).adapt(snapshot, pre)
+    if not isinstance(adapted, Adapted):
+        raise SnapshotError(f"{snapshot.path}: {snapshot.architecture} is a {snapshot.role}, not a captioner")
+    return adapted
+
+
+def adapt_ranker(snapshot: Snapshot, pre: Preprocessing) -> AdaptedRanker:
+    """A ranker snapshot adapted by its architecture's record."""
+    adapted = get_architecture(snapshot.model_type).adapt(snapshot, pre)
+    if not isinstance(adapted, AdaptedRanker):
+        raise SnapshotError(f"{snapshot.path}: {snapshot.architecture} is a {snapshot.role}, not a ranker")
     return adapted
 
 
@@ -84,4 +66,4 @@ def preprocessing(snapshot: Snapshot) -> Preprocessing:
     )
 
 
-__all__ = ["ADAPTERS", "Adapted", "adapt", "preprocessing"]
+__all__ = ["adapt", "adapt_ranker", "preprocessing"]

@@ -8,8 +8,8 @@ on onnxruntime (max abs difference ≤ ``PARITY_TOLERANCE`` on several batch sha
 step's three forms (``export.hf.step_choice``: plain, image cache, or the key/value cache of contract
 v3, ``export.hf.kv_step``, whose graph is also checked over a whole beam decode against the plain
 step; its encoder's ``state`` is then the cache's zeros [B, S]), write their torch.export programs for
-gradient explanations (``export.hf.programs``: the encoder and the plain step, whatever form the graph
-has — explanations score whole captions), copy its ``tokenizer.json``, then write the Triton configs
+gradient explanations (``export.hf.imported_programs``: the encoder and the plain step, whatever form the
+graph has — explanations score whole captions), copy its ``tokenizer.json``, then write the Triton configs
 and the manifest entry (contract version 2; a kv step adds ``state_new`` / ``state_index`` inputs,
 ``state_dim`` S and ``kv_cache``). Everything is staged in a folder of its own inside the repository and moved
 into place only once it all checked out; the manifest is replaced last, in one ``os.replace``, so a
@@ -26,15 +26,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from export.hf.adapter import Adapted, adapt, preprocessing
+from export.hf.adapter import adapt, preprocessing
+from export.hf.architecture import Adapted
+from export.hf.architectures import read_snapshot
+from export.hf.imported_programs import MIN_TOKENS, write_programs
 from export.hf.kv_step import CacheShape, KeyValueStep, ZeroState, decode_parity
-from export.hf.programs import MIN_TOKENS, write_programs
-from export.hf.snapshot import Snapshot, SnapshotError, read_snapshot
+from export.hf.snapshot import Snapshot, SnapshotError
 from export.hf.staging import HfImportError, ImportReport, commit, write_configs
 from export.hf.step_choice import STEP_FORMS, StepForm, StepTiming, choose
-from export.onnx import GraphSpec, export_graph, parity
-from export.programs import program_path
-from export.topk import add_top_k_file
+from export.packaging.onnx import GraphSpec, export_graph, parity
+from export.packaging.programs import program_path
+from export.packaging.topk import add_top_k_file
 from service.engine.sparse import SPARSE_MIN_VOCAB
 from service.manifest import (
     EXTERNAL_SPLIT,
@@ -84,7 +86,7 @@ def import_hf(
     step graph of a cross-attention captioner to keep (``export.hf.step_choice``); ``programs``: write
     the torch programs of gradient explanations (most of a small model's import time; without them
     ``/v1/explain`` answers the gradient methods with 501 ``programs_missing``, attention still works);
-    ``top_k``: the step graph also returns each row's best words (``export.topk``; None: where its
+    ``top_k``: the step graph also returns each row's best words (``export.packaging.topk``; None: where its
     vocabulary has at least ``SPARSE_MIN_VOCAB`` words, as GPT-2's 50 257)."""
     if step_form not in STEP_FORMS:
         raise HfImportError(f"--step {step_form!r}: one of {', '.join(STEP_FORMS)}")

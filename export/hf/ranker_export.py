@@ -1,4 +1,4 @@
-"""Exporting an imported ranker (CLIP, ``export.hf.clip``): its image and text graphs with
+"""Exporting an imported ranker (CLIP, ``export.hf.architectures.clip``): its image and text graphs with
 ``torch.onnx``, each checked against the transformers module on onnxruntime (≤ ``PARITY_TOLERANCE``
 over several batch shapes), its tokenizer, the Triton configs and its manifest entry (contract v2: it
 reads pixels, and its own tokens)."""
@@ -11,11 +11,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from export.hf.adapter import preprocessing
-from export.hf.clip import adapt_ranker
+from export.hf.adapter import adapt_ranker, preprocessing
 from export.hf.snapshot import Snapshot, SnapshotError
 from export.hf.staging import HfImportError, ImportReport, write_configs
-from export.onnx import GraphSpec, export_graph, parity
+from export.packaging.onnx import GraphSpec, export_graph, parity
 from service.manifest import ModelEntry, RankerEntry, TensorSpec, TokenizerSpec, Training
 
 PARITY_TOLERANCE = 1e-4

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from export.hf.step_choice import StepTiming
+from export.packaging.triton_repo import config_pbtxt, parse_config
 from export.quantize.stale import drop_owner_variants, stale_variants
-from export.repo import config_pbtxt, parse_config
 from service.backends.triton_addresses import file_sha256
 from service.manifest import MANIFEST_NAME, CaptionerEntry, Manifest, ModelEntry, RankerEntry
 
@@ -27,7 +27,7 @@ class ImportReport:
     parity: dict[str, float] = field(default_factory=dict)  # graph → max abs difference
     programs: dict[str, float] = field(default_factory=dict)  # graph → its program's max abs difference
     step: StepTiming | None = None  # the plain / image-cache / kv step graphs, timed (cross-attention models)
-    top_k: bool = False  # the step graph returns each row's best words too (export.topk)
+    top_k: bool = False  # the step graph returns each row's best words too (export.packaging.topk)
     files: list[str] = field(default_factory=list)
 
 

@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from export.models.sizes import require_positive
+
 
 class BUTR(nn.Module):
     def __init__(
@@ -25,13 +27,7 @@ class BUTR(nn.Module):
         dropout: float = 0.2,
     ) -> None:
         super().__init__()
-        for name, value in (
-            ("vocab_size", vocab_size),
-            ("region_dim", region_dim),
-            ("hidden_dim", hidden_dim),
-        ):
-            if value <= 0:
-                raise ValueError(f"{name} must be positive, got {value}")
+        require_positive(vocab_size=vocab_size, region_dim=region_dim, hidden_dim=hidden_dim)
         self.hidden_dim = hidden_dim
         self.embed = nn.Embedding(vocab_size, word_dim, padding_idx=0)  # W1
         self.language = nn.LSTM(word_dim, hidden_dim, batch_first=True)  # eq. 2

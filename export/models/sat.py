@@ -8,6 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from export.models.sizes import require_positive
+
 
 class SAT(nn.Module):
     def __init__(
@@ -20,13 +22,7 @@ class SAT(nn.Module):
         dropout: float = 0.2,
     ) -> None:
         super().__init__()
-        for name, value in (
-            ("vocab_size", vocab_size),
-            ("region_dim", region_dim),
-            ("hidden_dim", hidden_dim),
-        ):
-            if value <= 0:
-                raise ValueError(f"{name} must be positive, got {value}")
+        require_positive(vocab_size=vocab_size, region_dim=region_dim, hidden_dim=hidden_dim)
         self.hidden_dim = hidden_dim
         self.init_h = nn.Linear(region_dim, hidden_dim)
         self.init_c = nn.Linear(region_dim, hidden_dim)

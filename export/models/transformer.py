@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from export.models.sizes import require_positive
+
 
 class Attention(nn.Module):
     """Multi-head scaled dot-product attention, optionally with ``slots`` learnable memory keys/values
@@ -126,16 +128,8 @@ class TransformerCaptioner(nn.Module):
         max_tokens: int = 40,
     ) -> None:
         super().__init__()
-        for name, value in (
-            ("vocab_size", vocab_size),
-            ("region_dim", region_dim),
-            ("regions", regions),
-            ("dim", dim),
-            ("layers", layers),
-            ("max_tokens", max_tokens),
-        ):
-            if value <= 0:
-                raise ValueError(f"{name} must be positive, got {value}")
+        require_positive(vocab_size=vocab_size, region_dim=region_dim, regions=regions)
+        require_positive(dim=dim, layers=layers, max_tokens=max_tokens)
         if memory_slots < 0:
             raise ValueError(f"memory_slots must be >= 0, got {memory_slots}")
         self.layers, self.regions, self.meshed, self.max_tokens = layers, regions, meshed, max_tokens

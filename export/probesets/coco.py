@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from export.data.coco import INSTANCES_NAMES, CaptionDataset, load_folder
+from export.data.coco_captions import INSTANCES_NAMES, CaptionDataset, load_folder
 from export.data.pairs import default_cache_path
 from export.data.splits import Split, build_split, constituents_present
 from export.probesets import KINDS

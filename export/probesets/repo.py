@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from export.data.coco import load_folder
+from export.data.coco_captions import load_folder
 from export.data.splits import Split, build_split, load_split, split_path_for, write_split
 from export.presets import Preset, get_preset
 from export.probesets import COUNTERFACTUAL, KINDS

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from export.packaging.triton_repo import parse_config
 from export.quantize.common import (
     PRECISION,
     caption_runs,
@@ -23,7 +24,6 @@ from export.quantize.common import (
 )
 from export.quantize.methods import check_contract, keep_declarations
 from export.quantize.precisions import INT8, PrecisionSpec
-from export.repo import parse_config
 from service.engine.engine import CaptionEngine
 from service.manifest import Manifest, ModelEntry, PrecisionGate, PrecisionVariant
 from service.text.vocabulary import Vocabulary

@@ -150,8 +150,8 @@ def _report(args: argparse.Namespace) -> int:
             f"compcap report: --repo {repo}: no such folder (without it only --reuse works)", file=sys.stderr
         )
         return 2
+    from export.pipeline.zoo import EVAL_SEED, ensure_eval_world
     from export.presets import get_preset
-    from export.zoo import EVAL_SEED, ensure_eval_world
 
     if args.data:
         data = Path(args.data)
@@ -243,8 +243,8 @@ def _explain_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _explain(args: argparse.Namespace) -> int:
+    from export.pipeline.zoo import EVAL_SEED
     from export.studies.explanations import run_explain_report
-    from export.zoo import EVAL_SEED
     from service.explain.service import METHODS
 
     data = Path(args.data) if args.data else Path(args.repo + ".work") / "data" / f"eval_{EVAL_SEED}"
@@ -298,8 +298,8 @@ def _mad_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _mad(args: argparse.Namespace) -> int:
-    from export.studies.mad import MadError, run_mad
-    from export.studies.mad_report import summary_table
+    from export.studies.mad.report import summary_table
+    from export.studies.mad.study import MadError, run_mad
 
     try:
         report = run_mad(
@@ -358,7 +358,7 @@ def _counterfactual_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _counterfactual(args: argparse.Namespace) -> int:
-    from export.studies.counterfactual import run_counterfactual
+    from export.studies.counterfactual_study import run_counterfactual
     from service.manifest import load_manifest
 
     runs = args.runs or [load_manifest(Path(args.repo)).default_captioner]

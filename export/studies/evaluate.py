@@ -15,13 +15,13 @@ beam search, ``n_best = beam_size`` captions per image in final order (ranker or
 - ASL, Types, TTR1, TTR2, %Novel of the top-1 captions against the training captions
   (``service.evaluation.diversity``; ``novel`` is a fraction).
 
-Data layout: ``--data DIR`` is a COCO-format dataset folder (``export.data.coco.load_folder``); the
+Data layout: ``--data DIR`` is a COCO-format dataset folder (``export.data.coco_captions.load_folder``); the
 split is read from ``<data>/splits/<kind>/split.json``, or ``<data>/splits/<kind>_<group>/split.json``
 when a group is given (e.g. ``splits/systematicity_1/split.json``; ``export.data.splits.split_path_for``,
 where ``compcap splits`` writes by default), unless a split path is passed.
 Images are decoded and resized to the manifest's input size with ``service.images.decode_image``.
 
-Decoding is pluggable: in process from ``--repo`` (``export.decoding``), or over HTTP by a deployed
+Decoding is pluggable: in process from ``--repo`` (``export.packaging.decoding``), or over HTTP by a deployed
 gateway with ``--url`` (``export.studies.remote``: the runs from its ``GET /v1/models``, the image files
 sent as they are, a resumable JSON-lines checkpoint). Both give the same captions for the same options
 (``run_options``) and go through the same scoring below, so the JSON is the same.
@@ -53,7 +53,7 @@ import numpy as np
 from tqdm import tqdm
 
 from export.data.splits import split_path_for
-from export.decoding import decode, open_engine
+from export.packaging.decoding import decode, open_engine
 from export.studies.runs import Catalogue, run_options, runs_for
 from service.engine.engine import CaptionEngine
 from service.engine.params import EngineError
@@ -171,7 +171,7 @@ def evaluate(
     decodes and resizes it as ``load_images`` does), ``concurrency`` requests at once, and
     ``checkpoint`` (a JSON-lines file) keeps every finished image so that a rerun resumes
     (``export.studies.remote``). The result is the same JSON as in process."""
-    from export.data.coco import load_folder
+    from export.data.coco_captions import load_folder
     from export.data.splits import load_split
 
     if (repo is None) == (url is None):

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from export.build import TEST_SEED_OFFSET
+from export.pipeline.build import TEST_SEED_OFFSET
 from export.world.dataset import generate
 from service.engine.engine import CaptionEngine
 

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from export.data.coco import load_folder
-from export.decoding import open_engine
+from export.data.coco_captions import load_folder
+from export.packaging.decoding import open_engine
 from export.studies.evaluate import load_images
 from service.engine.engine import CaptionEngine
 from service.engine.request import Priority

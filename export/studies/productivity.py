@@ -36,15 +36,15 @@ from onnx import numpy_helper
 from rich.console import Console
 from torch import nn
 
-from export.build import training_record, validation_set
-from export.data.coco import load_folder
+from export.data.coco_captions import load_folder
 from export.data.splits import Split, build_split, write_split
 from export.models.architectures import ARCHITECTURES
 from export.models.visual_encoder import VisualEncoder
-from export.package import architecture_entries, export_repository
+from export.packaging.package import architecture_entries, export_repository
+from export.pipeline.build import training_record, validation_set
 from export.presets import Preset, get_preset
 from export.studies.evaluate import evaluate
-from export.train import extract_regions, train_captioner
+from export.training.train import extract_regions, train_captioner
 from export.world.dataset import load_dataset
 from service.text.vocabulary import Vocabulary, tokenize
 

@@ -24,7 +24,7 @@ import numpy as np
 from tqdm import tqdm
 
 from export.data.splits import split_path_for
-from export.decoding import decode, open_engine
+from export.packaging.decoding import decode, open_engine
 from export.studies.evaluate import load_images
 from service.engine.engine import CaptionEngine
 from service.engine.rerank import rerank_order
@@ -91,7 +91,7 @@ def weight_sweep(
     """Mean Recall@5 (``test``) and CIDEr-D (``test_no_comb``) over ``entries`` for each weight, for
     the candidates in beam order (``likelihood``: the top 5 of the same B beams by the captioner alone)
     and for the baseline at beam 5. Values are fractions (CIDEr-D unscaled)."""
-    from export.data.coco import load_folder
+    from export.data.coco_captions import load_folder
     from export.data.splits import load_split
 
     if pairs_fn is None:

@@ -11,7 +11,8 @@ from typing import Any
 
 
 def _renderers() -> dict[str, Callable[[dict[str, Any]], str]]:
-    from export.studies import explanation_report, mad_report, productivity, seeds, substitutivity
+    from export.studies import explanation_report, productivity, seeds, substitutivity
+    from export.studies.mad import report as mad_report
 
     return {
         "explanations.json": explanation_report.render_markdown,

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from export.data.splits import load_split, split_path_for
-from export.decoding import open_engine
+from export.packaging.decoding import open_engine
 from export.studies.evaluate import load_images
 from service.engine.engine import CaptionEngine
 from service.evaluation.cider import CiderD
@@ -135,7 +135,7 @@ def load_world(
     false-composition images of each held-out pair come from the sets ``fc_sets`` (images with both
     constituents in the scene and no object carrying the pair, so no reference mentions it), at most
     ``FC_PER_PAIR`` per pair."""
-    from export.data.coco import load_folder
+    from export.data.coco_captions import load_folder
 
     dataset = load_folder(data)
     split = load_split(split_path_for(data, "systematicity", group))
@@ -313,11 +313,11 @@ def public(rows: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 def ensure_worlds(repo: Path, work: Path, group: int) -> None:
     """Render the repository's training world (with its systematicity split of ``group``) and the
     evaluation world under ``work/data`` where missing, as ``compcap build`` and ``compcap report`` do."""
-    from export.build import training_worlds
-    from export.data.coco import load_folder
+    from export.data.coco_captions import load_folder
     from export.data.splits import build_split, split_dir_for, write_split
+    from export.pipeline.build import training_worlds
+    from export.pipeline.zoo import EVAL_SEED, ensure_eval_world
     from export.presets import get_preset
-    from export.zoo import EVAL_SEED, ensure_eval_world
 
     build = json.loads((repo / "build_report.json").read_text(encoding="utf-8"))
     preset, seed = get_preset(build["preset"]), int(build.get("seed", 0))
@@ -527,7 +527,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=Path("reports"))
     args = parser.parse_args(argv)
-    from export.zoo import EVAL_SEED
+    from export.pipeline.zoo import EVAL_SEED
     from service.text.attachment import AttachmentChecker
 
     manifest = load_manifest(args.repo)

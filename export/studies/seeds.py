@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from export.studies.report.collect import collect
-from export.studies.report.tables import summarise
+from export.studies.report.summary import summarise
 from export.studies.report.uncertainty import (
     PAIRED_METHOD,
     difference_text,
@@ -46,7 +46,7 @@ def seed_repo(zoo: Path, seed: int) -> Path:
 def train_seed_repo(zoo: Path, seed: int, group: int) -> Path:
     """Seed ``seed``'s BUTD, BUTR and VSE++ of ``group``, trained on the zoo's world, split and encoder
     (read from the zoo's build report) and packaged without probe sets; kept when already built."""
-    from export.zoo import build_zoo
+    from export.pipeline.zoo import build_zoo
 
     out = seed_repo(zoo, seed)
     built = out / "build_report.json"

@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from export.data.coco import load_folder
+from export.data.coco_captions import load_folder
 from export.data.splits import load_split, split_path_for, synonym_counts
-from export.decoding import decode, open_engine
+from export.packaging.decoding import decode, open_engine
 from export.studies.evaluate import load_images
 from service.evaluation.cider import CiderD
 from service.evaluation.intervals import bootstrap_interval

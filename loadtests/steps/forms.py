@@ -21,10 +21,10 @@ import torch
 def measure(out: Path, real_size: bool, max_length: int) -> dict[str, object]:
     """Make the snapshot in ``out``, export the three step graphs there and time them."""
     from export.hf.adapter import adapt, preprocessing
+    from export.hf.architectures import read_snapshot
     from export.hf.kv_step import KeyValueStep
-    from export.hf.snapshot import read_snapshot
     from export.hf.step_choice import choose
-    from export.onnx import GraphSpec, export_graph
+    from export.packaging.onnx import GraphSpec, export_graph
     from loadtests.gpu.snapshot import vit_gpt2_snapshot
 
     about = vit_gpt2_snapshot(out / "snapshot", real_size, max_length=max_length)

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from export.data.splits import load_split, split_path_for
+from export.pipeline.zoo import ensure_eval_world
 from export.presets import get_preset
 from export.studies.evaluate import evaluate
 from export.studies.rerank_select import Entry, weight_sweep
 from export.world.dataset import write_dataset
-from export.zoo import ensure_eval_world
 from service.cli import main
 from service.manifest import load_manifest
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from export.data.coco import load_folder
+from export.data.coco_captions import load_folder
 from export.data.splits import load_split, split_path_for
 from export.studies.evaluate import _decode_all, evaluate, load_images, runs_for
 from export.world.dataset import write_dataset

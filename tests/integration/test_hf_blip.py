@@ -19,7 +19,7 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from export.hf.blip import max_tokens
+from export.hf.architectures.blip import max_tokens
 from export.hf.importer import PARITY_TOLERANCE, import_hf
 from service.engine.engine import CaptionEngine
 from service.engine.runner import resize_images

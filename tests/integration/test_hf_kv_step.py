@@ -21,7 +21,7 @@ import torch
 import service.engine.runner as runner_module
 from export.hf.importer import PARITY_TOLERANCE, HfImportError, import_hf
 from export.hf.step_choice import choose
-from export.topk import add_top_k_file
+from export.packaging.topk import add_top_k_file
 from service.engine.engine import CaptionEngine
 from service.engine.runner import resize_images
 from service.manifest import Manifest, load_manifest

@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from export.studies.mad import run_study
-from export.studies.mad_pool import coco_pool, iid_scores, pool_from_state
-from export.studies.mad_score import Referee
+from export.studies.mad.pool import coco_pool, iid_scores, pool_from_state
+from export.studies.mad.scoring import Referee
+from export.studies.mad.study import run_study
 from service.cli import main
 from service.compare.repetition import duplicated_rate
 from service.gateway.app import create_app

@@ -55,7 +55,7 @@ PAGES = {
     "CompcapCaptionLatencyBurn1h",
     "CompcapCaptionLatencyBurn6h",
 }
-# the models of the default repository (export/package.py names them <captioner>_init / _step,
+# the models of the default repository (export/packaging/package.py names them <captioner>_init / _step,
 # <ranker>_image / _text) and an imported captioner's own encoder
 SERVED_MODELS = {
     "butr": ["butr_init", "butr_step"],

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from export.studies.report.collect import collect, rerank_entries, rerank_sweep
+from export.studies.report.markdown import render
 from export.studies.report.plots import recall_plots, tradeoff_plot
-from export.studies.report.render import render
-from export.studies.report.tables import summarise
+from export.studies.report.summary import summarise
 from export.studies.report.uncertainty import intervals
 from export.studies.rerank_select import DEFAULT_WEIGHTS, choose_weight, weight_sweep
 

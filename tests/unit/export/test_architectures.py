@@ -15,10 +15,10 @@ import torch
 from torch import nn
 
 from export.models.architectures import ARCHITECTURES, Architecture, get_architecture
-from export.package import architecture_entries
+from export.packaging.package import architecture_entries
+from export.pipeline.zoo import zoo_plan
 from export.presets import get_preset
 from export.studies.report.collect import rows_for
-from export.zoo import zoo_plan
 from service.manifest import Training
 from service.text.vocabulary import Vocabulary
 

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from export.studies.mad import add_configuration, k_grid, run_mad, run_study
-from export.studies.mad_pool import MadError, Pool, caption_pool, image_dir_pool
-from export.studies.mad_report import render_markdown, tie_statement
-from export.studies.mad_score import Referee, pair_profiles
-from export.studies.mad_ties import (
+from export.studies.mad.pool import MadError, Pool, caption_pool, image_dir_pool
+from export.studies.mad.report import render_markdown, tie_statement
+from export.studies.mad.scoring import Referee, pair_profiles
+from export.studies.mad.study import add_configuration, k_grid, run_mad, run_study
+from export.studies.mad.ties import (
     alternative_selection,
     compare_ranking,
     selection_ties,
@@ -301,7 +301,7 @@ def test_the_command_adds_a_configuration_as_if_all_ran_at_once(
     async def fake_open(repo: Path, **settings: Any) -> FakeEngine:
         return engine
 
-    monkeypatch.setattr("export.decoding.open_engine", fake_open)
+    monkeypatch.setattr("export.packaging.decoding.open_engine", fake_open)
     three = ["A=butd", "B=butr", "C=butd?beam_size=2"]
     common: dict[str, Any] = {"images": 30, "k": 6, "iid_images": 4}
     once = run_mad(tiny_repo, tmp_path / "once", configs=three, **common)

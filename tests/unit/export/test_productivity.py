@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from export.models.visual_encoder import VisualEncoder
-from export.onnx import GraphSpec, export_graph
+from export.packaging.onnx import GraphSpec, export_graph
 from export.presets import get_preset
 from export.studies.productivity import (
     encoder_from_onnx,

@@ -15,9 +15,9 @@ import onnxruntime as ort
 import pytest
 from pydantic import ValidationError
 
+from export.packaging.triton_repo import parse_config
 from export.quantize import PRECISION, QuantizeResult, Thresholds, recipe
 from export.quantize.stale import drop_owner_variants, stale_variants
-from export.repo import parse_config
 from service import cli
 from service.backends.onnxruntime import OnnxRuntimeBackend
 from service.backends.precision import ServedNames

@@ -151,7 +151,7 @@ def test_the_seeds_study_summarises_and_pools_its_seeds() -> None:
 
 
 def test_a_bad_plan_is_refused_before_any_work(tmp_path: Path) -> None:
-    from export.zoo import build_zoo
+    from export.pipeline.zoo import build_zoo
 
     with pytest.raises(ValueError, match="plan: unknown architecture 'lstm'"):
         build_zoo(tmp_path / "zoo", preset="tiny", plan=[("lstm", 1)])

@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from export.resume import Checkpoints, fingerprint
-from export.train import TrainLog
+from export.training.resume import Checkpoints, fingerprint
+from export.training.train import TrainLog
 
 
 def test_a_checkpoint_skips_training_and_restores_the_weights(tmp_path: Path) -> None:
@@ -66,8 +66,8 @@ def test_the_zoo_encoder_trains_once_then_loads_bit_for_bit(tmp_path: Path, monk
     replaced by a random init here (the real one takes minutes), the save/load path is the real one."""
     import numpy as np
 
-    from export import zoo
     from export.models.visual_encoder import VisualEncoder
+    from export.pipeline import zoo
     from export.presets import get_preset
 
     p = get_preset("tiny")
@@ -106,7 +106,7 @@ def test_a_captioner_cut_off_mid_training_resumes_at_its_last_epoch_bit_for_bit(
 
     from export.models.architectures import ARCHITECTURES
     from export.presets import get_preset
-    from export.train import EpochSnapshot, Validation, train_captioner
+    from export.training.train import EpochSnapshot, Validation, train_captioner
     from service.text.vocabulary import Vocabulary
 
     p = replace(get_preset("tiny"), caption_epochs=3, patience=5, batch_size=8)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import export.data.splits as splits_module
-from export.data.coco import CaptionDataset
+from export.data.coco_captions import CaptionDataset
 from export.data.pairs import caption_pairs_truth
 from export.data.splits import Split, build_split
 from export.world.dataset import generate_graphs

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from export.data.coco import CaptionDataset, load_captions, load_folder
+from export.data.coco_captions import CaptionDataset, load_captions, load_folder
 from export.data.pairs import image_caption_pairs
 from export.data.splits import (
     Split,

@@ -1,4 +1,4 @@
-"""Model contract v3 (``export.state_gather``): a step that gathers its rows' decoder states itself.
+"""Model contract v3 (``export.packaging.state_gather``): a step that gathers its rows' decoder states itself.
 
 A build writes v3 steps; a repository of v2 steps (made here by undoing the gather, as repositories
 were written before) still loads and serves the same captions through the host gather, and ``compcap
@@ -18,7 +18,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from export.state_gather import add_state_gather, gathers_state, upgrade_repository
+from export.packaging.state_gather import add_state_gather, gathers_state, upgrade_repository
 from service.backends.onnxruntime import OnnxRuntimeBackend
 from service.engine.engine import CaptionEngine
 from service.manifest import MANIFEST_NAME, load_manifest
@@ -49,7 +49,7 @@ def without_state_gather(model: onnx.ModelProto) -> onnx.ModelProto:
 @pytest.fixture(scope="module")
 def v2_repo(tiny_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the tiny repository as written before contract v3."""
-    from export.repo import config_pbtxt
+    from export.packaging.triton_repo import config_pbtxt
     from service.backends.triton_addresses import file_sha256
 
     out = tmp_path_factory.mktemp("v2") / "model_repo"

@@ -1,5 +1,5 @@
-"""``export.topk.add_top_k`` on a real step graph (the tiny repository's BUTR step): the graph with the
-added input and outputs keeps its own outputs bit for bit, and its top k and end-token log-probs are
+"""``export.packaging.topk.add_top_k`` on a real step graph (the tiny repository's BUTR step): the graph
+with the added input and outputs keeps its own outputs bit for bit, and its top k and end-token log-probs are
 those of its own log-probs, for any k; asked for its top-k outputs alone, onnxruntime returns only
 those. A graph without ``logprobs``, or one that has them already, is refused."""
 
@@ -12,7 +12,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from export.topk import add_top_k
+from export.packaging.topk import add_top_k
 from service.manifest import load_manifest
 
 EOS = 2

@@ -132,10 +132,10 @@ def test_imports_are_found_inside_functions_and_type_checking(tmp_path: Path) ->
     source.write_text(
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from service.api.app import Runtime\n"
-        "def f():\n    import export.zoo\n    from . import sibling\n"
+        "def f():\n    import export.pipeline.zoo\n    from . import sibling\n"
     )
     statements = list(import_statements("service.engine.m", source))
-    assert ("service.api.app", ["Runtime"]) in statements and ("export.zoo", []) in statements
+    assert ("service.api.app", ["Runtime"]) in statements and ("export.pipeline.zoo", []) in statements
     assert ("service.engine", ["sibling"]) in statements
 
 

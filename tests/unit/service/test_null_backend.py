@@ -155,7 +155,8 @@ def test_factory_builds_it_and_says_no_device(tiny_repo: Path, manifest: Manifes
 
 
 def with_top_k(manifest: Manifest) -> Manifest:
-    """``manifest`` with every step declaring ``top_k`` and its outputs (as ``export.topk`` adds them)."""
+    """``manifest`` with every step declaring ``top_k`` and its outputs (as ``export.packaging.topk`` adds
+    them)."""
     models = []
     for entry in manifest.models:
         if entry.role == "captioner_step":

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from export.studies.report.tables import (
+from export.studies.report.summary import (
     CATEGORIES,
     pct,
     per_group_lines,

@@ -25,7 +25,7 @@ from service.engine.engine import CaptionEngine
 from service.manifest import MANIFEST_NAME, DomainSpec, load_manifest
 
 VALIDATION_SEED_OFFSET = 31337
-TEST_SEED_OFFSET = 7919  # export.build's test world
+TEST_SEED_OFFSET = 7919  # export.pipeline.build's test world
 PHOTOS = (
     "astronaut", "camera", "cat", "coffee", "rocket", "hubble_deep_field", "immunohistochemistry", "moon",
     "page", "horse", "coins", "clock", "text", "retina", "brick", "grass", "gravel", "logo", "colorwheel",

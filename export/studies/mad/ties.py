@@ -1,4 +1,4 @@
-"""Seed 003's MAD study (``compcap mad``, ``export.studies.mad``), step 8: the ties at S = 0.
+"""Seed 003's MAD study (``compcap mad``, ``export.studies.mad.study``), step 8: the ties at S = 0.
 
 Short captions rarely share a 4-gram, so S = 0 for many images and the k-th image of D_ij is often one of
 many at S = 0: then the tie-break, not S, decides D_ij. Per pair, the images at S = 0 (count and share of
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from export.studies.mad_score import FLOOR, Referee, nan_none, pair_means, pair_profiles
+from export.studies.mad.scoring import FLOOR, Referee, nan_none, pair_means, pair_profiles
 from service.compare.ngsm import discrepancy_order
 from service.compare.ranking import dominance_matrix, perron_vector, ranking, spearman
 
@@ -101,7 +101,7 @@ def compare_ranking(
 ) -> dict[str, Any]:
     """One alternative's ranking against the reported one: ``q_reported`` [m] (the reported Perron
     vector, in ``names`` [m] order) and ``p`` [m, m] (the alternative selection's scores, as in
-    ``export.studies.mad.derive``). Returns the alternative's ``q`` (per name) and ``ranking``,
+    ``export.studies.mad.study.derive``). Returns the alternative's ``q`` (per name) and ``ranking``,
     ``spearman`` (ρ of the two q; None when undefined), ``same`` (the same ranking) and ``top_same`` /
     ``bottom_same`` (the same first / last name)."""
     q, _ = perron_vector(dominance_matrix(np.asarray(p, dtype=np.float64), floor))

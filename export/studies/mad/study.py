@@ -1,6 +1,6 @@
 """Seed 003's maximum-discrepancy (MAD) comparison of captioning configurations (``compcap mad``).
 
-1. Pool R (``export.studies.mad_pool``): a SceneWorld world of its own seed, a COCO-format folder, or a
+1. Pool R (``export.studies.mad.pool``): a SceneWorld world of its own seed, a COCO-format folder, or a
    folder of images; every configuration captions all of it (best caption per image, resumable).
 2. Selection (Eq. 6): for every pair (i, j), NGSM S (Eqs. 1–4, ``service.compare.ngsm``) of their captions
    on every image; D_ij = the k images of smallest S (``discrepancy_order``: S, then the mean NGSM_n, then
@@ -16,7 +16,7 @@
 7. Algorithm 2 (``--add``): the state file keeps the captions, selections and p matrices; a new
    configuration captions the pool, only its m pairs are selected and refereed, and p is extended with
    ``extend_scores`` at every k.
-8. Ties at S = 0 and the ranking's sensitivity to the tie-break: ``export.studies.mad_ties``.
+8. Ties at S = 0 and the ranking's sensitivity to the tie-break: ``export.studies.mad.ties``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from export.studies.mad_pool import (
+from export.studies.mad.pool import (
     CHUNK,
     MadError,
     Pool,
@@ -46,9 +46,9 @@ from export.studies.mad_pool import (
     pool_from_state,
     sceneworld_pool,
 )
-from export.studies.mad_report import examples, findings
-from export.studies.mad_score import FLOOR, Referee, nan_none, pair_means, pair_profiles
-from export.studies.mad_ties import tie_break_study
+from export.studies.mad.report import examples, findings
+from export.studies.mad.scoring import FLOOR, Referee, nan_none, pair_means, pair_profiles
+from export.studies.mad.ties import tie_break_study
 from service.compare.configs import Configuration
 from service.compare.ngsm import discrepancy_order
 from service.compare.ranking import (
@@ -344,7 +344,7 @@ async def _caption_all(
     size: tuple[int, int],
     chunk: int,
 ) -> tuple[dict[str, list[str]], dict[str, float], dict[str, list[str]], dict[str, float]]:
-    from export.decoding import open_engine
+    from export.packaging.decoding import open_engine
     from service.settings import MAX_BEAM_SIZE
 
     engine = await open_engine(repo, max_beam_size=MAX_BEAM_SIZE)
@@ -369,7 +369,7 @@ def _write_outputs(
     iid_captions: dict[str, list[str]],
 ) -> None:
     """mad.json, mad.md, the figures and the state, each to a temporary name then renamed."""
-    from export.studies.mad_report import render_discrepant, render_markdown, render_stability
+    from export.studies.mad.report import render_discrepant, render_markdown, render_stability
 
     out.mkdir(parents=True, exist_ok=True)
     state_path.parent.mkdir(parents=True, exist_ok=True)

@@ -132,6 +132,14 @@ def _update(
     schedule.step()
 
 
+def _logged(log: TrainLog, bar: Any, loss: torch.Tensor, **shown: str) -> None:
+    """After a step: ``loss`` kept in ``log``; the progress bar shows ``shown`` (by default the loss)
+    and advances."""
+    log.losses.append(float(loss.detach()))
+    bar.set_postfix(**(shown or {"loss": f"{float(loss):.3f}"}))
+    bar.update()
+
+
 def _batches(n: int, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
     order = rng.permutation(n)
     return [order[i : i + batch_size] for i in range(0, n, batch_size)]
@@ -178,9 +186,7 @@ def train_visual_encoder(
                 )
                 assert isinstance(loss, torch.Tensor)
                 _update(optimizer, schedule, loss)
-                log.losses.append(float(loss.detach()))
-                bar.set_postfix(loss=f"{float(loss):.3f}")
-                bar.update()
+                _logged(log, bar, loss)
     encoder.eval()
     log.epochs, log.seconds = preset.encoder_epochs, time.perf_counter() - start
     log.max_epochs = preset.encoder_epochs
@@ -312,11 +318,13 @@ def train_captioner(
                 else:
                     loss = gen
                 _update(optimizer, schedule, loss, clip=model.parameters())
-                log.losses.append(float(gen.detach()))
-                bar.set_postfix(
-                    gen=f"{float(gen):.3f}", **({"w_rank": f"{float(weights[1]):.2f}"} if rank else {})
+                _logged(
+                    log,
+                    bar,
+                    gen,
+                    gen=f"{float(gen):.3f}",
+                    **({"w_rank": f"{float(weights[1]):.2f}"} if rank else {}),
                 )
-                bar.update()
             log.epochs = epoch
             if val is not None:
                 t0 = time.perf_counter()
@@ -412,9 +420,7 @@ def train_vsepp(
                     hardest=preset.hardest_negative_weight if bar.n >= warmup else 0.0,
                 )
                 _update(optimizer, schedule, loss, clip=model.parameters())
-                log.losses.append(float(loss.detach()))
-                bar.set_postfix(loss=f"{float(loss):.3f}")
-                bar.update()
+                _logged(log, bar, loss)
     model.eval()
     log.epochs, log.seconds = preset.ranker_epochs, time.perf_counter() - start
     log.max_epochs = preset.ranker_epochs

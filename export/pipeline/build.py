@@ -15,14 +15,14 @@ import torch
 from rich.console import Console
 from torch import nn
 
-from export.data.coco import load_folder
+from export.data.coco_captions import load_folder
 from export.data.splits import Split, build_split, split_dir_for, write_split
 from export.models.architectures import ARCHITECTURES, Architecture
-from export.package import TrainedRanker, architecture_entries, export_repository
+from export.packaging.package import TrainedRanker, architecture_entries, export_repository
+from export.packaging.quality import evaluate_repository
 from export.presets import Preset, get_preset
 from export.probesets.repo import preset_probe_sets
-from export.quality import evaluate_repository
-from export.train import (
+from export.training.train import (
     TrainLog,
     Validation,
     extract_regions,

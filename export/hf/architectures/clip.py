@@ -11,24 +11,18 @@ two graphs around the unchanged module.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-from export.hf.pixels import PixelValues
+from export.hf.architecture import AdaptedRanker, Architecture
+from export.hf.pixels import ImageGraph
 from export.hf.snapshot import Snapshot, SnapshotError, offline
 from service.manifest import Preprocessing
 
 
-class ImageEmbedding(nn.Module):
-    def __init__(self, model: nn.Module, rescale: float, mean: Sequence[float], std: Sequence[float]) -> None:
-        super().__init__()
-        self.model: Any = model
-        self.pixels = PixelValues(rescale, mean, std)
-
+class ImageEmbedding(ImageGraph):
     def forward(self, image: torch.Tensor) -> torch.Tensor:
         x = self.pixels(image)
         pooled = self.model.vision_model(pixel_values=x).pooler_output
@@ -46,22 +40,6 @@ class TextEmbedding(nn.Module):
         hidden = self.model.text_model(input_ids=tokens, attention_mask=mask).last_hidden_state
         pooled = hidden[torch.arange(tokens.shape[0], device=tokens.device), last]
         return nn.functional.normalize(self.model.text_projection(pooled), dim=-1)
-
-
-@dataclass(frozen=True)
-class AdaptedRanker:
-    """An imported ranker ready to export; ``bos``/``eos``/``pad`` frame its text, ``max_tokens`` is
-    its text tower's positions."""
-
-    model: Any
-    image: nn.Module
-    text: nn.Module
-    vocab_size: int
-    embedding_dim: int
-    bos: int
-    eos: int
-    pad: int
-    max_tokens: int
 
 
 def adapt_ranker(snapshot: Snapshot, pre: Preprocessing) -> AdaptedRanker:
@@ -87,4 +65,6 @@ def adapt_ranker(snapshot: Snapshot, pre: Preprocessing) -> AdaptedRanker:
     )
 
 
-__all__ = ["AdaptedRanker", "ImageEmbedding", "TextEmbedding", "adapt_ranker"]
+ARCHITECTURE = Architecture("clip", "ranker", "CLIPModel", adapt_ranker)
+
+__all__ = ["ARCHITECTURE", "ImageEmbedding", "TextEmbedding", "adapt_ranker"]

@@ -21,35 +21,23 @@ keys and values carried in ``state`` (contract v3; the encoder's ``state`` is th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 import torch
-from torch import nn
 
-from export.hf.adapter import Adapted
+from export.hf.architecture import Adapted, Architecture
 from export.hf.kv_step import KeyValueStep, cache_shape
-from export.hf.pixels import PixelValues
+from export.hf.pixels import CaptionerEncoder
 from export.hf.snapshot import Snapshot, SnapshotError, offline
 from export.hf.step import CrossAttentionStep, ImageCacheStep
 from service.manifest import Preprocessing
 
 
-class Encoder(nn.Module):
+class Encoder(CaptionerEncoder):
     """uint8 images → (memory, state) of a ``VisionEncoderDecoderModel`` (see module docstring)."""
 
-    def __init__(self, model: nn.Module, rescale: float, mean: Sequence[float], std: Sequence[float]) -> None:
-        super().__init__()
-        self.model: Any = model
-        self.pixels = PixelValues(rescale, mean, std)
-
-    def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self.pixels(image)
-        hidden = self.model.encoder(pixel_values=x).last_hidden_state
+    def memory(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        hidden = self.model.encoder(pixel_values=pixel_values).last_hidden_state
         project = getattr(self.model, "enc_to_dec_proj", None)
-        if project is not None:
-            hidden = project(hidden)
-        return hidden, torch.zeros(hidden.shape[0], 1, dtype=torch.float32)
+        return hidden if project is None else project(hidden)
 
 
 def adapt(snapshot: Snapshot, pre: Preprocessing) -> Adapted:
@@ -86,3 +74,8 @@ def adapt(snapshot: Snapshot, pre: Preprocessing) -> Adapted:
         max_tokens=tokens,
         early_stopping=gen.early_stopping is True,  # True, False or "never" (read as False)
     )
+
+
+ARCHITECTURE = Architecture(
+    "vision-encoder-decoder", "captioner", "VisionEncoderDecoderModel (e.g. ViT + GPT-2)", adapt
+)

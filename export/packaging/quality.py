@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from export.decoding import decode, open_engine
+from export.packaging.decoding import decode, open_engine
 from service.engine.engine import CaptionEngine
 from service.evaluation.metrics import caption_metrics
 

@@ -1,4 +1,4 @@
-"""Rendering of the MAD study (``export.studies.mad``): ``mad.md`` (seed 003's tables and which of its
+"""Rendering of the MAD study (``export.studies.mad.study``): ``mad.md`` (seed 003's tables and which of its
 findings hold here), ``mad_discrepant.png`` (the most discrepant images with every configuration's
 caption), ``mad_stability.png`` (SRCC vs k, Fig. 10's shape) and the summary table printed after a run."""
 

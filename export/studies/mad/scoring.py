@@ -1,5 +1,5 @@
-"""Scoring shared by the MAD study (``export.studies.mad``) and its tie-break analysis
-(``export.studies.mad_ties``): the NGSM profile of a pair, the referee's per-image scores, p on a
+"""Scoring shared by the MAD study (``export.studies.mad.study``) and its tie-break analysis
+(``export.studies.mad.ties``): the NGSM profile of a pair, the referee's per-image scores, p on a
 selection, and the dominance matrix's floor."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from export.studies.mad_pool import MadError, Pool
+from export.studies.mad.pool import MadError, Pool
 from service.compare.ngsm import ngsm_profile
 
 FLOOR = 1e-3

@@ -125,7 +125,7 @@ def upgrade_repository(repo: Path) -> list[str]:
     each of its precision variants listed) to contract v3: the ONNX file, its ``config.pbtxt`` and its
     inputs in ``manifest.json`` (edited in place: nothing else in it changes). The names of the models
     rewritten."""
-    from export.repo import config_pbtxt
+    from export.packaging.triton_repo import config_pbtxt
     from service.backends.triton_addresses import file_sha256
 
     repo = Path(repo)

@@ -25,7 +25,13 @@ import numpy as np
 import torch
 from rich.console import Console
 
-from export.build import (
+from export.data.coco_captions import load_folder
+from export.data.splits import Split, build_split, split_dir_for, write_split
+from export.models.architectures import ARCHITECTURES
+from export.models.visual_encoder import VisualEncoder
+from export.models.vsepp import VSEPP
+from export.packaging.package import TrainedCaptioner, TrainedRanker, architecture_entries, export_repository
+from export.pipeline.build import (
     cell_label_arrays,
     install_repository,
     label_sizes,
@@ -34,16 +40,10 @@ from export.build import (
     training_worlds,
     validation_set,
 )
-from export.data.coco import load_folder
-from export.data.splits import Split, build_split, split_dir_for, write_split
-from export.models.architectures import ARCHITECTURES
-from export.models.visual_encoder import VisualEncoder
-from export.models.vsepp import VSEPP
-from export.package import TrainedCaptioner, TrainedRanker, architecture_entries, export_repository
 from export.presets import Preset, get_preset
 from export.probesets.repo import preset_probe_sets, write_manifest
-from export.resume import Checkpoints, fingerprint
-from export.train import (
+from export.training.resume import Checkpoints, fingerprint
+from export.training.train import (
     EpochSnapshot,
     TrainLog,
     extract_regions,

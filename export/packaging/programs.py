@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.export import Dim, export, load, save
 
-from export.onnx import _Wrap
+from export.packaging.onnx import _Wrap
 
 PROGRAM_DIR = "torch"
 PROGRAM_TOLERANCE = 1e-5

@@ -14,11 +14,11 @@ from torch import nn
 
 from export.models.architectures import Architecture, Reads
 from export.models.visual_encoder import VisualEncoder
-from export.onnx import GraphSpec, export_graph, parity
+from export.packaging.onnx import GraphSpec, export_graph, parity
+from export.packaging.programs import PROGRAM_TOLERANCE, export_program, padded_tokens, program_path
+from export.packaging.state_gather import add_state_gather_file, v3_inputs
+from export.packaging.triton_repo import write_repository
 from export.presets import Preset
-from export.programs import PROGRAM_TOLERANCE, export_program, padded_tokens, program_path
-from export.repo import write_repository
-from export.state_gather import add_state_gather_file, v3_inputs
 from service.manifest import (
     CaptionerEntry,
     DType,

@@ -3,7 +3,7 @@
 from (preset, seed, data sizes, vocabulary). A rerun of ``compcap models`` with the same fingerprint
 loads them instead of training again, so a run cut off after hours loses one model, not all of them;
 and while a captioner trains, its state after every epoch is kept beside them
-(``export.train.EpochSnapshot``, ``<name>.epoch.pt``), so it loses at most one epoch.
+(``export.training.train.EpochSnapshot``, ``<name>.epoch.pt``), so it loses at most one epoch.
 The weights load bit for bit, and every model is seeded by its position in the plan, so a resumed
 zoo equals an uninterrupted one. A checkpoint with another fingerprint is ignored and overwritten."""
 
@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from export.train import TrainLog
+from export.training.train import TrainLog
 
 M = TypeVar("M", bound=nn.Module)
 

@@ -1,4 +1,4 @@
-"""The MAD study's raw image pool R and its captions (``compcap mad``, ``export.studies.mad``).
+"""The MAD study's raw image pool R and its captions (``compcap mad``, ``export.studies.mad.study``).
 
 A pool is a SceneWorld world of its own seed (written once under the work directory), any COCO-format
 folder (references; scene graphs when it has ``scene_graphs.json``), or a plain folder of images (no
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tqdm import tqdm
 
-from export.data.coco import load_folder
+from export.data.coco_captions import load_folder
 from service.compare.configs import (
     Configuration,
     ConfigurationError,
@@ -319,7 +319,7 @@ def validate_configurations(repo: Path, configs: Sequence[Configuration]) -> Non
 def default_iid(repo: Path) -> tuple[Path, list[int] | None] | None:
     """Where ``compcap report`` evaluates: ``<repo>.work/data/eval_<EVAL_SEED>`` (its full split's test
     set), else the build's test world ``<repo>.work/data/test`` (all of it); None when neither exists."""
-    from export.zoo import EVAL_SEED
+    from export.pipeline.zoo import EVAL_SEED
 
     work = Path(str(repo) + ".work") / "data"
     for folder in (work / f"eval_{EVAL_SEED}", work / "test"):

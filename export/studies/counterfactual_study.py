@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from export.decoding import decode, open_engine
+from export.packaging.decoding import decode, open_engine
 from service.manifest import load_manifest
 from service.probes.scoring.counterfactual import KS, MISS_CLASSES, OUTCOMES, counterfactual_result
 from service.probesets import ProbeSet, load_probe_set

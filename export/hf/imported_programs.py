@@ -2,8 +2,8 @@
 ``torch/<name>_encoder.pt2`` (the encoder with the image processor's rescale and mean/std inside, taking
 float32 pixels 0–255 [B, H, W, 3] at its preprocessing's size, so that pixels can be attributed) and
 ``torch/<name>_step.pt2`` (the contract's step, the same tensors as its ONNX graph). Both are traced
-around the unchanged transformers module (``export.programs.export_program``) and checked against it on
-other shapes than those they were traced with (≤ ``PROGRAM_TOLERANCE``)."""
+around the unchanged transformers module (``export.packaging.programs.export_program``) and checked
+against it on other shapes than those they were traced with (≤ ``PROGRAM_TOLERANCE``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from export.hf.staging import HfImportError
-from export.programs import PROGRAM_TOLERANCE, export_program, program_path
+from export.packaging.programs import PROGRAM_TOLERANCE, export_program, program_path
 
 MIN_TOKENS = 2
 STEP_AXES = {

@@ -1,6 +1,6 @@
 """A transformers ``BlipForConditionalGeneration`` (BLIP's captioner) in CompCap's model contract, version
-2 (docs/architecture.md): two graphs around the unchanged transformers module, as ``export.hf.ved`` does for a
-``VisionEncoderDecoderModel``.
+2 (docs/architecture.md): two graphs around the unchanged transformers module, as
+``export.hf.architectures.ved`` does for a ``VisionEncoderDecoderModel``.
 
 - ``Encoder``: ``image`` uint8 [B, H, W, 3] at the image processor's size → ``memory`` float32 [B, M, D]
   (the vision model's last hidden states, after its final layer norm: the ``image_embeds`` that
@@ -30,15 +30,13 @@ keys and values carried in ``state`` (contract v3; the encoder's ``state`` is th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch import nn
 
-from export.hf.adapter import Adapted
+from export.hf.architecture import Adapted, Architecture
 from export.hf.kv_step import KeyValueStep, cache_shape
-from export.hf.pixels import PixelValues
+from export.hf.pixels import CaptionerEncoder
 from export.hf.snapshot import Snapshot, SnapshotError, offline
 from export.hf.step import CrossAttentionStep, ImageCacheStep
 from service.manifest import Preprocessing
@@ -46,18 +44,11 @@ from service.manifest import Preprocessing
 DEFAULT_NEW_TOKENS = 20  # generate()'s max_length when nothing sets one: 20 tokens after the prompt
 
 
-class Encoder(nn.Module):
+class Encoder(CaptionerEncoder):
     """uint8 images → (memory, state) of a ``BlipForConditionalGeneration`` (see module docstring)."""
 
-    def __init__(self, model: nn.Module, rescale: float, mean: Sequence[float], std: Sequence[float]) -> None:
-        super().__init__()
-        self.model: Any = model
-        self.pixels = PixelValues(rescale, mean, std)
-
-    def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self.pixels(image)
-        hidden = self.model.vision_model(pixel_values=x).last_hidden_state
-        return hidden, torch.zeros(hidden.shape[0], 1, dtype=torch.float32)
+    def memory(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return self.model.vision_model(pixel_values=pixel_values).last_hidden_state
 
 
 def max_tokens(gen: Any, max_positions: int | None) -> int:
@@ -100,3 +91,6 @@ def adapt(snapshot: Snapshot, pre: Preprocessing) -> Adapted:
         max_tokens=tokens,
         early_stopping=gen.early_stopping is True,  # True, False or "never" (read as False); default False
     )
+
+
+ARCHITECTURE = Architecture("blip", "captioner", "BlipForConditionalGeneration", adapt)

@@ -21,40 +21,31 @@ itself. CompCap splits that forward where the image ends:
   concatenated in front, GIT's mask (with the padding after ``length`` masked as ``attention_mask``
   would), ``git.encoder``'s layers, and ``output`` at the row's last real token. ``attention`` is the
   last layer's self-attention from that position onto the M image positions, averaged over its heads
-  (the layer closest to the words, as for ``export.hf.ved``; it does not sum to 1, the rest of the
-  weight being on the text).
+  (the layer closest to the words, as for ``export.hf.architectures.ved``; it does not sum to 1, the rest
+  of the weight being on the text).
 
 Video GIT checkpoints (``num_image_with_embedding``: several frames, each with a temporal embedding)
 are refused: the contract's encoder reads one image."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from export.hf.adapter import Adapted
-from export.hf.pixels import PixelValues
+from export.hf.architecture import Adapted, Architecture
+from export.hf.pixels import CaptionerEncoder
 from export.hf.snapshot import Snapshot, SnapshotError, offline
 from service.manifest import Preprocessing
 
 
-class Encoder(nn.Module):
+class Encoder(CaptionerEncoder):
     """uint8 images → (memory, state) of a ``GitForCausalLM`` (see module docstring)."""
 
-    def __init__(self, model: nn.Module, rescale: float, mean: Sequence[float], std: Sequence[float]) -> None:
-        super().__init__()
-        self.model: Any = model
-        self.pixels = PixelValues(rescale, mean, std)
-
-    def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self.pixels(image)
+    def memory(self, pixel_values: torch.Tensor) -> torch.Tensor:
         git = self.model.git
-        features = git.image_encoder(x).last_hidden_state
-        memory = git.visual_projection(features)
-        return memory, torch.zeros(memory.shape[0], 1, dtype=torch.float32)
+        return git.visual_projection(git.image_encoder(pixel_values).last_hidden_state)
 
 
 class Step(nn.Module):
@@ -133,3 +124,6 @@ def adapt(snapshot: Snapshot, pre: Preprocessing) -> Adapted:
         max_tokens=int(gen.max_length or 20),
         early_stopping=gen.early_stopping is True,  # True, False or "never" (read as False)
     )
+
+
+ARCHITECTURE = Architecture("git", "captioner", "GitForCausalLM", adapt)
