@@ -1,5 +1,5 @@
-"""The model contract: ``model_repo/manifest.json``, written by ``export.repo`` (and ``compcap import``)
-and read by the service.
+"""The model contract: ``model_repo/manifest.json``, written by ``export.packaging.triton_repo`` (and
+``compcap import``) and read by the service.
 
 Tensor dims exclude the implicit batch dimension for models with ``max_batch_size > 0`` and use -1 for
 variable sizes, as in Triton's ``config.pbtxt``.
@@ -12,7 +12,7 @@ Without them a captioner is read as in version 1, so repositories written before
 
 Version 3 of a step (inputs ``state_new`` and ``state_index`` beside ``state``): the step gathers each
 row's decoder state from the previous call's ``state_out`` and the new images' initial states itself
-(``export.state_gather``), so that the state can stay on the model's device; the engine reads which
+(``export.packaging.state_gather``), so that the state can stay on the model's device; the engine reads which
 a step takes from its inputs, and serves a step without them as before (``compcap upgrade`` rewrites
 a repository's steps).
 """
@@ -57,8 +57,9 @@ ROLE_TENSORS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "ranker_text": (("tokens", "length"), ("embedding",)),
 }
 # Inputs a model of a role may take besides: a step's ``top_k`` (it returns each row's best words,
-# ``export.topk``), and version 3's ``state_new`` and ``state_index`` (it gathers its rows' decoder states
-# itself from the last call's ``state_out``, ``export.state_gather``; the two come together).
+# ``export.packaging.topk``), and version 3's ``state_new`` and ``state_index`` (it gathers its rows'
+# decoder states itself from the last call's ``state_out``, ``export.packaging.state_gather``; the two come
+# together).
 ROLE_OPTIONAL_INPUTS: dict[str, tuple[str, ...]] = {"captioner_step": ("top_k", "state_new", "state_index")}
 
 

@@ -3,8 +3,8 @@
 
 * ``sceneworld`` — from a SceneWorld world of its own: seed ``probe_seed(seed)`` = training seed +
   ``PROBE_SEED_OFFSET``, never the training world (seed), the build's test world (seed + 7919) or the
-  zoo's evaluation world (``export.zoo.EVAL_SEED``). Written by ``compcap build``, ``compcap models`` and
-  ``compcap probesets --repo`` (an existing repository, no retraining).
+  zoo's evaluation world (``export.pipeline.zoo.EVAL_SEED``). Written by ``compcap build``,
+  ``compcap models`` and ``compcap probesets --repo`` (an existing repository, no retraining).
 * ``coco`` — from any COCO-format folder through the split code of ``compcap splits``
   (``compcap probeset --data DIR --kind K --out DIR``).
 * ``counterfactual`` — minimal pairs for the default captioner's held-out pairs (a seen-pair scene and
@@ -22,7 +22,7 @@ from __future__ import annotations
 from service.probesets.builtin import BUILTIN
 
 PROBE_SEED_OFFSET = 104729  # the 10000th prime; build.TEST_SEED_OFFSET is 7919 (the 1000th)
-ZOO_EVAL_SEED = 20270313  # export.zoo.EVAL_SEED (not imported here: export.zoo imports torch)
+ZOO_EVAL_SEED = 20270313  # export.pipeline.zoo.EVAL_SEED (not imported here: that module imports torch)
 COUNTERFACTUAL = "counterfactual"  # written on demand only (export.probesets.counterfactual)
 # the formats a build writes (each set named after its kind): the built-in ones but counterfactual
 KINDS = tuple(f.name for f in BUILTIN if f.name != COUNTERFACTUAL)

@@ -122,7 +122,7 @@ class ModelRunner:
         }
         # contract v3: the step gathers its rows' states itself (state pool, new states, row index)
         self._v3 = {c.name: manifest.model(c.step).gathers_state for c in manifest.captioners}
-        # steps whose graph returns each row's best words (export.topk): their whole-row outputs and
+        # steps whose graph returns each row's best words (export.packaging.topk): their whole-row outputs and
         # their top-k ones, asked of the backend as a step needs
         self._top_graph: dict[str, tuple[list[str], list[str]]] = {}
         for c in manifest.captioners:

@@ -12,8 +12,9 @@ explanations) or diverse groups reads whole rows: the engine then fetches them w
 With a vocabulary of real size (GPT-2: 50 257 words) the whole rows cost: 640 rows × 50 257 floats
 are 129 MB per step to copy off a GPU, and the beam batch's float64 working copies as much again
 twice. The step graph can compute the top ``k`` itself (``top_logprobs``, ``top_tokens``,
-``eos_logprob`` outputs and a ``top_k`` input, added by ``export.topk``); for a step without them the
-runner takes them on the host (``row_top_k``), which still spares the beam batch its [N, V] arrays."""
+``eos_logprob`` outputs and a ``top_k`` input, added by ``export.packaging.topk``); for a step without
+them the runner takes them on the host (``row_top_k``), which still spares the beam batch its [N, V]
+arrays."""
 
 from __future__ import annotations
 

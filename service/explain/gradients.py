@@ -1,5 +1,5 @@
 """Gradient attributions (Captum) on the torch.export programs the build writes beside the ONNX files
-(``export.programs``; ``ModelEntry.program``). Imports torch and captum: only ``service.explain``
+(``export.packaging.programs``; ``ModelEntry.program``). Imports torch and captum: only ``service.explain``
 loads this module, and only when a gradient method is asked for (the ``explain`` extra).
 
 The explained score of word t is S_w(t) = log-softmax of the caption's word t at step t, with the
@@ -40,7 +40,8 @@ _RELU_TARGETS = (
     torch.nn.functional.relu,
 )
 
-IMPORTED_MIN_WIDTH = 2  # an imported step's program reads prefixes of 2 columns or more (export.hf.programs)
+# an imported step's program reads prefixes of 2 columns or more (export.hf.imported_programs)
+IMPORTED_MIN_WIDTH = 2
 LOCK = threading.Lock()  # Captum's guided-backprop hooks live on shared modules: one attribution at a time
 
 
@@ -134,7 +135,8 @@ class Attribution:
     gap: np.ndarray | None
 
 
-MAX_ROWS = 4096  # step rows per forward pass: the programs' bound (export.package.MAX_PROGRAM_BATCH)
+# step rows per forward pass: the programs' bound (export.packaging.package.MAX_PROGRAM_BATCH)
+MAX_ROWS = 4096
 
 
 def attribute(model: TeacherForcedScores, x: torch.Tensor, method: str, n_steps: int = 50) -> Attribution:
