@@ -22,7 +22,6 @@ from service.cli_errors import UsageError
 from service.cli_table import Command, CommandTable
 
 PRESETS = ("tiny", "default")
-SPLIT_KINDS = ("systematicity", "productivity", "substitutivity", "full")
 
 
 def _world_arguments(parser: argparse.ArgumentParser) -> None:
@@ -92,7 +91,7 @@ def _models(args: argparse.Namespace) -> int:
 
 def _splits_arguments(parser: argparse.ArgumentParser) -> None:
     blocks.dataset(parser, "folder with captions.json (SceneWorld or COCO format)", required=True)
-    parser.add_argument("--kind", required=True, choices=SPLIT_KINDS, help="which split")
+    blocks.split_kind(parser, "--kind", "which split")
     blocks.held_out_group_choice(parser, "--kind systematicity")
     blocks.productivity_measure(parser)
     parser.add_argument(
@@ -104,22 +103,12 @@ def _splits_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _splits(args: argparse.Namespace) -> int:
-    require_group(args.kind, args.group, "--kind")
+    blocks.require_group(args.kind, args.group, "--kind")
     from export.data.splits import run_splits_cli
 
     out = Path(args.out) if args.out else None
     run_splits_cli(Path(args.data), args.kind, args.group, out, by=args.by)  # prints its summary
     return 0
-
-
-def require_group(kind: str, group: int | None, flag: str) -> None:
-    """A systematicity split needs its held-out pair group."""
-    if kind == "systematicity" and group is None:
-        from service.cli_args import held_out_groups
-
-        raise UsageError(
-            f"--group is required for {flag} systematicity: the held-out pair group, 1..{held_out_groups()}"
-        )
 
 
 PROBE_KINDS = ("systematicity", "productivity", "substitutivity")

@@ -179,6 +179,25 @@ def no_meteor(parser: Parser) -> None:
 # -- splits -----------------------------------------------------------------------------------------
 
 
+SPLIT_KINDS = ("systematicity", "productivity", "substitutivity", "full")
+
+
+def split_kind(parser: Parser, flag: str, help: str) -> None:
+    """``flag`` (``--kind``, ``--split``): which compositional split, one of ``SPLIT_KINDS`` (required)."""
+    parser.add_argument(flag, required=True, choices=SPLIT_KINDS, help=help)
+
+
+def require_group(kind: str, group: int | None, flag: str) -> None:
+    """A systematicity split needs its held-out pair group (``UsageError`` naming ``flag`` otherwise)."""
+    if kind == "systematicity" and group is None:
+        from service.cli_args import held_out_groups
+        from service.cli_errors import UsageError
+
+        raise UsageError(
+            f"--group is required for {flag} systematicity: the held-out pair group, 1..{held_out_groups()}"
+        )
+
+
 def held_out_group_choice(parser: Parser, required_for: str) -> None:
     """``--group N``: the held-out pair group of a systematicity split (``required_for``: when)."""
     parser.add_argument(

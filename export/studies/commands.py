@@ -20,8 +20,6 @@ from service.cli_args import (
 )
 from service.cli_table import Command, CommandTable
 
-SPLIT_KINDS = ("systematicity", "productivity", "substitutivity", "full")
-
 
 def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     blocks.gateway_source(
@@ -32,7 +30,7 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
     )
     blocks.dataset(parser, "the dataset folder (captions.json, images)", required=True)
-    parser.add_argument("--split", required=True, choices=SPLIT_KINDS, help="which split (compcap splits)")
+    blocks.split_kind(parser, "--split", "which split (compcap splits)")
     blocks.held_out_group_choice(parser, "--split systematicity without --split-file")
     parser.add_argument(
         "--split-file",
@@ -70,15 +68,13 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from export.commands import require_group
-
     split_path = Path(args.split_file) if args.split_file else None
     json_out = Path(args.json) if args.json else None
     if args.repo and (args.checkpoint or args.concurrency):
         print("compcap evaluate: --checkpoint and --concurrency need --url", file=sys.stderr)
         return 2
     if split_path is None:
-        require_group(args.split, args.group, "--split")
+        blocks.require_group(args.split, args.group, "--split")
     from export.studies.evaluate import run_evaluate_cli
 
     return run_evaluate_cli(

@@ -157,8 +157,16 @@ def test_serve_exits_naming_a_bad_setting(
 
 
 def test_command_tables_offer_the_split_kinds_of_the_pipeline() -> None:
-    from export.commands import SPLIT_KINDS
-    from export.data.splits import KINDS
-    from export.studies.commands import SPLIT_KINDS as EVALUATE_KINDS
+    import argparse
 
-    assert SPLIT_KINDS == EVALUATE_KINDS == KINDS
+    from export.commands import COMMANDS as EXPORT
+    from export.data.splits import KINDS
+    from export.studies.commands import COMMANDS as STUDIES
+
+    offered = []
+    for command, flag in ((EXPORT["splits"], "--kind"), (STUDIES["evaluate"], "--split")):
+        parser = argparse.ArgumentParser()
+        command.add_arguments(parser)
+        (action,) = [a for a in parser._actions if flag in a.option_strings]
+        offered.append(tuple(action.choices or ()))
+    assert offered == [tuple(KINDS), tuple(KINDS)]
