@@ -42,7 +42,7 @@ from loadtests.bench.table import summary
 from loadtests.load.cpu import bounds_of_limit, process_tree
 from loadtests.load.http_load import Gateway, closed_loop
 from loadtests.load.inputs import bench_images, png_bytes
-from service.backends.factory import make_backend
+from service.backends.registry import make_backend
 from service.cli_args import (
     RERANK_HELP,
     ListAction,

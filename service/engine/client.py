@@ -21,7 +21,7 @@ from service.engine.params import InvalidParameterError, SearchParams
 from service.engine.request import Priority
 from service.engine.rerank import Caption
 from service.manifest import Manifest
-from service.settings import EngineSettings
+from service.sections import EngineSettings
 from service.text.subword import TokenVocabulary
 
 
