@@ -2,8 +2,9 @@
 
 A backend is one registered record (``BackendRecord``): its name, what it is, the engine settings it
 reads, the extra its third-party packages come with, and ``build``, the async factory that loads it
-from the engine's settings. Each backend module registers its own at import
-(``BACKEND = register(BackendRecord(...))``): ``onnxruntime`` (embedded), ``triton`` and ``null``.
+from the engine's settings. Each backend module registers its own at import, as a hook is registered
+(``@backend(name, description, ...)`` on its ``build``): ``onnxruntime`` (embedded), ``triton`` and
+``null``.
 
 A backend named ``X`` is found in the module ``service.backends.X``, imported when ``X`` is first
 asked for (``get_backend``): a deployment that serves Triton imports no onnxruntime, and a backend whose
@@ -66,6 +67,23 @@ def register(record: BackendRecord) -> BackendRecord:
         raise ValueError(f"backend {record.name!r} is registered already")
     BACKENDS[record.name] = record
     return record
+
+
+def backend(
+    name: str,
+    description: str,
+    *,
+    settings: tuple[str, ...] = (),
+    extra: str | None = None,
+    check: Callable[[Any], None] | None = None,
+) -> Callable[[Build], Build]:
+    """Register the decorated ``build`` as the backend ``name`` (``BackendRecord``'s fields)."""
+
+    def add(build: Build) -> Build:
+        register(BackendRecord(name, description, build, settings, extra, check))
+        return build
+
+    return add
 
 
 def unregister(name: str) -> None:

@@ -23,7 +23,7 @@ from tritonclient.utils.shared_memory import SharedMemoryException
 
 from service.backends.base import Backend, BackendError
 from service.backends.precision import ServedNames
-from service.backends.registry import BackendRecord, register
+from service.backends.registry import backend
 from service.backends.triton_addresses import Address, ModelIdentity, State, expected_identities
 from service.backends.triton_pool import TritonPool
 from service.backends.triton_request import ModelCall
@@ -278,23 +278,6 @@ def _rows(inputs: dict[str, np.ndarray]) -> int:
     return max(sizes, default=0)
 
 
-async def build(settings: Any, manifest: Manifest, metrics: Metrics) -> Backend:
-    """The Triton backend of the engine's ``settings``, connected (``TritonBackend.connect``); at
-    another precision than fp32 its calls go to the variants' model names (``ServedNames``)."""
-    backend = await TritonBackend.connect(
-        settings.triton_url,
-        manifest,
-        metrics,
-        timeout_s=settings.triton_startup_s,
-        shared_memory=settings.triton_shared_memory,
-        repo=settings.repo,
-        resolve_s=settings.triton_resolve_s,
-    )
-    if settings.precision == "fp32":
-        return backend
-    return ServedNames(backend, manifest.served_models(settings.precision), settings.precision)
-
-
 def check(settings: Any) -> None:
     """``triton_url`` in one of its forms, and one address for shared memory (a ``ValueError``
     naming the setting)."""
@@ -306,13 +289,25 @@ def check(settings: Any) -> None:
         )
 
 
-BACKEND = register(
-    BackendRecord(
-        "triton",
-        "Triton Inference Servers at triton_url, called over gRPC",
-        build,
-        settings=("triton_url", "triton_resolve_s", "triton_startup_s", "triton_shared_memory"),
-        extra="triton",
-        check=check,
-    )
+@backend(
+    "triton",
+    "Triton Inference Servers at triton_url, called over gRPC",
+    settings=("triton_url", "triton_resolve_s", "triton_startup_s", "triton_shared_memory"),
+    extra="triton",
+    check=check,
 )
+async def build(settings: Any, manifest: Manifest, metrics: Metrics) -> Backend:
+    """The Triton backend of the engine's ``settings``, connected (``TritonBackend.connect``); at
+    another precision than fp32 its calls go to the variants' model names (``ServedNames``)."""
+    connected = await TritonBackend.connect(
+        settings.triton_url,
+        manifest,
+        metrics,
+        timeout_s=settings.triton_startup_s,
+        shared_memory=settings.triton_shared_memory,
+        repo=settings.repo,
+        resolve_s=settings.triton_resolve_s,
+    )
+    if settings.precision == "fp32":
+        return connected
+    return ServedNames(connected, manifest.served_models(settings.precision), settings.precision)
