@@ -112,14 +112,7 @@ def human_default(field: FieldInfo) -> str:
 
 
 def settings_page() -> str:
-    from service.settings import (
-        CompareSettings,
-        EngineSettings,
-        ExplainSettings,
-        GatewaySettings,
-        ProbeSettings,
-        Settings,
-    )
+    from service.settings import FEATURE_SECTIONS, EngineSettings, GatewaySettings, ServedFeatures, Settings
 
     out = [
         "# Settings reference\n",
@@ -132,9 +125,8 @@ def settings_page() -> str:
     sections: list[tuple[str, type[Any]]] = [
         ("Engine", EngineSettings),
         ("Gateway", GatewaySettings),
-        ("Probes", ProbeSettings),
-        ("Explanations", ExplainSettings),
-        ("Comparison", CompareSettings),
+        ("Features", ServedFeatures),
+        *((section.title, section) for section in FEATURE_SECTIONS),  # each in its feature's package
         ("Other", Settings),  # a field of Settings in none of the sections
     ]
     for title, section in sections:

@@ -43,7 +43,7 @@ from loadtests.load.cpu import bounds_of_limit, process_tree
 from loadtests.load.http_load import Gateway, closed_loop
 from loadtests.load.inputs import bench_images, png_bytes
 from service import cli_blocks as blocks
-from service.backends.factory import make_backend
+from service.backends.registry import make_backend
 from service.cli_args import (
     add_renamed,
     non_negative_int,

@@ -23,7 +23,7 @@ from pydantic.json_schema import models_json_schema
 from service.api.errors import ApiError, validate
 from service.api.limits import check_json
 from service.api.parsing import FILE_FIELD, b64_blob, check_count, request_parts
-from service.settings import Settings
+from service.sections import ServiceSettings
 
 REF = "#/components/schemas/{model}"
 F = TypeVar("F", bound=BaseModel)
@@ -61,7 +61,7 @@ class UploadBody(Generic[F]):
         """The form fields that carry JSON."""
         return frozenset(n for n, f in self.fields.model_fields.items() if _is_json_valued(f.annotation))
 
-    async def read(self, request: Request, settings: Settings, most: int) -> tuple[F, list[bytes]]:
+    async def read(self, request: Request, settings: ServiceSettings, most: int) -> tuple[F, list[bytes]]:
         """The options and ``least``..``most`` images of either form (422 ``no_image`` /
         ``too_many_images`` outside), every error naming its field."""
         least = self.least

@@ -20,13 +20,13 @@ from service.api.errors import ApiError
 from service.api.image_url import ImageURLFetcher, ImageURLPolicy
 from service.api.reload import Reloader
 from service.backends.base import Backend, backend_devices
-from service.backends.factory import make_backend
+from service.backends.registry import make_backend
 from service.engine.client import EngineClient
 from service.engine.core_client import RemoteEngine
 from service.engine.engine import CaptionEngine, CaptionOutput
 from service.manifest import Manifest, load_manifest, repo_version
 from service.metrics import Metrics
-from service.settings import Settings
+from service.sections import ServiceSettings
 from service.state.store import StateStore
 from service.text.vocabulary import Vocabulary
 
@@ -38,7 +38,9 @@ class Runtime:
     installed features hand the app: listeners after each caption response, work that runs while the
     app does."""
 
-    def __init__(self, settings: Settings, backend: Backend | None = None, freeze_gc: bool = False) -> None:
+    def __init__(
+        self, settings: ServiceSettings, backend: Backend | None = None, freeze_gc: bool = False
+    ) -> None:
         """``freeze_gc`` (the serving process): once the models are loaded, every object made so far
         moves to the collector's permanent generation (``gc.freeze``), so a full collection under load
         no longer walks the libraries and sessions (72 ms pauses at 32 clients, measured)."""

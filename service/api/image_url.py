@@ -51,7 +51,7 @@ from service.url_policy import (
 )
 
 if TYPE_CHECKING:
-    from service.settings import Settings
+    from service.sections import ServiceSettings
 
 # (host, port) -> the host's addresses, as getaddrinfo gives them; tests may give their own
 Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
@@ -91,7 +91,7 @@ class ImageURLPolicy:
             raise ValueError(f"max_redirects must be 0..10, got {self.max_redirects}")
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> ImageURLPolicy:
+    def from_settings(cls, settings: ServiceSettings) -> ImageURLPolicy:
         return cls(
             hosts=parse_hosts(settings.image_url_hosts),
             max_bytes=min(settings.image_url_max_bytes, settings.max_upload_bytes),

@@ -35,13 +35,13 @@ from service.api.limits import (
 from service.api.multipart import MAX_BODY, plain_form
 from service.api.schemas import CaptionJSONRequest, CaptionOptions
 from service.images import ImageError
-from service.settings import Settings
+from service.sections import ServiceSettings
 from service.url_policy import is_url
 
 FILE_FIELD = "image"  # the multipart file part of every route that takes images
 
 
-def body_limit(settings: Settings) -> int:
+def body_limit(settings: ServiceSettings) -> int:
     """The largest body: every image at the upload limit, base64-encoded, plus 1 MiB of options."""
     return settings.max_upload_bytes * settings.max_images_per_request * 4 // 3 + (1 << 20)
 
@@ -72,7 +72,9 @@ class RequestParts:
 
 
 @asynccontextmanager
-async def request_parts(request: Request, settings: Settings, max_files: int) -> AsyncIterator[RequestParts]:
+async def request_parts(
+    request: Request, settings: ServiceSettings, max_files: int
+) -> AsyncIterator[RequestParts]:
     """Read ``request``'s body, multipart or JSON (415 otherwise), within ``body_limit``; the uploads
     are open inside the block. ``max_files``: the most file parts the multipart parser takes."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -120,7 +122,7 @@ def is_raw_image(content_type: str) -> bool:
     return content_type.startswith("image/") or content_type == "application/octet-stream"
 
 
-async def read_raw_image(request: Request, settings: Settings) -> bytes:
+async def read_raw_image(request: Request, settings: ServiceSettings) -> bytes:
     """The body as one image's bytes, within ``max_upload_bytes`` (413) and the request deadline between
     its parts (408); an empty body is a 422 ``no_image``."""
     limit = settings.max_upload_bytes
@@ -135,7 +137,7 @@ async def read_raw_image(request: Request, settings: Settings) -> bytes:
 
 
 async def read_caption_request(
-    request: Request, settings: Settings, urls: ImageURLFetcher | None = None
+    request: Request, settings: ServiceSettings, urls: ImageURLFetcher | None = None
 ) -> tuple[list[bytes], CaptionOptions]:
     """The images and options of a caption request: multipart uploads, JSON with base64 images or
     image URLs (fetched by ``urls``), or a raw image body (``image/*`` or ``application/octet-stream``)
@@ -154,7 +156,10 @@ async def read_caption_request(
 
 
 async def _read_json(
-    payload: dict[str, Any] | None, query: dict[str, Any], settings: Settings, urls: ImageURLFetcher | None
+    payload: dict[str, Any] | None,
+    query: dict[str, Any],
+    settings: ServiceSettings,
+    urls: ImageURLFetcher | None,
 ) -> tuple[list[bytes], CaptionOptions]:
     if payload is None:
         raise ApiError(
@@ -169,7 +174,7 @@ async def _read_json(
 
 
 async def image_blobs(
-    items: list[tuple[str, str]], settings: Settings, urls: ImageURLFetcher | None
+    items: list[tuple[str, str]], settings: ServiceSettings, urls: ImageURLFetcher | None
 ) -> list[bytes]:
     """JSON images, each (text, its field): base64 (data: URLs accepted) or an image URL, fetched by
     ``urls`` under the operator's policy (``service.api.image_url``; none: URLs are refused)."""
@@ -197,7 +202,7 @@ def _loads(body: bytes) -> Any:
 
 
 async def _read_form(
-    request: Request, stream: AsyncGenerator[bytes, None], max_files: int, settings: Settings
+    request: Request, stream: AsyncGenerator[bytes, None], max_files: int, settings: ServiceSettings
 ) -> list[tuple[str, UploadFile | str]]:
     """A small form read whole: the one-pass reader, or the streaming parser on the same bytes for
     anything the one-pass reader leaves to it (``service.api.multipart``)."""
@@ -215,7 +220,7 @@ async def _read_form(
 
 
 async def _parse_multipart(
-    request: Request, stream: AsyncGenerator[bytes, None], max_files: int, settings: Settings
+    request: Request, stream: AsyncGenerator[bytes, None], max_files: int, settings: ServiceSettings
 ) -> list[tuple[str, UploadFile | str]]:
     parser = MultiPartParser(
         request.headers,
@@ -231,7 +236,7 @@ async def _parse_multipart(
     return form.multi_items()
 
 
-def _multipart_error(message: str, max_files: int, settings: Settings) -> ApiError:
+def _multipart_error(message: str, max_files: int, settings: ServiceSettings) -> ApiError:
     if message.startswith("Too many fields"):
         return ApiError(413, "too_many_form_fields", f"more than the limit of {MAX_FORM_FIELDS} form fields")
     if message.startswith("Part exceeded maximum size"):
@@ -247,7 +252,7 @@ def _multipart_error(message: str, max_files: int, settings: Settings) -> ApiErr
     return ApiError(400, "invalid_multipart", f"the multipart body cannot be parsed: {message}")
 
 
-def _form_parts(items: list[tuple[str, UploadFile | str]], settings: Settings) -> RequestParts:
+def _form_parts(items: list[tuple[str, UploadFile | str]], settings: ServiceSettings) -> RequestParts:
     check_field_names((key for key, _ in items), "form")
     uploads: list[UploadFile] = []
     fields: dict[str, Any] = {}

@@ -26,13 +26,13 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 
 from service.backends.base import Backend
-from service.backends.factory import make_backend
+from service.backends.registry import make_backend
 from service.engine.client import EngineClient
 from service.engine.core_client import RemoteEngine
 from service.engine.engine import CaptionEngine
 from service.manifest import Manifest, load_manifest, repo_probe_set_entries, repo_version, same_models
 from service.metrics import Metrics
-from service.settings import Settings
+from service.sections import ServiceSettings
 from service.state import schema
 from service.state.store import StateStore
 from service.text.vocabulary import Vocabulary
@@ -41,7 +41,7 @@ from service.text.vocabulary import Vocabulary
 class Served(Protocol):
     """What the reloader changes: the gateway's ``Runtime`` (``service.api.deps``)."""
 
-    settings: Settings
+    settings: ServiceSettings
     manifest: Manifest
     vocab: Vocabulary
     metrics: Metrics

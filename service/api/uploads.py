@@ -10,10 +10,10 @@ import numpy as np
 
 from service.images import check_uploads, decode_images
 from service.manifest import ImageSpec
-from service.settings import Settings
+from service.sections import ServiceSettings
 
 
-async def decode_uploads(blobs: Sequence[bytes], image: ImageSpec, settings: Settings) -> np.ndarray:
+async def decode_uploads(blobs: Sequence[bytes], image: ImageSpec, settings: ServiceSettings) -> np.ndarray:
     """uint8 [B, H, W, 3] at the model's input size; raises ``ImageError`` naming the image index."""
     check_uploads(blobs, max_bytes=settings.max_upload_bytes)
     return await asyncio.to_thread(

@@ -15,9 +15,10 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, Literal, get_args
 
-from service.settings import Device
+# where the embedded backend runs the models (COMPCAP_DEVICE; this module says what it got)
+Device = Literal["auto", "cpu", "cuda"]
 
 DEVICES: tuple[str, ...] = get_args(Device)
 CUDA_PROVIDER = "CUDAExecutionProvider"

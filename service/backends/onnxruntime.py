@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from service.backends.base import BackendError, DeviceArray
+from service.backends.base import Backend, BackendError, DeviceArray
 from service.backends.device import (
     CPU_PROVIDER,
     CUDA_PROVIDER,
@@ -26,6 +26,7 @@ from service.backends.device import (
     session_device,
     summary,
 )
+from service.backends.registry import backend
 from service.manifest import Manifest
 from service.metrics import Metrics
 
@@ -202,20 +203,17 @@ class OnnxRuntimeBackend:
         self,
         model: str,
         inputs: Mapping[str, np.ndarray | DeviceArray],
-        outputs: Sequence[str] | None = None,
-        keep: Sequence[str] = (),
+        names: list[str],
+        keep: Sequence[str],
     ) -> dict[str, Any]:
         session = self.sessions[model]
-        names = self.outputs[model] if outputs is None else list(outputs)
         start = time.perf_counter()
         try:
             values = self._bound_run(model, session, inputs, names, keep)
         except (ort.capi.onnxruntime_pybind11_state.InvalidArgument, ValueError) as exc:
-            self._count(model, "bad_input")
-            raise BackendError(model, "bad_input", str(exc)) from exc
+            raise self._fail(model, "bad_input", str(exc)) from exc
         except Exception as exc:
-            self._count(model, "runtime")
-            raise BackendError(model, "runtime", str(exc)) from exc
+            raise self._fail(model, "runtime", str(exc)) from exc
         if self.metrics is not None:
             self._call_seconds[model].observe(time.perf_counter() - start)
         return dict(zip(names, values, strict=True))
@@ -255,9 +253,11 @@ class OnnxRuntimeBackend:
             for name, value in zip(names, binding.get_outputs(), strict=True)
         ]
 
-    def _count(self, model: str, reason: str) -> None:
+    def _fail(self, model: str, reason: str, message: str) -> BackendError:
+        """The error of a call to ``model``, counted (``compcap_backend_errors_total``)."""
         if self.metrics is not None:
             self.metrics.backend_errors.labels(model=model, reason=reason).inc()
+        return BackendError(model, reason, message)
 
     async def infer(
         self,
@@ -270,19 +270,38 @@ class OnnxRuntimeBackend:
         ``keep``: outputs left on the session's device, returned as ``DeviceArray`` s that a later call
         of this backend takes as inputs without a copy (the decoder state of a v3 step)."""
         if model not in self.sessions:
-            self._count(model, "unknown_model")
-            raise BackendError(model, "unknown_model", "no such model in the repository")
-        if outputs is not None and not set(outputs) <= set(self.outputs[model]):
-            self._count(model, "bad_input")
-            raise BackendError(
-                model, "bad_input", f"no outputs {sorted(set(outputs) - set(self.outputs[model]))}"
+            raise self._fail(model, "unknown_model", "no such model in the repository")
+        names = self.outputs[model] if outputs is None else list(outputs)
+        if not set(names) <= set(self.outputs[model]):
+            raise self._fail(
+                model, "bad_input", f"no outputs {sorted(set(names) - set(self.outputs[model]))}"
             )
-        if not set(keep) <= set(outputs if outputs is not None else self.outputs[model]):
-            self._count(model, "bad_input")
-            raise BackendError(model, "bad_input", f"cannot keep outputs not asked for: {sorted(keep)}")
+        if not set(keep) <= set(names):
+            raise self._fail(model, "bad_input", f"cannot keep outputs not asked for: {sorted(keep)}")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._run, model, inputs, outputs, tuple(keep))
+        return await loop.run_in_executor(self._executor, self._run, model, inputs, names, tuple(keep))
 
     async def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
         self.sessions.clear()
+
+
+@backend(
+    "onnxruntime",
+    "the embedded default: onnxruntime sessions in this process, run off the event loop",
+    settings=("intra_op_threads", "executor_threads", "ort_spinning", "device"),
+    extra="cpu",  # or gpu: onnxruntime's CUDA build, the same module
+)
+async def build(settings: Any, manifest: Manifest, metrics: Metrics) -> Backend:
+    """The embedded backend of the engine's ``settings``, its sessions loaded off the event loop."""
+    return await asyncio.to_thread(
+        OnnxRuntimeBackend,
+        settings.repo,
+        manifest,
+        settings.intra_op_threads,
+        metrics,
+        settings.executor_threads,
+        settings.ort_spinning,
+        settings.precision,
+        device=settings.device,
+    )

@@ -14,13 +14,16 @@ import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException
 from tritonclient.utils.shared_memory import SharedMemoryException
 
-from service.backends.base import BackendError
+from service.backends.base import Backend, BackendError
+from service.backends.precision import ServedNames
+from service.backends.registry import backend
 from service.backends.triton_addresses import Address, ModelIdentity, State, expected_identities
 from service.backends.triton_pool import TritonPool
 from service.backends.triton_request import ModelCall
@@ -273,3 +276,38 @@ def _rows(inputs: dict[str, np.ndarray]) -> int:
     """The batch size of per-image model inputs (0 if there are none or they are scalars)."""
     sizes = {v.shape[0] for v in inputs.values() if isinstance(v, np.ndarray) and v.ndim > 0}
     return max(sizes, default=0)
+
+
+def check(settings: Any) -> None:
+    """``triton_url`` in one of its forms, and one address for shared memory (a ``ValueError``
+    naming the setting)."""
+    target = parse_target(settings.triton_url)
+    if settings.triton_shared_memory and target.kind != "single":
+        raise ValueError(
+            f"triton_shared_memory: needs one co-located Triton (COMPCAP_TRITON_URL=host:port), not "
+            f"{settings.triton_url!r}: shared memory is only shared with a server on this host"
+        )
+
+
+@backend(
+    "triton",
+    "Triton Inference Servers at triton_url, called over gRPC",
+    settings=("triton_url", "triton_resolve_s", "triton_startup_s", "triton_shared_memory"),
+    extra="triton",
+    check=check,
+)
+async def build(settings: Any, manifest: Manifest, metrics: Metrics) -> Backend:
+    """The Triton backend of the engine's ``settings``, connected (``TritonBackend.connect``); at
+    another precision than fp32 its calls go to the variants' model names (``ServedNames``)."""
+    connected = await TritonBackend.connect(
+        settings.triton_url,
+        manifest,
+        metrics,
+        timeout_s=settings.triton_startup_s,
+        shared_memory=settings.triton_shared_memory,
+        repo=settings.repo,
+        resolve_s=settings.triton_resolve_s,
+    )
+    if settings.precision == "fp32":
+        return connected
+    return ServedNames(connected, manifest.served_models(settings.precision), settings.precision)

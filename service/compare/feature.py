@@ -15,10 +15,11 @@ from service.api.feature import add_tag
 from service.compare.configs import Configuration, parse_configuration
 from service.compare.router import router
 from service.compare.service import CompareService
+from service.compare.settings import CompareSettings
 from service.compare.shadow import ShadowComparer
 from service.compare.stored import StoredReservoir
 from service.manifest import Manifest
-from service.settings import CompareSettings, check_setting, invalid_setting
+from service.sections import check_setting, invalid_setting
 
 TAG = {
     "name": "comparison",
@@ -42,7 +43,7 @@ def shadow_configuration(settings: CompareSettings, manifest: Manifest) -> Confi
 
 def install(app: FastAPI, runtime: Runtime) -> None:
     """Serve ``POST /v1/compare`` and ``GET /v1/compare/shadow``; feed the shadow, when one is set."""
-    settings = runtime.settings.compare  # its own section
+    settings = CompareSettings.of(runtime.settings)  # its own section
     configuration = shadow_configuration(settings, runtime.manifest)
     app.state.compare = CompareService(settings.max_comparisons)
     app.state.shadow = None

@@ -19,6 +19,7 @@ from service.api.uploads import decode_uploads
 from service.compare.configs import NAME_PATTERN, Configuration, ConfigurationError
 from service.compare.schemas import CompareResponse, ShadowResponse
 from service.compare.service import CompareService
+from service.compare.settings import CompareSettings
 from service.compare.shadow import ShadowComparer
 
 
@@ -102,7 +103,7 @@ async def compare(
     JSON form field) or as base64 in JSON. See README, Comparison."""
     settings = runtime.settings
     body, blobs = await BODY.read(request, settings, most=settings.max_images_per_request)
-    configs = _configs(body, settings.max_compare_configurations)
+    configs = _configs(body, CompareSettings.of(settings).max_compare_configurations)
     names = [c.name for c in configs]
     if len(set(names)) != len(names):
         raise ApiError(

@@ -23,7 +23,7 @@ from service.engine.request import Priority
 from service.engine.rerank import Caption
 from service.engine.runner import prepare_images
 from service.manifest import Manifest
-from service.settings import EngineSettings
+from service.sections import EngineSettings
 from service.text.subword import TokenVocabulary
 
 

@@ -48,7 +48,7 @@ from service.engine.wire import (
 )
 from service.manifest import load_manifest, repo_version, same_models
 from service.metrics import Metrics
-from service.settings import Settings
+from service.sections import EngineSettings, ServiceSettings, load
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class EngineCore:
         engine: CaptionEngine,
         backend: str,
         devices: Mapping[str, str],
-        settings: Settings | None = None,
+        settings: EngineSettings | None = None,
         version: str = "",
     ) -> None:
         """``settings``: what a ``Reload`` loads the repository with again (None: the core never
@@ -237,9 +237,8 @@ class EngineCore:
 async def run_core(path: Path) -> None:
     """Load the models as the ``COMPCAP_*`` settings say, serve them on ``path`` until SIGTERM."""
     from service.backends.base import backend_devices
-    from service.settings import load_settings
 
-    settings = load_settings()
+    settings = load(EngineSettings)  # the HTTP process that started the core validated the rest
     version = repo_version(settings.repo)  # before the load: a change during it is seen at the next reload
     engine = await CaptionEngine.from_settings(settings, Metrics())
     core = EngineCore(engine, settings.backend, backend_devices(engine.backend), settings, version)
@@ -270,9 +269,8 @@ async def _parent_gone(parent: int, stop: asyncio.Event, every_s: float = 1.0) -
 
 def main() -> int:
     from service.logs import configure_logging
-    from service.settings import load_settings
 
-    settings = load_settings()
+    settings = load(ServiceSettings)
     configure_logging(settings.log_format, settings.log_level)
     path = os.environ.get("COMPCAP_ENGINE_SOCKET")
     if not path:

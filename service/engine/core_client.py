@@ -49,7 +49,7 @@ from service.engine.wire import (
     unpack,
 )
 from service.manifest import Manifest
-from service.settings import EngineSettings
+from service.sections import EngineSettings
 from service.text.vocabulary import Vocabulary
 
 log = logging.getLogger(__name__)

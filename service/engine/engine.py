@@ -27,7 +27,7 @@ from service.engine.scheduler import Scheduler
 from service.engine.tokens import banned_ids, captioner_vocabularies, load_subword
 from service.manifest import Manifest, load_manifest
 from service.metrics import Metrics
-from service.settings import EngineSettings
+from service.sections import EngineSettings
 from service.text.subword import TokenVocabulary
 from service.text.vocabulary import Vocabulary
 
@@ -88,7 +88,7 @@ class CaptionEngine(ClientSide[CaptionOutput]):
     @classmethod
     async def from_settings(cls, settings: EngineSettings, metrics: Metrics | None = None) -> CaptionEngine:
         """An engine with its own backend, as ``settings`` say (see ``from_repo``)."""
-        from service.backends.factory import make_backend
+        from service.backends.registry import make_backend
 
         manifest = load_manifest(settings.repo)
         vocab = Vocabulary.load(settings.repo / manifest.vocabulary.file)

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from service.engine.hooks import HookError, ResolvedHooks, resolve_hooks, spec_parts
 from service.engine.processors import LogitsProcessor, RankerGuide
 from service.manifest import Manifest
-from service.settings import EngineSettings
+from service.sections import EngineSettings
 from service.text.subword import TokenVocabulary
 from service.text.suggest import did_you_mean
 

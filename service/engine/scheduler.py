@@ -41,7 +41,7 @@ from service.engine.sparse import SPARSE_MIN_VOCAB, top_k_for
 from service.engine.tokens import token_ids
 from service.manifest import CaptionerEntry
 from service.metrics import Metrics
-from service.settings import EngineSettings
+from service.sections import EngineSettings
 
 log = logging.getLogger(__name__)
 S = RequestStatus

@@ -11,6 +11,7 @@ from service.api.feature import add_tag
 from service.explain import capabilities
 from service.explain.router import router
 from service.explain.service import ExplainService
+from service.explain.settings import ExplainSettings
 
 TAG = {
     "name": "explanations",
@@ -22,7 +23,7 @@ TAG = {
 
 def install(app: FastAPI, runtime: Runtime) -> None:
     """Serve ``POST /v1/explain`` and ``GET /v1/explain/methods``."""
-    settings = runtime.settings.explain  # its own section
+    settings = ExplainSettings.of(runtime.settings)  # its own section
     app.state.explain = ExplainService(
         runtime.settings.engine.repo,
         runtime.manifest,

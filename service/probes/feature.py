@@ -18,7 +18,8 @@ from service.probes.http.endpoints import router
 from service.probes.jobs.probe_service import ProbeService
 from service.probes.jobs.schedule import ProbeSchedule, parse_schedule
 from service.probes.kinds import kind_names
-from service.settings import ProbeSettings, check_setting
+from service.probes.settings import ProbeSettings
+from service.sections import check_setting
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ def probe_schedule(settings: ProbeSettings) -> ProbeSchedule | None:
 
 def install(app: FastAPI, runtime: Runtime) -> None:
     """Serve ``/v1/probes`` and ``/v1/probe-sets``; run the probe schedule while the app runs."""
-    settings = runtime.settings.probes  # its own section
+    settings = ProbeSettings.of(runtime.settings)  # its own section
     schedule = probe_schedule(settings)
     gateway = runtime.settings.gateway
     probes = ProbeService(

@@ -177,9 +177,27 @@ def test_text_and_evaluation_never_import_a_feature() -> None:
 
 
 def test_settings_never_import_a_feature() -> None:
-    """``settings`` sits below everything that reads it: each feature parses its own settings when it
-    installs (the probe schedule, the shadow configuration), and the engine takes only its section."""
-    assert offenders("service.settings", ("service.api", "service.engine", GATEWAY, *FEATURES)) == []
+    """The sections (``service.sections``: the base, the engine's, the gateway's) sit below everything
+    that reads them: each feature parses its own settings when it installs (the probe schedule, the
+    shadow configuration), and the engine takes only its section. The collector (``service.settings``)
+    reaches into the features for their ``settings`` sections only, each of which imports nothing of
+    ``service`` but the sections."""
+    assert offenders("service.sections", ("service.api", "service.engine", GATEWAY, *FEATURES)) == []
+    feature_sections = {f"{feature}.settings" for feature in FEATURES}
+    reached = {line.split(": ")[1] for line in offenders("service.settings", FEATURES)}
+    assert reached == feature_sections, reached
+    assert offenders("service.settings", ("service.api", "service.engine", GATEWAY)) == []
+    for module in feature_sections:
+        assert service_imports(module) == {"service.sections"}, module
+
+
+def test_nothing_below_the_features_imports_the_collected_settings() -> None:
+    """Only what sits above the features (the gateway, the command line) imports ``service.settings``,
+    which imports every feature's section: the kit, the engine, the backends and the features read
+    ``service.sections``."""
+    importers = {m for m, targets in import_graph().items() if "service.settings" in targets}
+    below = [m for m in importers if not m.startswith((GATEWAY, "service.cli", "service.commands"))]
+    assert below == [], below
 
 
 def test_only_the_entry_points_import_the_gateway() -> None:
@@ -207,7 +225,9 @@ def test_every_feature_is_a_package_with_an_install() -> None:
 
 
 def test_backends_know_nothing_of_engine_or_api() -> None:
-    assert offenders("service.backends", ("service.engine", "service.api")) == []
+    """Nor of the settings, which validate ``COMPCAP_BACKEND`` against the backends' registry."""
+    assert offenders("service.backends", ("service.engine", "service.api", "service.settings")) == []
+    assert offenders("service.backends", ("service.sections",)) == []
 
 
 def test_no_import_cycle_among_service_modules() -> None:

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from service.backends.base import BackendError, backend_devices, infer_outputs
-from service.backends.factory import make_backend
 from service.backends.null import END_WORDS, NullBackend, end_words, logprob_table
+from service.backends.registry import make_backend
 from service.engine.engine import CaptionEngine
 from service.engine.runner import ModelRunner
 from service.engine.state_rows import StateRows
