@@ -29,13 +29,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
 from torch import nn
 
-from export.hf.step import ImageCacheStep
+from export.hf.step import CrossAttentionStep, ImageCacheStep
 from export.models.step_contract import PooledInputs, StepInputs, StepOutputs
 
 
@@ -199,4 +199,30 @@ def cache_shape(config: Any, slots: int) -> CacheShape:
     return CacheShape(layers, heads, int(config.hidden_size) // heads, int(slots))
 
 
-__all__ = ["CacheShape", "KeyValueStep", "ZeroState", "cache_shape", "decode_parity"]
+class DecoderSteps(TypedDict):
+    """``Adapted``'s three step forms around one text decoder (``decoder_steps``)."""
+
+    step: nn.Module
+    cached_step: nn.Module
+    kv_step: nn.Module
+
+
+def decoder_steps(decoder: nn.Module, start: int, max_tokens: int) -> DecoderSteps:
+    """The plain, image-cache and kv steps around an encoder–decoder captioner's text decoder that
+    cross-attends to the image (``start`` begins every prefix; prefixes of at most ``max_tokens``)."""
+    return DecoderSteps(
+        step=CrossAttentionStep(decoder),
+        cached_step=ImageCacheStep(decoder, start),
+        kv_step=KeyValueStep(decoder, start, cache_shape(decoder.config, max_tokens)),
+    )
+
+
+__all__ = [
+    "CacheShape",
+    "DecoderSteps",
+    "KeyValueStep",
+    "ZeroState",
+    "cache_shape",
+    "decode_parity",
+    "decoder_steps",
+]

@@ -32,10 +32,9 @@ from typing import Any
 import torch
 
 from export.hf.architecture import Adapted, Architecture
-from export.hf.kv_step import KeyValueStep, cache_shape
+from export.hf.kv_step import decoder_steps
 from export.hf.pixels import CaptionerEncoder
 from export.hf.snapshot import Snapshot, SnapshotError, offline
-from export.hf.step import CrossAttentionStep, ImageCacheStep
 from service.manifest import Preprocessing
 
 DEFAULT_NEW_TOKENS = 20  # generate()'s max_length when nothing sets one: 20 tokens after the prompt
@@ -78,9 +77,7 @@ def adapt(snapshot: Snapshot, pre: Preprocessing) -> Adapted:
     return Adapted(
         model=model,
         encoder=Encoder(model, pre.rescale, pre.mean, pre.std),
-        step=CrossAttentionStep(model.text_decoder),
-        cached_step=ImageCacheStep(model.text_decoder, int(start)),
-        kv_step=KeyValueStep(model.text_decoder, int(start), cache_shape(model.text_decoder.config, tokens)),
+        **decoder_steps(model.text_decoder, int(start), tokens),
         vocab_size=int(text.vocab_size),
         start=int(start),
         eos=int(end),

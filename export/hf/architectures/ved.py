@@ -21,10 +21,9 @@ from __future__ import annotations
 import torch
 
 from export.hf.architecture import Adapted, Architecture
-from export.hf.kv_step import KeyValueStep, cache_shape
+from export.hf.kv_step import decoder_steps
 from export.hf.pixels import CaptionerEncoder
 from export.hf.snapshot import Snapshot, SnapshotError, offline
-from export.hf.step import CrossAttentionStep, ImageCacheStep
 from service.manifest import Preprocessing
 
 
@@ -61,9 +60,7 @@ def adapt(snapshot: Snapshot, pre: Preprocessing) -> Adapted:
     return Adapted(
         model=model,
         encoder=Encoder(model, pre.rescale, pre.mean, pre.std),
-        step=CrossAttentionStep(model.decoder),
-        cached_step=ImageCacheStep(model.decoder, int(start)),
-        kv_step=KeyValueStep(model.decoder, int(start), cache_shape(model.decoder.config, tokens)),
+        **decoder_steps(model.decoder, int(start), tokens),
         vocab_size=int(config.decoder.vocab_size),
         start=int(start),
         eos=int(eos),
