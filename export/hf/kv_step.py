@@ -2,23 +2,12 @@
 the model contract's step, version 3, that keeps each row's self-attention keys and values in the
 contract's ``state`` so that a step runs the decoder on ONE new token per row, not on the whole prefix.
 
-Inputs (``I`` images, ``N`` rows, ``T`` prefix width, ``P`` pooled states, ``J`` new images):
-
-- ``memory`` float32 [I, M, D]: each image's encoder states, once per image (unchanged: the
-  gradient explanations attribute to it);
-- ``image_index`` int64 [N]: row → image;
-- ``tokens`` int64 [N, T]: right-padded prefixes starting with the decoder start token (only
-  ``tokens[n, length[n] - 1]`` is read);
-- ``length`` int64 [N]: real tokens per row, 1 ≤ length ≤ ``Tcap``;
-- ``state`` float32 [P, S]: the rows of the previous step call's ``state_out``, in its row order (P may
-  be 0);
-- ``state_new`` float32 [J, S]: the encoder's initial ``state`` (zeros) of the images new to this call
-  (J may be 0);
-- ``state_index`` int64 [N]: row n's state is row ``state_index[n]`` of ``concat(state, state_new)``.
-
-Outputs: ``logprobs`` float32 [N, V] (next-token log-probs after the row's last real token),
-``state_out`` float32 [N, S] (row n's state after this step) and ``attention`` float32 [N, M] (the last
-layer's cross-attention from the new position averaged over its heads, as ``CrossAttentionStep``).
+Inputs and outputs: version 3 of ``export.models.step_contract`` (``PooledInputs``: ``state`` the pool
+of the previous call's ``state_out``, ``state_new`` the encoder's initial, zero, states of the images
+new to the call, ``state_index`` each row's), with ``memory`` the encoder's states (unchanged: the
+gradient explanations attribute to it), only ``tokens[n, length[n] - 1]`` read, 1 ≤ ``length`` ≤
+``Tcap``, and ``attention`` the last layer's cross-attention from the new position averaged over its
+heads, as ``CrossAttentionStep``'s.
 
 The state: ``S = layers × 2 × heads × Tcap × head_dim`` floats, viewed as [N, layers, 2 (keys, values),
 heads, Tcap, head_dim]; ``Tcap`` is the import's ``max_tokens`` (generate's ``max_length``, the start
@@ -40,13 +29,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
 from torch import nn
 
-from export.hf.step import ImageCacheStep
+from export.hf.step import CrossAttentionStep, ImageCacheStep
+from export.models.step_contract import PooledInputs, StepInputs, StepOutputs
 
 
 @dataclass(frozen=True)
@@ -77,26 +67,22 @@ class KeyValueStep(ImageCacheStep):
     def state_dim(self) -> int:
         return self.shape.state_dim
 
-    def forward(  # type: ignore[override]
-        self,
-        memory: torch.Tensor,
-        image_index: torch.Tensor,
-        tokens: torch.Tensor,
-        length: torch.Tensor,
-        state: torch.Tensor,
-        state_new: torch.Tensor,
-        state_index: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(self, *inputs: torch.Tensor) -> StepOutputs:
+        """Contract v3 (``PooledInputs``, module docstring): each row's state gathered, then the step."""
+        return self.decode_step(PooledInputs(*inputs).gathered())
+
+    def decode_step(self, inputs: StepInputs) -> StepOutputs:
+        """One new token per row, the keys and values of its prefix read from and written to its state."""
         from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
+        memory, image_index, tokens, length, state = inputs
         shape = self.shape
         rows = tokens.shape[0]
         last = (length - 1).unsqueeze(1)  # [N, 1]: the new token's position, and its slot
         slots = torch.arange(shape.slots, device=tokens.device).unsqueeze(0)  # [1, Tcap]
         seen = slots < last  # [N, Tcap]: the slots already filled
         here = slots == last  # [N, Tcap]: the slot this step fills
-        pooled = torch.cat([state, state_new], dim=0).index_select(0, state_index)
-        past = pooled.view(rows, shape.layers, 2, shape.heads, shape.slots, shape.head_dim)
+        past = state.view(rows, shape.layers, 2, shape.heads, shape.slots, shape.head_dim)
         zero = torch.zeros((), dtype=past.dtype, device=past.device)
         past = torch.where(seen.view(rows, 1, 1, 1, shape.slots, 1), past, zero)
         own = DynamicCache()
@@ -213,4 +199,30 @@ def cache_shape(config: Any, slots: int) -> CacheShape:
     return CacheShape(layers, heads, int(config.hidden_size) // heads, int(slots))
 
 
-__all__ = ["CacheShape", "KeyValueStep", "ZeroState", "cache_shape", "decode_parity"]
+class DecoderSteps(TypedDict):
+    """``Adapted``'s three step forms around one text decoder (``decoder_steps``)."""
+
+    step: nn.Module
+    cached_step: nn.Module
+    kv_step: nn.Module
+
+
+def decoder_steps(decoder: nn.Module, start: int, max_tokens: int) -> DecoderSteps:
+    """The plain, image-cache and kv steps around an encoder–decoder captioner's text decoder that
+    cross-attends to the image (``start`` begins every prefix; prefixes of at most ``max_tokens``)."""
+    return DecoderSteps(
+        step=CrossAttentionStep(decoder),
+        cached_step=ImageCacheStep(decoder, start),
+        kv_step=KeyValueStep(decoder, start, cache_shape(decoder.config, max_tokens)),
+    )
+
+
+__all__ = [
+    "CacheShape",
+    "DecoderSteps",
+    "KeyValueStep",
+    "ZeroState",
+    "cache_shape",
+    "decode_parity",
+    "decoder_steps",
+]

@@ -1,5 +1,4 @@
-"""The contract's step (``memory`` [I, M, D], ``image_index`` [N], right-padded ``tokens`` [N, T],
-``length`` [N], ``state`` [N, 1] → ``logprobs`` [N, V], ``state_out``, ``attention`` [N, M]) of an
+"""The contract's step (``export.models.step_contract``; ``state`` [N, 1], unused) of an
 encoder–decoder captioner whose text decoder cross-attends to the image (ViT + GPT-2's ``decoder``,
 BLIP's ``text_decoder``): the decoder runs on each row's prefix with its image's states (every image
 position visible, as generate()'s all-ones mask), the next-token log-probs are read after the row's
@@ -23,32 +22,24 @@ from typing import Any
 import torch
 from torch import nn
 
+from export.models.step_contract import StepInputs, StepModule, StepOutputs
 
-class CrossAttentionStep(nn.Module):
+
+class CrossAttentionStep(StepModule):
+    """The step (module docstring) around ``decoder``, its cross-attention projected for every row."""
+
     def __init__(self, decoder: nn.Module) -> None:
         super().__init__()
         self.decoder: Any = decoder
 
-    def forward(
-        self,
-        memory: torch.Tensor,
-        image_index: torch.Tensor,
-        tokens: torch.Tensor,
-        length: torch.Tensor,
-        state: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return self._decode(memory.index_select(0, image_index), tokens, length, state, use_cache=False)
+    def decode_step(self, inputs: StepInputs) -> StepOutputs:
+        return self._decode(inputs, use_cache=False)
 
-    def _decode(
-        self,
-        encoder_states: torch.Tensor,
-        tokens: torch.Tensor,
-        length: torch.Tensor,
-        state: torch.Tensor,
-        **cache: Any,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _decode(self, inputs: StepInputs, **cache: Any) -> StepOutputs:
         """The decoder on each row's prefix with its image's states (``cache``: transformers' cache
         arguments); the contract's outputs."""
+        memory, image_index, tokens, length, state = inputs
+        encoder_states = memory.index_select(0, image_index)
         positions = torch.arange(tokens.shape[1], device=tokens.device).unsqueeze(0)
         mask = (positions < length.unsqueeze(1)).to(torch.int64)
         out = self.decoder(
@@ -90,25 +81,11 @@ class ImageCacheStep(CrossAttentionStep):
             cross.update(keys.index_select(0, image_index), values.index_select(0, image_index), layer)
         return cross
 
-    def forward(
-        self,
-        memory: torch.Tensor,
-        image_index: torch.Tensor,
-        tokens: torch.Tensor,
-        length: torch.Tensor,
-        state: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def decode_step(self, inputs: StepInputs) -> StepOutputs:
         from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
-        cross = self.image_cross_cache(memory, image_index)
-        return self._decode(
-            memory.index_select(0, image_index),
-            tokens,
-            length,
-            state,
-            cache=EncoderDecoderCache(DynamicCache(), cross),
-            use_cache=True,
-        )
+        cross = self.image_cross_cache(inputs.memory, inputs.image_index)
+        return self._decode(inputs, cache=EncoderDecoderCache(DynamicCache(), cross), use_cache=True)
 
 
 __all__ = ["CrossAttentionStep", "ImageCacheStep"]

@@ -13,9 +13,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from export.models.sizes import require_positive
+from export.models.step_contract import CaptionerStep, StepInputs, StepOutputs
 
 
-class BUTR(nn.Module):
+class BUTR(CaptionerStep, nn.Module):
     def __init__(
         self,
         vocab_size: int,
@@ -91,16 +92,10 @@ class BUTR(nn.Module):
         state = memory.new_zeros(memory.size(0), self.state_dim) + 0.0 * memory.sum(dim=(1, 2)).unsqueeze(1)
         return memory, state
 
-    def step(
-        self,
-        memory: torch.Tensor,
-        image_index: torch.Tensor,
-        tokens: torch.Tensor,
-        length: torch.Tensor,
-        state: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Contract `<cap>_step`: memory [I, M, J], image_index [N], tokens [N, T], length [N], state [N, 4L]
-        → logprobs [N, V], state_out [N, 4L], attention [N, M]. Reads only the last real token."""
+    def decode_step(self, inputs: StepInputs) -> StepOutputs:
+        """Contract `<cap>_step` (``export.models.step_contract``), memory [I, M, J], state [N, 4L]: reads
+        only the last real token."""
+        memory, image_index, tokens, length, state = inputs
         hl, cl, hg, cg = state.chunk(4, dim=-1)
         last = tokens.gather(1, (length - 1).clamp(min=0).unsqueeze(1))  # [N, 1]
         out_l, (hl2, cl2) = self.language(self.embed(last), (hl.unsqueeze(0), cl.unsqueeze(0)))

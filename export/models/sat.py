@@ -9,9 +9,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from export.models.sizes import require_positive
+from export.models.step_contract import CaptionerStep, StepInputs, StepOutputs
 
 
-class SAT(nn.Module):
+class SAT(CaptionerStep, nn.Module):
     def __init__(
         self,
         vocab_size: int,
@@ -65,15 +66,10 @@ class SAT(nn.Module):
             logits.append(out)
         return F.log_softmax(torch.stack(logits, dim=1), dim=-1)
 
-    def step(
-        self,
-        memory: torch.Tensor,
-        image_index: torch.Tensor,
-        tokens: torch.Tensor,
-        length: torch.Tensor,
-        state: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Contract `<cap>_step`: reads only the last real token; memory [I, R, D] is gathered by image."""
+    def decode_step(self, inputs: StepInputs) -> StepOutputs:
+        """Contract `<cap>_step` (``export.models.step_contract``), memory [I, R, D], state [N, 2L]: reads
+        only the last real token."""
+        memory, image_index, tokens, length, state = inputs
         h, c = state.chunk(2, dim=-1)
         last = tokens.gather(1, (length - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
         keys = self.att_regions(memory)[image_index]

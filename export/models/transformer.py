@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from export.models.sizes import require_positive
+from export.models.step_contract import CaptionerStep, StepInputs, StepOutputs
 
 
 class Attention(nn.Module):
@@ -114,7 +115,7 @@ class DecoderLayer(nn.Module):
         return self.ff(self.norm_cross(y + context)), weights
 
 
-class TransformerCaptioner(nn.Module):
+class TransformerCaptioner(CaptionerStep, nn.Module):
     def __init__(
         self,
         vocab_size: int,
@@ -176,16 +177,10 @@ class TransformerCaptioner(nn.Module):
         memory = torch.cat(encoded, dim=1) if self.meshed else encoded[-1]
         return memory, memory[:, :1, 0] * 0.0
 
-    def step(
-        self,
-        memory: torch.Tensor,
-        image_index: torch.Tensor,
-        tokens: torch.Tensor,
-        length: torch.Tensor,
-        state: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Contract `<cap>_step`: memory [I, M, d], image_index [N], tokens [N, T] (whole prefix), length [N],
-        state [N, 1] (unused, passed through) → logprobs [N, V], state_out [N, 1], attention [N, M]."""
+    def decode_step(self, inputs: StepInputs) -> StepOutputs:
+        """Contract `<cap>_step` (``export.models.step_contract``), memory [I, M, d]: reads the whole
+        prefix; ``state`` [N, 1] is unused and passed through."""
+        memory, image_index, tokens, length, state = inputs
         rows = memory[image_index]
         encoded = list(rows.chunk(self.layers, dim=1)) if self.meshed else [rows]
         logprobs, weights = self.decode(encoded, tokens)

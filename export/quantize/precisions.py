@@ -34,8 +34,21 @@ from export.quantize.common import Thresholds
 from export.quantize.methods import FP16_METHOD, convert_fp16, graph_ops, quantize_model, recipe
 from service.manifest import ModelEntry
 
-# (its FP32 model's entry, its file, the variant's file, --method, recorded calls, a work folder)
-Make = Callable[[ModelEntry, Path, Path, str, Sequence[dict[str, np.ndarray]], Path], None]
+
+@dataclass(frozen=True)
+class VariantJob:
+    """One variant to make: its FP32 model's ``entry`` and file (``source``), the variant's file
+    (``out``), ``--method``, the ``calls`` recorded for the model, and a ``work`` folder."""
+
+    entry: ModelEntry
+    source: Path
+    out: Path
+    method: str
+    calls: Sequence[dict[str, np.ndarray]]
+    work: Path
+
+
+Make = Callable[[VariantJob], None]
 
 
 @dataclass(frozen=True)
@@ -82,30 +95,17 @@ def _int8_describe(entry: ModelEntry, source: Path, method: str) -> str:
     return recipe(entry.role, graph_ops(source), method).describe()
 
 
-def _int8_make(
-    entry: ModelEntry,
-    source: Path,
-    out: Path,
-    method: str,
-    calls: Sequence[dict[str, np.ndarray]],
-    work: Path,
-) -> None:
-    quantize_model(source, out, recipe(entry.role, graph_ops(source), method), calls, work)
+def _int8_make(job: VariantJob) -> None:
+    how = recipe(job.entry.role, graph_ops(job.source), job.method)
+    quantize_model(job.source, job.out, how, job.calls, job.work)
 
 
 def _fp16_describe(entry: ModelEntry, source: Path, method: str) -> str:
     return FP16_METHOD
 
 
-def _fp16_make(
-    entry: ModelEntry,
-    source: Path,
-    out: Path,
-    method: str,
-    calls: Sequence[dict[str, np.ndarray]],
-    work: Path,
-) -> None:
-    convert_fp16(source, out)
+def _fp16_make(job: VariantJob) -> None:
+    convert_fp16(job.source, job.out)
 
 
 INT8 = PrecisionSpec(
@@ -138,17 +138,10 @@ def _tf32_describe(entry: ModelEntry, source: Path, method: str) -> str:
     return "the FP32 graph, run with the CUDA provider's use_tf32=1"
 
 
-def _tf32_make(
-    entry: ModelEntry,
-    source: Path,
-    out: Path,
-    method: str,
-    calls: Sequence[dict[str, np.ndarray]],
-    work: Path,
-) -> None:
+def _tf32_make(job: VariantJob) -> None:
     import shutil
 
-    shutil.copyfile(source, out)
+    shutil.copyfile(job.source, job.out)
 
 
 TF32 = PrecisionSpec(

@@ -23,7 +23,7 @@ from export.quantize.common import (
     runs,
 )
 from export.quantize.methods import check_contract, keep_declarations
-from export.quantize.precisions import INT8, PrecisionSpec
+from export.quantize.precisions import INT8, PrecisionSpec, VariantJob
 from service.engine.engine import CaptionEngine
 from service.manifest import Manifest, ModelEntry, PrecisionGate, PrecisionVariant
 from service.text.vocabulary import Vocabulary
@@ -127,7 +127,7 @@ def make_variants(
                 made.skipped[name] = "no call recorded (no evaluation run uses it)"
                 continue
             try:
-                spec.make(entry, entry.path(repo), out, method, recorded, Path(tmp))
+                spec.make(VariantJob(entry, entry.path(repo), out, method, recorded, Path(tmp)))
                 keep_declarations(entry.path(repo), out)
                 check_contract(entry.path(repo), out)
                 fp32_ms, variant_ms = time_pair(

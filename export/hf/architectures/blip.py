@@ -6,12 +6,9 @@
   (the vision model's last hidden states, after its final layer norm: the ``image_embeds`` that
   ``generate()`` hands the text decoder) and ``state`` float32 [B, 1] (unused). Rescale and mean/std
   normalisation run inside the graph.
-- the step (``export.hf.step.CrossAttentionStep`` around its ``text_decoder``):
-  ``memory`` [I, M, D], ``image_index`` int64 [N], ``tokens`` int64 [N, T] (right-padded
-  prefixes starting with the text config's ``bos_token_id``, ``[DEC]``), ``length`` int64 [N],
-  ``state`` [N, 1] → ``logprobs`` float32 [N, V] of the next token after each row's last real token,
-  ``state_out`` (``state`` unchanged) and ``attention`` float32 [N, M]: the text decoder's last layer's
-  cross-attention from that position, averaged over its heads (as ``ved``).
+- the step (``export.hf.step.CrossAttentionStep`` around its ``text_decoder``): the contract's step
+  (``export.models.step_contract``; prefixes start with the text config's ``bos_token_id``,
+  ``[DEC]``); ``attention`` is the text decoder's last layer's cross-attention, as ``ved``'s.
 
 What ``BlipForConditionalGeneration.generate()`` does, and so what the ids here are: it starts every
 caption with ``[bos_token_id]`` (it builds ``[decoder_input_ids, eos_token_id]`` — ``decoder_input_ids``
@@ -35,10 +32,9 @@ from typing import Any
 import torch
 
 from export.hf.architecture import Adapted, Architecture
-from export.hf.kv_step import KeyValueStep, cache_shape
+from export.hf.kv_step import decoder_steps
 from export.hf.pixels import CaptionerEncoder
 from export.hf.snapshot import Snapshot, SnapshotError, offline
-from export.hf.step import CrossAttentionStep, ImageCacheStep
 from service.manifest import Preprocessing
 
 DEFAULT_NEW_TOKENS = 20  # generate()'s max_length when nothing sets one: 20 tokens after the prompt
@@ -81,9 +77,7 @@ def adapt(snapshot: Snapshot, pre: Preprocessing) -> Adapted:
     return Adapted(
         model=model,
         encoder=Encoder(model, pre.rescale, pre.mean, pre.std),
-        step=CrossAttentionStep(model.text_decoder),
-        cached_step=ImageCacheStep(model.text_decoder, int(start)),
-        kv_step=KeyValueStep(model.text_decoder, int(start), cache_shape(model.text_decoder.config, tokens)),
+        **decoder_steps(model.text_decoder, int(start), tokens),
         vocab_size=int(text.vocab_size),
         start=int(start),
         eos=int(end),

@@ -12,10 +12,8 @@ itself. CompCap splits that forward where the image ends:
   prepends to the text for a single image, M = patches + 1) and ``state`` float32 [B, 1] (unused: the
   step reads the whole prefix). The image processor's rescale and mean/std normalisation run inside
   the graph; resizing (and cropping) to its size is the gateway's.
-- ``Step``: ``memory`` [I, M, D] once per image, ``image_index`` int64 [N], ``tokens`` int64 [N, T]
-  (right-padded prefixes starting with ``[CLS]``, the ``bos_token_id`` generate starts with),
-  ``length`` int64 [N], ``state`` [N, 1] → ``logprobs`` float32 [N, V] of the next token after each
-  row's last real token, ``state_out`` (``state`` unchanged) and ``attention`` float32 [N, M]. It is
+- ``Step``: the contract's step (``export.models.step_contract``; prefixes start with ``[CLS]``, the
+  ``bos_token_id`` generate starts with; ``state`` [N, 1] passed through unchanged). It is
   the rest of ``GitModel.forward`` with the row's image features given instead of ``pixel_values``:
   ``git.embeddings`` of the tokens (text positions 0 … T-1, as generate numbers them), the features
   concatenated in front, GIT's mask (with the padding after ``length`` masked as ``attention_mask``
@@ -37,6 +35,7 @@ from torch import nn
 from export.hf.architecture import Adapted, Architecture
 from export.hf.pixels import CaptionerEncoder
 from export.hf.snapshot import Snapshot, SnapshotError, offline
+from export.models.step_contract import StepInputs, StepModule, StepOutputs
 from service.manifest import Preprocessing
 
 
@@ -48,21 +47,15 @@ class Encoder(CaptionerEncoder):
         return git.visual_projection(git.image_encoder(pixel_values).last_hidden_state)
 
 
-class Step(nn.Module):
+class Step(StepModule):
     """One decoding step for rows of many images (see module docstring)."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.model: Any = model
 
-    def forward(
-        self,
-        memory: torch.Tensor,
-        image_index: torch.Tensor,
-        tokens: torch.Tensor,
-        length: torch.Tensor,
-        state: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def decode_step(self, inputs: StepInputs) -> StepOutputs:
+        memory, image_index, tokens, length, state = inputs
         git = self.model.git
         visual = memory.index_select(0, image_index)
         text = git.embeddings(input_ids=tokens)

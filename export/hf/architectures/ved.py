@@ -5,14 +5,11 @@
   (the vision encoder's last hidden states, projected to the decoder's width where the model does so)
   and ``state`` float32 [B, 1] (unused: the decoder reads the whole prefix). The image processor's
   rescale and mean/std normalisation run inside the graph; resizing to its size is the gateway's.
-- the step (``export.hf.step.CrossAttentionStep`` around its ``decoder``):
-  ``memory`` [I, M, D] once per image, ``image_index`` int64 [N], ``tokens`` int64 [N, T]
-  (right-padded prefixes starting with the decoder start token), ``length`` int64 [N], ``state``
-  [N, 1] → ``logprobs`` float32 [N, V] of the next token after each row's last real token,
-  ``state_out`` (``state`` unchanged) and ``attention`` float32 [N, M]: the last decoder layer's
-  cross-attention from that position, averaged over its heads (the layer closest to the words, as
-  seed 002 reads its attention maps; every head counts equally because none is singled out as the
-  grounding one).
+- the step (``export.hf.step.CrossAttentionStep`` around its ``decoder``): the contract's step
+  (``export.models.step_contract``; prefixes start with the decoder start token, ``state`` [N, 1]
+  passed through unchanged); ``attention`` is the last decoder layer's cross-attention from the row's
+  last real token, averaged over its heads (the layer closest to the words, as seed 002 reads its
+  attention maps; every head counts equally because none is singled out as the grounding one).
 
 With ``--step cached`` / ``kv`` (or ``auto`` where measured faster) the step is
 ``export.hf.step.ImageCacheStep`` or ``export.hf.kv_step.KeyValueStep`` around the same decoder: the
@@ -24,10 +21,9 @@ from __future__ import annotations
 import torch
 
 from export.hf.architecture import Adapted, Architecture
-from export.hf.kv_step import KeyValueStep, cache_shape
+from export.hf.kv_step import decoder_steps
 from export.hf.pixels import CaptionerEncoder
 from export.hf.snapshot import Snapshot, SnapshotError, offline
-from export.hf.step import CrossAttentionStep, ImageCacheStep
 from service.manifest import Preprocessing
 
 
@@ -64,9 +60,7 @@ def adapt(snapshot: Snapshot, pre: Preprocessing) -> Adapted:
     return Adapted(
         model=model,
         encoder=Encoder(model, pre.rescale, pre.mean, pre.std),
-        step=CrossAttentionStep(model.decoder),
-        cached_step=ImageCacheStep(model.decoder, int(start)),
-        kv_step=KeyValueStep(model.decoder, int(start), cache_shape(model.decoder.config, tokens)),
+        **decoder_steps(model.decoder, int(start), tokens),
         vocab_size=int(config.decoder.vocab_size),
         start=int(start),
         eos=int(eos),

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from export.quantize import quantize_repo, spec_for
+from export.quantize.precisions import VariantJob
 from export.quantize.run import gate_device
 
 
@@ -28,5 +29,5 @@ def test_tf32_is_made_and_gated_only_on_cuda(tiny_repo: Path, monkeypatch: pytes
 def test_a_tf32_variant_is_the_fp32_file(tmp_path: Path) -> None:
     source, out = tmp_path / "model.onnx", tmp_path / "variant.onnx"
     source.write_bytes(b"onnx bytes")
-    spec_for("tf32").make(None, source, out, "auto", [], tmp_path)  # type: ignore[arg-type]
+    spec_for("tf32").make(VariantJob(None, source, out, "auto", [], tmp_path))  # type: ignore[arg-type]
     assert out.read_bytes() == source.read_bytes()
