@@ -23,6 +23,9 @@ from typing import Any
 
 from loadtests.load.http_load import Gateway, closed_loop
 from loadtests.load.inputs import bench_images, png_bytes
+from loadtests.load.results import print_lines_and_save
+from service import cli_blocks as blocks
+from service.cli_args import positive_float, positive_int
 from service.manifest import load_manifest
 
 CWD = "@cwd"  # a variant's key that is not environment: the folder its gateway starts in
@@ -87,22 +90,20 @@ def run(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtests.load.ab_settings", description=__doc__)
     parser.add_argument("variants", help='JSON {"name": {"COMPCAP_X": "value"}}')
-    parser.add_argument("--repo", default="model_repo")
-    parser.add_argument("--clients", type=int, default=32)
-    parser.add_argument("--duration", type=float, default=20.0)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--json", default=None)
+    blocks.repository(parser)
+    parser.add_argument("--clients", type=positive_int, default=32, help="closed-loop caption clients")
+    parser.add_argument("--duration", type=positive_float, default=20.0, help="seconds per variant and round")
+    parser.add_argument("--rounds", type=positive_int, default=3, help="rounds, the variants interleaved")
+    blocks.json_output(parser)
     args = parser.parse_args(argv)
     result = run(Path(args.repo), parse_variants(args.variants), args.clients, args.duration, args.rounds)
-    for name, v in result["summary"].items():
-        print(
-            f"{name}: median {v['median_captions_per_s']:.1f} captions/s,"
-            f" step {v['median_step_ms_under_load']}"
-            f" ms, server CPU {v['median_server_cpu_ms']} ms/caption (loop {v['median_main_thread_cpu_ms']})"
-        )
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1))
-    return 0
+    lines = (
+        f"{name}: median {v['median_captions_per_s']:.1f} captions/s,"
+        f" step {v['median_step_ms_under_load']}"
+        f" ms, server CPU {v['median_server_cpu_ms']} ms/caption (loop {v['median_main_thread_cpu_ms']})"
+        for name, v in result["summary"].items()
+    )
+    return print_lines_and_save(result, lines, args.json)
 
 
 if __name__ == "__main__":

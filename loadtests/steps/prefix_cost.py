@@ -11,7 +11,6 @@ Run: ``python -m loadtests.steps.prefix_cost --repo model_repo --model NAME [--r
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,9 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from loadtests.load.results import print_lines_and_save
+from service import cli_blocks as blocks
+from service.cli_args import positive_int
 from service.engine.state_rows import state_feed
 from service.manifest import load_manifest
 
@@ -72,22 +74,22 @@ def cache_bound(times: dict[int, float]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repo", default="model_repo")
+    blocks.repository(parser)
     parser.add_argument("--model", required=True, help="a captioner that reads the whole prefix")
-    parser.add_argument("--rows", type=int, default=128, help="rows per step call (32 requests x beam 4)")
-    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument(
+        "--rows", type=positive_int, default=128, help="rows per step call (32 requests x beam 4)"
+    )
+    parser.add_argument("--repeats", type=positive_int, default=20, help="step calls timed per prefix length")
     parser.add_argument("--out", default=None, help="write the figures as JSON here")
     args = parser.parse_args(argv)
     figures = cache_bound(step_times(Path(args.repo), args.model, args.rows, args.repeats))
-    for length, row in figures["per_length"].items():
-        print(
-            f"L={length:2d}  step {figures['step_ms'][length]:7.2f} ms  whole caption: prefix "
-            f"{row['prefix_ms']:8.2f} ms  cache >= {row['cache_bound_ms']:8.2f} ms  "
-            f"at most {row['max_speedup']:.2f}x"
-        )
-    if args.out:
-        Path(args.out).write_text(json.dumps(figures, indent=2), encoding="utf-8")
-    return 0
+    lines = (
+        f"L={length:2d}  step {figures['step_ms'][length]:7.2f} ms  whole caption: prefix "
+        f"{row['prefix_ms']:8.2f} ms  cache >= {row['cache_bound_ms']:8.2f} ms  "
+        f"at most {row['max_speedup']:.2f}x"
+        for length, row in figures["per_length"].items()
+    )
+    return print_lines_and_save(figures, lines, args.out)
 
 
 if __name__ == "__main__":
