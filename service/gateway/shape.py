@@ -57,17 +57,7 @@ class ModelsListing(ModelsResponse):
 
 
 def _captions(caps: list[Caption]) -> list[CaptionOut]:
-    return [
-        CaptionOut(
-            text=c.text,
-            tokens=c.tokens,
-            logprob=c.logprob,
-            normalized_logprob=c.normalized_logprob,
-            ranker_score=c.ranker_score,
-            beam_rank=c.beam_rank,
-        )
-        for c in caps
-    ]
+    return [CaptionOut.model_validate(c, from_attributes=True) for c in caps]
 
 
 def caption_response(
@@ -141,14 +131,5 @@ def models_response(
         default_captioner=m.default_captioner,
         image=ImageShape(height=m.image.height, width=m.image.width),
         captioners=[_captioner(c, m) for c in m.captioners],
-        rankers=[
-            RankerInfo(
-                name=r.name,
-                architecture=r.architecture,
-                embedding_dim=r.embedding_dim,
-                joint_with=r.joint_with,
-                training=r.training,
-            )
-            for r in m.rankers
-        ],
+        rankers=[RankerInfo.model_validate(r, from_attributes=True) for r in m.rankers],
     )
