@@ -14,16 +14,13 @@ from rich.console import Console
 from rich.table import Table
 
 
-def print_and_save(result: dict[str, Any], table: Table, json_path: str | None) -> int:
-    """Print a load test's summary table; write its result as JSON when asked. Exit code 0."""
-    Console(width=None if sys.stdout.isatty() else 150).print(table)
-    return save(result, json_path)
-
-
-def print_lines_and_save(result: dict[str, Any], lines: Iterable[str], json_path: str | None) -> int:
-    """Print a measurement's summary lines; write its result as JSON when asked. Exit code 0."""
-    for line in lines:
-        print(line)
+def print_and_save(result: dict[str, Any], summary: Table | Iterable[str], json_path: str | None) -> int:
+    """Print a load test's summary (a table, or lines); write its result as JSON when asked. Exit code 0."""
+    if isinstance(summary, Table):
+        Console(width=None if sys.stdout.isatty() else 150).print(summary)
+    else:
+        for line in summary:
+            print(line)
     return save(result, json_path)
 
 
@@ -42,27 +39,30 @@ class ScriptMain(Protocol):
 def run_and_save(
     args: argparse.Namespace,
     run: Callable[[argparse.Namespace], dict[str, Any]],
-    table: Callable[[dict[str, Any]], Table],
+    summary: Callable[[dict[str, Any]], Table | Iterable[str]],
+    json_path: str | None = None,
 ) -> int:
-    """Run the load test, print its ``table`` and save its result where ``--json`` says."""
+    """Run the load test, print its ``summary`` and save its result where ``--json`` (or ``json_path``)
+    says."""
     result = run(args)
-    return print_and_save(result, table(result), args.json)
+    return print_and_save(result, summary(result), json_path or args.json)
 
 
 def script(
     description: str | None,
     add_arguments: Callable[[argparse.ArgumentParser], None],
     command: Callable[[argparse.Namespace], int],
+    prog: str | None = None,
 ) -> ScriptMain:
     """A load test's ``main`` as a script of its own: its arguments parsed as ``compcap`` would, then
     its command."""
 
     def main(argv: Sequence[str] | None = None) -> int:
-        parser = argparse.ArgumentParser(description=description)
+        parser = argparse.ArgumentParser(prog=prog, description=description)
         add_arguments(parser)
         return command(parser.parse_args(argv))
 
     return main
 
 
-__all__ = ["ScriptMain", "print_and_save", "print_lines_and_save", "run_and_save", "save", "script"]
+__all__ = ["ScriptMain", "print_and_save", "run_and_save", "save", "script"]
