@@ -57,7 +57,17 @@ class ModelsListing(ModelsResponse):
 
 
 def _captions(caps: list[Caption]) -> list[CaptionOut]:
-    return [CaptionOut.model_validate(c, from_attributes=True) for c in caps]
+    return [
+        CaptionOut(
+            text=c.text,
+            tokens=c.tokens,
+            logprob=c.logprob,
+            normalized_logprob=c.normalized_logprob,
+            ranker_score=c.ranker_score,
+            beam_rank=c.beam_rank,
+        )
+        for c in caps
+    ]
 
 
 def caption_response(
