@@ -20,9 +20,9 @@ a repository's steps).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Literal, Protocol, TypeVar, get_args
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -61,6 +61,22 @@ ROLE_TENSORS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 # decoder states itself from the last call's ``state_out``, ``export.packaging.state_gather``; the two come
 # together).
 ROLE_OPTIONAL_INPUTS: dict[str, tuple[str, ...]] = {"captioner_step": ("top_k", "state_new", "state_index")}
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+N = TypeVar("N", bound=_Named)
+
+
+def named(entries: Iterable[N], name: str) -> N:
+    """The first of ``entries`` called ``name`` (``KeyError`` when none is)."""
+    for entry in entries:
+        if entry.name == name:
+            return entry
+    raise KeyError(name)
 
 
 class TensorSpec(BaseModel):
@@ -434,28 +450,16 @@ class Manifest(BaseModel):
         return {name: found.models.get(name, name) for name in names}
 
     def model(self, name: str) -> ModelEntry:
-        for entry in self.models:
-            if entry.name == name:
-                return entry
-        raise KeyError(name)
+        return named(self.models, name)
 
     def captioner(self, name: str) -> CaptionerEntry:
-        for entry in self.captioners:
-            if entry.name == name:
-                return entry
-        raise KeyError(name)
+        return named(self.captioners, name)
 
     def ranker(self, name: str) -> RankerEntry:
-        for entry in self.rankers:
-            if entry.name == name:
-                return entry
-        raise KeyError(name)
+        return named(self.rankers, name)
 
     def probe_set(self, name: str) -> ProbeSetEntry:
-        for entry in self.probe_sets:
-            if entry.name == name:
-                return entry
-        raise KeyError(name)
+        return named(self.probe_sets, name)
 
 
 def repo_version(repo: str | Path) -> str:
@@ -503,7 +507,4 @@ def repo_probe_set_entries(repo: str | Path, manifest: Manifest) -> list[ProbeSe
 
 def repo_probe_set_entry(repo: str | Path, manifest: Manifest, name: str) -> ProbeSetEntry:
     """The repository's probe set ``name`` (``KeyError`` when it has none of that name)."""
-    for entry in repo_probe_set_entries(repo, manifest):
-        if entry.name == name:
-            return entry
-    raise KeyError(name)
+    return named(repo_probe_set_entries(repo, manifest), name)

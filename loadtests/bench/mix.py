@@ -39,7 +39,7 @@ from rich.table import Table
 from loadtests.load.cpu import CpuMeter
 from loadtests.load.http_load import BOUNDARY, Gateway, RawConnection, request_head, samples, step_rows
 from loadtests.load.inputs import bench_images, png_bytes
-from loadtests.load.results import print_and_save
+from loadtests.load.results import run_and_save
 from service import cli_blocks as blocks
 from service.cli_args import positive_int
 from service.manifest import load_manifest
@@ -413,5 +413,4 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def mix(args: argparse.Namespace) -> int:
-    result = run(args)
-    return print_and_save(result, mix_table(result), args.json)
+    return run_and_save(args, run, mix_table)

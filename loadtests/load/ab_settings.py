@@ -17,12 +17,15 @@ import argparse
 import asyncio
 import json
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from loadtests.load.http_load import Gateway, closed_loop
 from loadtests.load.inputs import bench_images, png_bytes
+from loadtests.load.results import run_and_save, script
+from service import cli_blocks as blocks
+from service.cli_args import positive_float, positive_int
 from service.manifest import load_manifest
 
 CWD = "@cwd"  # a variant's key that is not environment: the folder its gateway starts in
@@ -84,26 +87,34 @@ def run(
     return {"clients": clients, "duration": duration, "variants": variants, "summary": summary}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtests.load.ab_settings", description=__doc__)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("variants", help='JSON {"name": {"COMPCAP_X": "value"}}')
-    parser.add_argument("--repo", default="model_repo")
-    parser.add_argument("--clients", type=int, default=32)
-    parser.add_argument("--duration", type=float, default=20.0)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args(argv)
-    result = run(Path(args.repo), parse_variants(args.variants), args.clients, args.duration, args.rounds)
-    for name, v in result["summary"].items():
-        print(
-            f"{name}: median {v['median_captions_per_s']:.1f} captions/s,"
-            f" step {v['median_step_ms_under_load']}"
-            f" ms, server CPU {v['median_server_cpu_ms']} ms/caption (loop {v['median_main_thread_cpu_ms']})"
-        )
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1))
-    return 0
+    blocks.repository(parser)
+    parser.add_argument("--clients", type=positive_int, default=32, help="closed-loop caption clients")
+    parser.add_argument("--duration", type=positive_float, default=20.0, help="seconds per variant and round")
+    parser.add_argument("--rounds", type=positive_int, default=3, help="rounds, the variants interleaved")
+    blocks.json_output(parser)
 
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    return run(Path(args.repo), parse_variants(args.variants), args.clients, args.duration, args.rounds)
+
+
+def summary(result: dict[str, Any]) -> Iterator[str]:
+    """A line per variant: its medians over the rounds."""
+    for name, v in result["summary"].items():
+        yield (
+            f"{name}: median {v['median_captions_per_s']:.1f} captions/s,"
+            f" step {v['median_step_ms_under_load']} ms, server CPU {v['median_server_cpu_ms']} ms/caption"
+            f" (loop {v['median_main_thread_cpu_ms']})"
+        )
+
+
+def ab_settings(args: argparse.Namespace) -> int:
+    return run_and_save(args, measure, summary)
+
+
+main = script(__doc__, add_arguments, ab_settings, prog="python -m loadtests.load.ab_settings")
 
 if __name__ == "__main__":
     raise SystemExit(main())

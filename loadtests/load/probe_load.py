@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import statistics
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from rich.table import Table
 from compcap_client import CompCapClient
 from loadtests.load.http_load import Gateway, closed_loop
 from loadtests.load.inputs import bench_images, png_bytes
-from loadtests.load.results import print_and_save
+from loadtests.load.results import run_and_save, script
 from service import cli_blocks as blocks
 from service.cli_args import fraction, non_negative_float, positive_int, rerank
 from service.manifest import load_manifest
@@ -140,15 +139,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     blocks.json_output(parser)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    add_arguments(parser)
-    return probe_load(parser.parse_args(argv))
-
-
 def probe_load(args: argparse.Namespace) -> int:
-    result = run(args)
-    return print_and_save(result, summary(result), args.json)
+    return run_and_save(args, run, summary)
+
+
+main = script(__doc__, add_arguments, probe_load)
 
 
 if __name__ == "__main__":

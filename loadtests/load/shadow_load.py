@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from rich.table import Table
 
 from loadtests.load.http_load import Gateway, closed_loop, samples
 from loadtests.load.inputs import bench_images, png_bytes
-from loadtests.load.results import print_and_save
+from loadtests.load.results import run_and_save, script
 from service import cli_blocks as blocks
 from service.cli_args import fraction
 from service.compare.shadow import SHADOW_REQUESTS
@@ -131,15 +130,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     blocks.json_output(parser)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    add_arguments(parser)
-    return shadow_load(parser.parse_args(argv))
-
-
 def shadow_load(args: argparse.Namespace) -> int:
-    result = run(args)
-    return print_and_save(result, summary(result), args.json)
+    return run_and_save(args, run, summary)
+
+
+main = script(__doc__, add_arguments, shadow_load)
 
 
 __all__ = ["add_arguments", "main", "shadow_counts", "shadow_load", "shadow_outcomes"]

@@ -11,14 +11,17 @@ Run: ``python -m loadtests.steps.prefix_cost --repo model_repo --model NAME [--r
 from __future__ import annotations
 
 import argparse
-import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 
+from loadtests.load.results import run_and_save, script
+from service import cli_blocks as blocks
+from service.cli_args import positive_int
 from service.engine.state_rows import state_feed
 from service.manifest import load_manifest
 
@@ -70,25 +73,35 @@ def cache_bound(times: dict[int, float]) -> dict[str, Any]:
     return {"step_ms": times, "per_length": per_length}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repo", default="model_repo")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    blocks.repository(parser)
     parser.add_argument("--model", required=True, help="a captioner that reads the whole prefix")
-    parser.add_argument("--rows", type=int, default=128, help="rows per step call (32 requests x beam 4)")
-    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument(
+        "--rows", type=positive_int, default=128, help="rows per step call (32 requests x beam 4)"
+    )
+    parser.add_argument("--repeats", type=positive_int, default=20, help="step calls timed per prefix length")
     parser.add_argument("--out", default=None, help="write the figures as JSON here")
-    args = parser.parse_args(argv)
-    figures = cache_bound(step_times(Path(args.repo), args.model, args.rows, args.repeats))
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    return cache_bound(step_times(Path(args.repo), args.model, args.rows, args.repeats))
+
+
+def summary(figures: dict[str, Any]) -> Iterator[str]:
+    """A line per prefix length: a step's time, the whole caption's by prefix and with a cache."""
     for length, row in figures["per_length"].items():
-        print(
+        yield (
             f"L={length:2d}  step {figures['step_ms'][length]:7.2f} ms  whole caption: prefix "
             f"{row['prefix_ms']:8.2f} ms  cache >= {row['cache_bound_ms']:8.2f} ms  "
             f"at most {row['max_speedup']:.2f}x"
         )
-    if args.out:
-        Path(args.out).write_text(json.dumps(figures, indent=2), encoding="utf-8")
-    return 0
 
+
+def prefix_cost(args: argparse.Namespace) -> int:
+    return run_and_save(args, measure, summary, json_path=args.out)
+
+
+main = script(__doc__.split("\n\n")[0], add_arguments, prefix_cost)
 
 if __name__ == "__main__":
     raise SystemExit(main())

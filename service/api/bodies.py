@@ -26,6 +26,11 @@ from service.api.parsing import FILE_FIELD, b64_blob, check_count, request_parts
 from service.sections import ServiceSettings
 
 REF = "#/components/schemas/{model}"
+UPLOAD_ERRORS: dict[int, str] = {
+    400: "bad image, base64, JSON or multipart body",
+    413: "image, body or form field over its limit",
+    415: "neither multipart/form-data nor application/json",
+}  # what reading an ``UploadBody`` may answer: each route's documented errors include them
 F = TypeVar("F", bound=BaseModel)
 _COMPONENTS: dict[str, dict[str, Any]] = {}  # the schemas the bodies' operations reference, by name
 

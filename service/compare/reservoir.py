@@ -12,6 +12,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.checks import at_least
+
 
 @dataclass(frozen=True)
 class ReservoirItem:
@@ -23,10 +25,7 @@ class ReservoirItem:
 
 class DiscrepancyReservoir:
     def __init__(self, capacity: int, max_bytes: int) -> None:
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
-        if max_bytes < 1:
-            raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
+        at_least(1, capacity=capacity, max_bytes=max_bytes)
         self.capacity, self.max_bytes = capacity, max_bytes
         # max-heap on similarity through negation: the root is the most similar (first evicted)
         self._heap: list[tuple[float, float, int, ReservoirItem]] = []

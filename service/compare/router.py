@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.api.bodies import UploadBody
+from service.api.bodies import UPLOAD_ERRORS, UploadBody
 from service.api.deps import EngineDep, RuntimeDep, from_state
 from service.api.errors import ApiError
 from service.api.feature import error_responses, feature_router
@@ -63,10 +63,8 @@ router = feature_router("comparison")
 _ERRORS = error_responses(
     "comparisons",
     {
-        400: "bad image, base64, JSON or multipart body",
+        **UPLOAD_ERRORS,
         404: "unknown model or ranker in a configuration; no shadow configured",
-        413: "image, body or form field over its limit",
-        415: "neither multipart/form-data nor application/json",
         422: "fewer than two configurations, repeated names, invalid option, too many images",
         503: "models not loaded yet, or the decoding queue is full",
     },

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from service.checks import at_least
 from service.compare.reservoir import ReservoirItem
 from service.state.schema import shadow_counters, shadow_items
 from service.state.store import StateStore
@@ -22,10 +23,7 @@ _KEEP_ORDER = (shadow_items.c.similarity, shadow_items.c.tie_break, shadow_items
 
 class StoredReservoir:
     def __init__(self, store: StateStore, shadow: str, capacity: int, max_bytes: int) -> None:
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
-        if max_bytes < 1:
-            raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
+        at_least(1, capacity=capacity, max_bytes=max_bytes)
         self.store, self.shadow, self.capacity, self.max_bytes = store, shadow, capacity, max_bytes
 
     def _count(self, conn: sa.Connection, seen: int, refused: int) -> None:

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from service.checks import above, at_least
 from service.text.vocabulary import tokenize
 
 FORMAT = "compcap.cider-d/1"
@@ -55,12 +56,8 @@ class CiderD:
         n: int = 4,
         sigma: float = 6.0,
     ) -> None:
-        if ref_count < 1:
-            raise ValueError(f"ref_count must be >= 1, got {ref_count}")
-        if n < 1:
-            raise ValueError(f"n must be >= 1, got {n}")
-        if sigma <= 0:
-            raise ValueError(f"sigma must be > 0, got {sigma}")
+        at_least(1, ref_count=ref_count, n=n)
+        above(0, sigma=sigma)
         self.document_frequency = dict(document_frequency)
         self.ref_count = int(ref_count)
         self.n = n

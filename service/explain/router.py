@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from fastapi import Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from service.api.bodies import UploadBody
+from service.api.bodies import UPLOAD_ERRORS, UploadBody
 from service.api.deps import EngineDep, RuntimeDep, from_state
 from service.api.errors import ApiError
 from service.api.feature import error_responses, feature_router
@@ -141,10 +141,8 @@ router = feature_router("explanations")
 _ERRORS = error_responses(
     "explanations",
     {
-        400: "bad image, base64, JSON or multipart body",
+        **UPLOAD_ERRORS,
         404: "unknown model, probe set or probe image",
-        413: "image, body or form field over its limit",
-        415: "neither multipart/form-data nor application/json",
         422: "invalid field, caption words outside the vocabulary",
         501: "a gradient method without the 'explain' extra, or a repository without programs",
         503: "models not loaded yet, or the decoding queue is full",

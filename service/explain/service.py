@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from service.api.gate import BoundedGate, RequestError
+from service.checks import at_least
 from service.engine.client import EngineClient
 from service.engine.params import SearchParams
 from service.engine.request import Priority
@@ -78,10 +79,7 @@ class ExplainService:
         max_ig_steps: int = 200,
         torch_threads: int = 1,
     ) -> None:
-        if max_concurrent < 1:
-            raise ValueError(f"max_concurrent must be >= 1, got {max_concurrent}")
-        if max_ig_steps < 1:
-            raise ValueError(f"max_ig_steps must be >= 1, got {max_ig_steps}")
+        at_least(1, max_concurrent=max_concurrent, max_ig_steps=max_ig_steps)
         self.repo, self.manifest, self.vocab = repo, manifest, vocab
         self.max_concurrent, self.max_ig_steps, self.torch_threads = (
             max_concurrent,
@@ -103,16 +101,20 @@ class ExplainService:
 
     # -- validation -------------------------------------------------------------------------------------
 
+    def _within_length(self, spec: ExplainInput, ids: list[int], field: str, unit: str) -> list[int]:
+        """``ids`` when the captioner decodes that many (its ``max_length``), else a 422 naming ``field``."""
+        limit = self.manifest.captioner(spec.params.model).max_length
+        if len(ids) > limit:
+            raise RequestError(
+                422, "invalid_caption", f"{field} has {len(ids)} {unit}, more than {limit}", field=field
+            )
+        return ids
+
     def _subword_caption(self, spec: ExplainInput, vocab: TokenVocabulary) -> list[int]:
         tokens = vocab.encode(spec.caption or "")
         if not tokens:
             raise RequestError(422, "invalid_caption", "caption has no tokens", field="caption")
-        limit = self.manifest.captioner(spec.params.model).max_length
-        if len(tokens) > limit:
-            raise RequestError(
-                422, "invalid_caption", f"caption has more than {limit} tokens", field="caption"
-            )
-        return tokens
+        return self._within_length(spec, tokens, "caption", "tokens")
 
     def _client_tokens(self, spec: ExplainInput, vocab: TokenVocabulary | None) -> list[int]:
         """The client's caption token ids, checked against the captioner's vocabulary."""
@@ -129,12 +131,7 @@ class ExplainService:
                 "not its start, end, padding or unknown token)",
                 field="tokens",
             )
-        limit = self.manifest.captioner(spec.params.model).max_length
-        if len(tokens) > limit:
-            raise RequestError(
-                422, "invalid_caption", f"tokens has {len(tokens)} ids, more than {limit}", field="tokens"
-            )
-        return tokens
+        return self._within_length(spec, tokens, "tokens", "ids")
 
     def check(self, spec: ExplainInput, vocab: TokenVocabulary | None = None) -> list[int] | None:
         """Validate ``spec`` before any work; the client caption's token ids, from ``tokens`` or
@@ -203,12 +200,7 @@ class ExplainService:
                 f"caption words not in the vocabulary: {unknown or '?'}",
                 field="caption",
             )
-        limit = self.manifest.captioner(spec.params.model).max_length
-        if len(words) > limit:
-            raise RequestError(
-                422, "invalid_caption", f"caption has more than {limit} words", field="caption"
-            )
-        return words
+        return self._within_length(spec, words, "caption", "words")
 
     def _has_program(self, model: str) -> bool:
         program = self.manifest.model(model).program

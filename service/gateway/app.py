@@ -79,20 +79,13 @@ def create_app(
 def _add_middleware(app: FastAPI, runtime: Runtime) -> None:
     settings = runtime.settings
     app.add_middleware(QueryLimitMiddleware, metrics=runtime.metrics)
-    if settings.error_pace_per_s > 0:
-        app.add_middleware(
-            ErrorPacingMiddleware,
-            burst=settings.error_pace_burst,
-            per_s=settings.error_pace_per_s,
-            metrics=runtime.metrics,
-        )
-    if settings.abandon_pace_per_s > 0:
-        app.add_middleware(
-            AbandonPacingMiddleware,
-            burst=settings.abandon_pace_burst,
-            per_s=settings.abandon_pace_per_s,
-            metrics=runtime.metrics,
-        )
+    pacing = (
+        (ErrorPacingMiddleware, settings.error_pace_per_s, settings.error_pace_burst),
+        (AbandonPacingMiddleware, settings.abandon_pace_per_s, settings.abandon_pace_burst),
+    )
+    for middleware, per_s, burst in pacing:
+        if per_s > 0:  # 0 turns that pacing off
+            app.add_middleware(middleware, burst=burst, per_s=per_s, metrics=runtime.metrics)
     # outermost: 4xx from the limits above get ids, log lines and latency observations too
     app.add_middleware(RequestLogMiddleware, metrics=runtime.metrics)
     origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]

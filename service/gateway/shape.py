@@ -141,14 +141,5 @@ def models_response(
         default_captioner=m.default_captioner,
         image=ImageShape(height=m.image.height, width=m.image.width),
         captioners=[_captioner(c, m) for c in m.captioners],
-        rankers=[
-            RankerInfo(
-                name=r.name,
-                architecture=r.architecture,
-                embedding_dim=r.embedding_dim,
-                joint_with=r.joint_with,
-                training=r.training,
-            )
-            for r in m.rankers
-        ],
+        rankers=[RankerInfo.model_validate(r, from_attributes=True) for r in m.rankers],
     )

@@ -11,15 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry
 
 from service.probes.kinds import KINDS
+from service.probes.kinds.bounds import latest_gauge
 from service.probes.kinds.record import KindGauges
-
-
-def _latest(name: str, documentation: str, labels: list[str], registry: CollectorRegistry) -> Gauge:
-    """A gauge that keeps the most recent value of any process (``multiprocess_mode="mostrecent"``)."""
-    return Gauge(name, documentation, labels, multiprocess_mode="mostrecent", registry=registry)
 
 
 class ProbeGauges:
@@ -28,19 +24,19 @@ class ProbeGauges:
             name: kind.gauges(registry) for name, kind in KINDS.items() if kind.gauges is not None
         }
         model_kind = ["model", "kind"]
-        self.last_success = _latest(
+        self.last_success = latest_gauge(
             "compcap_probe_last_success_timestamp_seconds",
             "Unix time the last probe of this kind and model succeeded",
             model_kind,
             registry,
         )
-        self.leader = _latest(
+        self.leader = latest_gauge(
             "compcap_probe_schedule_leader",
             "1 on the replica that holds the probe schedule's lease (runs the scheduled probes), else 0",
             [],
             registry,
         )
-        self.duration = _latest(
+        self.duration = latest_gauge(
             "compcap_probe_duration_seconds",
             "Wall time of the last succeeded probe of this kind and model",
             model_kind,

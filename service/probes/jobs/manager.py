@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from service.api.gate import BoundedGate
+from service.checks import above, at_least
 from service.probes.kinds import KINDS
 from service.probes.kinds.record import ProbeSpec, Progress
 from service.state.store import StateStore
@@ -141,12 +142,8 @@ class JobManager:
         heartbeat_s: float = 2.0,
         stale_s: float = 30.0,
     ) -> None:
-        if max_jobs < 1:
-            raise ValueError(f"max_jobs must be >= 1, got {max_jobs}")
-        if keep < 1:
-            raise ValueError(f"keep must be >= 1, got {keep}")
-        if heartbeat_s <= 0:
-            raise ValueError(f"heartbeat_s must be > 0, got {heartbeat_s}")
+        at_least(1, max_jobs=max_jobs, keep=keep)
+        above(0, heartbeat_s=heartbeat_s)
         if stale_s <= 2 * heartbeat_s:
             raise ValueError(f"stale_s must be > 2 * heartbeat_s ({2 * heartbeat_s:g}), got {stale_s}")
         self.max_jobs, self.keep, self.on_success = max_jobs, keep, on_success

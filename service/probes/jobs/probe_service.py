@@ -21,6 +21,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from service.api.gate import RequestError
+from service.checks import above
 from service.engine.client import EngineClient
 from service.manifest import Manifest
 from service.probes.jobs.gauges import ProbeGauges
@@ -61,10 +62,7 @@ class ProbeService:
         lease_s: float = 30.0,
         refresh_s: float = 10.0,
     ) -> None:
-        if lease_s <= 0:
-            raise ValueError(f"lease_s must be > 0, got {lease_s}")
-        if refresh_s <= 0:
-            raise ValueError(f"refresh_s must be > 0, got {refresh_s}")
+        above(0, lease_s=lease_s, refresh_s=refresh_s)
         self.repo, self.manifest, self.schedule = Path(repo), manifest, schedule
         self.gauges = ProbeGauges(registry)
         self.store = ProbeStore(store)

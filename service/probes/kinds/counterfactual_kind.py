@@ -9,9 +9,9 @@ import asyncio
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry
 
-from service.probes.kinds.bounds import BoundedGauge
+from service.probes.kinds.bounds import BoundedGauge, latest_gauge
 from service.probes.kinds.record import (
     ProbeKind,
     ProbeSpec,
@@ -20,7 +20,7 @@ from service.probes.kinds.record import (
     declared_held_out,
     decode,
 )
-from service.probes.kinds.tables import cell, fixed, get, table
+from service.probes.kinds.tables import cell, fixed, get, table, with_bounds
 from service.probes.scoring.counterfactual import KS, MISS_CLASSES, OUTCOMES, SIDES, counterfactual_result
 from service.text.concepts import ConceptPair
 
@@ -28,8 +28,6 @@ if TYPE_CHECKING:
     from service.engine.client import EngineClient
     from service.probes.scoring.parser import PairParser
     from service.probesets import ProbeSet
-
-BOUNDS = (("estimate", "estimate"), ("low", "low"), ("high", "high"))
 
 
 async def run(
@@ -100,12 +98,11 @@ class Gauges:
             ["model", "ranker", "side", "outcome"],
             r,
         )
-        self.pair_hit = Gauge(
+        self.pair_hit = latest_gauge(
             "compcap_probe_counterfactual_pair_hit_rate",
             "Counterfactual probe: one held-out pair's share of minimal pairs hit at K, per side",
             ["model", "ranker", "pair", "side", "k"],
-            multiprocess_mode="mostrecent",
-            registry=r,
+            r,
         )
         self.difference = BoundedGauge(
             "compcap_probe_counterfactual_difference",
@@ -113,13 +110,12 @@ class Gauges:
             ["model", "ranker", "k"],
             r,
         )
-        self.p_value = Gauge(
+        self.p_value = latest_gauge(
             "compcap_probe_counterfactual_difference_p_value",
             "Counterfactual probe: two-sided sign-flip permutation p-value of the held-out minus seen "
             "hit rate at K",
             ["model", "ranker", "k"],
-            multiprocess_mode="mostrecent",
-            registry=r,
+            r,
         )
 
     def record(self, model: str, ranker: str, result: Mapping[str, Any]) -> None:
@@ -144,14 +140,6 @@ class Gauges:
 
     def accept(self, model: str, ranker: str, result: Mapping[str, Any]) -> None:
         """No accepted baseline for this kind."""
-
-
-def _with_interval(estimate: Any, interval: Any, digits: int = 3) -> str:
-    if estimate is None:
-        return "-"
-    if not isinstance(interval, Mapping):
-        return fixed(estimate, digits)
-    return f"{fixed(estimate, digits)} [{fixed(interval['low'], digits)}, {fixed(interval['high'], digits)}]"
 
 
 def lines(result: Mapping[str, Any]) -> list[str]:
@@ -183,7 +171,7 @@ def lines(result: Mapping[str, Any]) -> list[str]:
             [
                 side,
                 cell(part.get("pairs")),
-                *(_with_interval(get(part, "recall", k), get(part, "recall_interval", k)) for k in ks),
+                *(with_bounds(get(part, "recall", k), get(part, "recall_interval", k), digits=3) for k in ks),
             ]
         )
         for o in MISS_CLASSES:
@@ -191,7 +179,7 @@ def lines(result: Mapping[str, Any]) -> list[str]:
                 [
                     f"  {o}",
                     "",
-                    _with_interval(get(part, "outcomes", o), get(part, "outcome_intervals", o)),
+                    with_bounds(get(part, "outcomes", o), get(part, "outcome_intervals", o), digits=3),
                     *([""] * (len(ks) - 1)),
                 ]
             )
@@ -205,7 +193,7 @@ def lines(result: Mapping[str, Any]) -> list[str]:
         if isinstance(test, Mapping):
             d = test["difference"]
             out.append(
-                f"held-out − seen hit@{k}: {_with_interval(d['estimate'], d)} "
+                f"held-out − seen hit@{k}: {with_bounds(d['estimate'], d, digits=3)} "
                 f"(paired, p = {test['p_value']:.4f})"
             )
     return out
@@ -218,12 +206,12 @@ def summary(result: Mapping[str, Any]) -> str:
     diff = ""
     if isinstance(test, Mapping):
         d = test["difference"]
-        diff = f" · difference {_with_interval(d['estimate'], d)} p {test['p_value']:.4f}"
+        diff = f" · difference {with_bounds(d['estimate'], d, digits=3)} p {test['p_value']:.4f}"
     misses = ", ".join(f"{o.replace('_', ' ')} {fixed(get(held, 'outcomes', o), 3)}" for o in MISS_CLASSES)
     return (
         f"held-out pairs ({held.get('pairs') or 0}, {result.get('minimal_pairs') or 0} minimal pairs): "
-        f"hit@1 {_with_interval(get(held, 'recall', '1'), get(held, 'recall_interval', '1'))}"
-        f" · seen twins {_with_interval(get(seen, 'recall', '1'), get(seen, 'recall_interval', '1'))}"
+        f"hit@1 {with_bounds(get(held, 'recall', '1'), get(held, 'recall_interval', '1'), digits=3)}"
+        f" · seen twins {with_bounds(get(seen, 'recall', '1'), get(seen, 'recall_interval', '1'), digits=3)}"
         f"{diff} · held-out top-1: {misses}"
     )
 

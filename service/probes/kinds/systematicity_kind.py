@@ -8,9 +8,9 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry
 
-from service.probes.kinds.bounds import BoundedGauge
+from service.probes.kinds.bounds import BoundedGauge, latest_gauge
 from service.probes.kinds.record import (
     ProbeKind,
     ProbeSpec,
@@ -125,12 +125,11 @@ class Gauges:
             ["model", "ranker", "k", "held_out"],
             r,
         )
-        self.accepted_recall_mean = Gauge(
+        self.accepted_recall_mean = latest_gauge(
             "compcap_probe_accepted_recall_at_k_mean",
             "The accepted baseline of compcap_probe_recall_at_k_mean (POST /v1/probes/{id}/accept)",
             ["model", "ranker", "k", "held_out"],
-            multiprocess_mode="mostrecent",
-            registry=r,
+            r,
         )
         self.false_composition = BoundedGauge(
             "compcap_probe_false_composition",

@@ -83,33 +83,22 @@ def per_image(
 
 def bucket_scores(
     ids: Sequence[int],
-    top1: Mapping[int, str],
+    each: Mapping[str, Mapping[int, float | None]],
     references: Mapping[int, Sequence[str]],
-    objects: Mapping[int, Sequence[str]] | None,
-    cider: CiderD | None,
-    lexicon: Mapping[str, str],
-    figures: Mapping[str, Mapping[int, float | None]] | None = None,
+    cider_d: bool,
 ) -> dict[str, Any]:
-    """One bucket's figures over images ``ids`` (their top-1 captions ``top1``); ``figures``: the
-    per-image values (``per_image``) when computed already."""
+    """One bucket's figures over images ``ids``: the means of their per-image values ``each``
+    (``per_image``; a figure None for every image, as coverage without objects, is None), the mean
+    reference length, and (``cider_d``: scored with a DF) the mean CIDEr-D, an unscored image as 0."""
     if not ids:
-        return {
-            "images": 0,
-            "length": None,
-            "reference_length": None,
-            "nouns": None,
-            "coverage": None,
-            "cider_d": None,
-        }
-    each = figures if figures is not None else per_image(ids, top1, references, objects, cider, lexicon)
-    cider_d = sum(float(each["cider_d"][i] or 0.0) for i in ids) / len(ids) if cider is not None else None
+        return {"images": 0, **dict.fromkeys(["length", "reference_length", "nouns", "coverage", "cider_d"])}
     return {
         "images": len(ids),
         "length": _mean([each["length"][i] for i in ids]),
         "reference_length": _mean([_mean([len(tokenize(r)) for r in references[i]]) for i in ids]),
         "nouns": _mean([each["nouns"][i] for i in ids]),
-        "coverage": None if objects is None else _mean([each["coverage"][i] for i in ids]),
-        "cider_d": cider_d,
+        "coverage": _mean([each["coverage"][i] for i in ids]),
+        "cider_d": sum(float(each["cider_d"][i] or 0.0) for i in ids) / len(ids) if cider_d else None,
     }
 
 
@@ -171,10 +160,7 @@ def productivity_result(
     each = per_image(ids, top1, references, objects, cider, lexicon)
     result = {
         "by": {
-            by: {
-                name: bucket_scores(ids, top1, references, objects, cider, lexicon, each)
-                for name, ids in named.items()
-            }
+            by: {name: bucket_scores(ids, each, references, cider is not None) for name, ids in named.items()}
             for by, named in buckets.items()
         },
         "cider_df": cider is not None,

@@ -8,11 +8,14 @@ import {
   ApiProblem,
   SAMPLES,
   api,
+  asProblem,
+  busyButton,
   catalog,
   el,
   fillCaptionerOptions,
   fillRankerOptions,
   num,
+  postJson,
   readBase64,
   sampleFile,
   sampleImage,
@@ -429,9 +432,7 @@ async function submitCaption(event) {
     showProblem(errorBox, new ApiProblem(0, "no_image", "choose or drop an image first"), "Caption");
     return;
   }
-  const button = $("submit");
-  button.disabled = true;
-  button.textContent = "Captioning…";
+  const idle = busyButton($("submit"), "Captioning…", "Caption");
   $("results-title").textContent = "Result";
   const file = state.file;
   const sample = state.sample;
@@ -453,8 +454,7 @@ async function submitCaption(event) {
     $("placeholder").hidden = true;
     showProblem(errorBox, problem, "POST /v1/captions");
   } finally {
-    button.disabled = false;
-    button.textContent = "Caption";
+    idle();
   }
 }
 
@@ -656,29 +656,17 @@ async function submitExplain() {
   const captioned = state.captioned;
   if (!captioned || !captioned.caption || $("explain_method").selectedOptions[0].disabled) return;
   const seq = ++state.explainSeq;
-  const button = $("explain-submit");
   const status = $("explain-status");
   const errorBox = $("explain-error");
   const method = METHOD_NAMES[$("explain_method").value] || $("explain_method").value;
   errorBox.hidden = true;
-  button.disabled = true;
-  button.textContent = "Explaining…";
+  const idle = busyButton($("explain-submit"), "Explaining…", "Explain words");
   status.textContent = `Explaining “${captioned.caption}” with ${method}…`;
   const started = performance.now();
   try {
-    if (captioned.base64 === null) {
-      try {
-        captioned.base64 = await readBase64(captioned.file);
-      } catch (err) {
-        throw new ApiProblem(0, "unreadable_file", `could not read the image file (${err.message})`);
-      }
-    }
+    if (captioned.base64 === null) captioned.base64 = await readBase64(captioned.file, "the image file");
     const scene = captioned.sample ? await sampleScene(captioned.sample) : null;
-    const out = await api("v1/explain", {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify(explainBody(captioned, captioned.base64, scene)),
-    });
+    const out = await postJson("v1/explain", explainBody(captioned, captioned.base64, scene));
     if (seq !== state.explainSeq) return;
     showExplanation(out, performance.now() - started);
     const done = METHOD_NAMES[out.method] || out.method;
@@ -686,15 +674,10 @@ async function submitExplain() {
   } catch (problem) {
     if (seq !== state.explainSeq) return;
     $("explain-result").hidden = true;
-    const shown =
-      problem instanceof ApiProblem ? problem : new ApiProblem(0, "page_error", String(problem.message));
-    showProblem(errorBox, shown, "POST /v1/explain");
+    showProblem(errorBox, asProblem(problem), "POST /v1/explain");
     status.textContent = "The explanation failed.";
   } finally {
-    if (seq === state.explainSeq) {
-      button.disabled = false;
-      button.textContent = "Explain words";
-    }
+    if (seq === state.explainSeq) idle();
   }
 }
 

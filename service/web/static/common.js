@@ -99,16 +99,45 @@ export function showProblem(box, problem, context) {
   box.hidden = false;
 }
 
-export function readBase64(file) {
+// the file's bytes in base64; a file the browser cannot read is the page's problem, naming ``what``
+export function readBase64(file, what) {
   return new Promise((resolve, reject) => {
     const reader = new FileReader();
     reader.addEventListener("load", () => {
       const url = String(reader.result || "");
       resolve(url.slice(url.indexOf(",") + 1)); // drop the data: URL's prefix
     });
-    reader.addEventListener("error", () => reject(reader.error || new Error("unreadable file")));
+    reader.addEventListener("error", () => {
+      const reason = (reader.error && reader.error.message) || "unreadable file";
+      reject(new ApiProblem(0, "unreadable_file", `could not read ${what} (${reason})`));
+    });
     reader.readAsDataURL(file);
   });
+}
+
+// POST a JSON body to the API
+export function postJson(path, body) {
+  return api(path, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(body),
+  });
+}
+
+// an error as the API's problem shape: a page error (a bug, not an answer) as "page_error"
+export function asProblem(error) {
+  return error instanceof ApiProblem ? error : new ApiProblem(0, "page_error", String(error.message));
+}
+
+// a submit button while its request runs: disabled with ``label`` (e.g. "Comparing…"); the function it
+// returns gives the button back with ``idle`` as its text
+export function busyButton(button, label, idle) {
+  button.disabled = true;
+  button.textContent = label;
+  return () => {
+    button.disabled = false;
+    button.textContent = idle;
+  };
 }
 
 // ---------------------------------------------------------------- sample images

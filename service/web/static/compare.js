@@ -7,13 +7,15 @@ import {
   $,
   ApiProblem,
   SAMPLES,
-  api,
+  asProblem,
+  busyButton,
   captionerNamed,
   catalog,
   el,
   fillCaptionerOptions,
   fillRankerOptions,
   num,
+  postJson,
   readBase64,
   rerankValue,
   sampleFile,
@@ -155,39 +157,23 @@ async function submitCompare() {
     showProblem(errorBox, new ApiProblem(0, "no_image", "pick a sample or choose an image"), "Compare");
     return;
   }
-  const button = $("compare-submit");
-  button.disabled = true;
-  button.textContent = "Comparing…";
+  const idle = busyButton($("compare-submit"), "Comparing…", "Compare");
   const started = performance.now();
   try {
     const images = [];
     for (const source of sources) {
-      const file = source.file || (await sampleFile(source.sample));
-      try {
-        images.push(await readBase64(file));
-      } catch (err) {
-        throw new ApiProblem(0, "unreadable_file", `could not read ${source.label} (${err.message})`);
-      }
+      images.push(await readBase64(source.file || (await sampleFile(source.sample)), source.label));
     }
     const body = { images, configurations: compareRows().map(configurationSpec) };
-    const out = await api("v1/compare", {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify(body),
-    });
+    const out = await postJson("v1/compare", body);
     if (seq !== view.seq) return;
     showComparison(out, sources, performance.now() - started);
   } catch (problem) {
     if (seq !== view.seq) return;
     $("compare-result").hidden = true;
-    const shown =
-      problem instanceof ApiProblem ? problem : new ApiProblem(0, "page_error", String(problem.message));
-    showProblem(errorBox, shown, "POST /v1/compare");
+    showProblem(errorBox, asProblem(problem), "POST /v1/compare");
   } finally {
-    if (seq === view.seq) {
-      button.disabled = false;
-      button.textContent = "Compare";
-    }
+    if (seq === view.seq) idle();
   }
 }
 

@@ -14,6 +14,7 @@ import {
   fillCaptionerOptions,
   fillRankerOptions,
   num,
+  postJson,
   rerankValue,
   showProblem,
 } from "./common.js";
@@ -260,11 +261,7 @@ async function runProbe(event) {
   clearTimeout(run.poll);
   let job;
   try {
-    job = await api("v1/probes", {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify(probeBody()),
-    });
+    job = await postJson("v1/probes", probeBody());
   } catch (problem) {
     showProblem(errorBox, problem, "POST /v1/probes");
     return;
