@@ -111,6 +111,12 @@ async def through_a_core(
             core.wait(30)
 
 
+def uvloop_run() -> Any:
+    import uvloop
+
+    return uvloop.run
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repo", type=Path, default=Path("model_repo"), help="the model repository")
     parser.add_argument(
@@ -118,6 +124,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--clients", type=positive_int, nargs="+", default=[1, 8], help="closed-loop callers")
     parser.add_argument("--captions", type=positive_int, default=400, help="captions per measurement")
+    parser.add_argument(
+        "--loop",
+        choices=("uvloop", "asyncio"),
+        default="uvloop",
+        help="this process's event loop (uvloop: as the gateway's uvicorn and the engine core run)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
 
 
@@ -129,8 +141,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     manifest = load_manifest(settings.repo)
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, (16, manifest.image.height, manifest.image.width, 3), dtype=np.uint8)
-    here = asyncio.run(in_process(settings, images, args))
-    there = asyncio.run(through_a_core(settings, images, args))
+    run = asyncio.run if args.loop == "asyncio" else uvloop_run()
+    here = run(in_process(settings, images, args))
+    there = run(through_a_core(settings, images, args))
     rows = []
     beam = settings.default_beam_size
     print(f"backend {args.backend}, {os.cpu_count()} CPUs: one image per caption, beam {beam}")
