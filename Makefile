@@ -133,7 +133,7 @@ test-unit: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check service export tests loadtests client
 	$(VENV)/bin/ruff format --check service export tests loadtests client
-	$(VENV)/bin/mypy service export client/compcap_client
+	$(VENV)/bin/mypy service export loadtests client/compcap_client
 
 clean:
 	rm -rf $(VENV) $(TVENV) $(SVENV) .venv-serve .venv-serve-3* $(ORTGPU) build site docs/reference docs/assets .pytest_cache .mypy_cache .ruff_cache

@@ -79,8 +79,9 @@ def breakdown(
             memory = np.array(enc.memory[: index[-1] + 1])
             inputs = runner.step_inputs(cap.name, memory, index, tokens, np.full(n, width), enc.state[index])
             resident = dict(inputs)
-            resident["memory"] = np.array(memory)
-            resident["memory"].flags.writeable = False
+            frozen = np.array(memory)
+            frozen.flags.writeable = False  # read-only: the backend keeps it on the device
+            resident["memory"] = frozen
             whole = [name for name in names if name not in ("top_logprobs", "top_tokens", "eos_logprob")]
             keep = ("state_out",) if runner.gathers_state(cap.name) else ()
             if keep:  # the state as serving holds it: the last call's state_out, left on the device
