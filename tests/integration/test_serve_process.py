@@ -67,6 +67,26 @@ def test_serve_captions_a_png(server: str, tmp_path: Path) -> None:
     assert any(r["logger"].startswith("uvicorn") for r in lines)  # uvicorn's own lines are JSON too
 
 
+def read_answer(conn: socket.socket) -> str:
+    """One HTTP answer: its head, then as many body bytes as its Content-Length says (the head and the
+    body may come in separate segments: one ``recv`` got the head alone on a loaded machine)."""
+    data = b""
+    while b"\r\n\r\n" not in data and (chunk := conn.recv(65536)):
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        (
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        ),
+        0,
+    )
+    while len(body) < length and (chunk := conn.recv(65536)):
+        body += chunk
+    return (head + b"\r\n\r\n" + body).decode()
+
+
 def test_a_stalled_upload_is_answered_and_the_shutdown_is_logged(tiny_repo: Path, tmp_path: Path) -> None:
     """A client sends half a body to a route with no deadline of its own and waits: the request is
     answered 408 ``body_timeout`` once no part of its body has come for the request deadline (here
@@ -82,7 +102,7 @@ def test_a_stalled_upload_is_answered_and_the_shutdown_is_logged(tiny_repo: Path
         with socket.create_connection(("127.0.0.1", port), timeout=30) as stalled:
             head = "POST /v1/explain HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             stalled.sendall(f'{head}Content-Length: 1000\r\n\r\n{{"model": '.encode())
-            answer = stalled.recv(65536).decode()  # the 30 s socket timeout guards against a hang
+            answer = read_answer(stalled)  # the 30 s socket timeout guards against a hang
         after = httpx.post(f"{url}/v1/captions", files={"image": ("x.png", png(), "image/png")}, timeout=30)
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=30)  # a guard against a hang, not a speed bound

@@ -88,25 +88,26 @@ def test_the_backend_says_where_each_model_runs(tiny_repo: Path) -> None:
             OnnxRuntimeBackend(tiny_repo, manifest, threads=1, device="cuda")
 
 
-def test_the_child_check_gives_the_same_answer_without_loading_onnxruntime_here() -> None:
-    """The split's parent asks in a child process: the same answer, and no onnxruntime (so no CUDA
-    context) in the parent."""
+def test_the_split_parent_checks_cuda_in_a_child_process() -> None:
+    """The split's parent (``api_processes`` > 1) asks in a child process, never here, and gives the same
+    answer: a CUDA session it opened would keep a context (GPU memory) in a process that loads no model."""
     code = (
-        "import sys\n"
+        "from service.backends import device\n"
         "from service.cli_errors import UsageError\n"
         "from service.gateway.server import check_device\n"
         "from service.settings import Settings\n"
-        "s = Settings(backend='onnxruntime', device='cuda', api_processes=2)\n"
+        "here = []\n"
+        "device.cuda_problem = lambda: here.append(1)\n"
         "try:\n"
-        "    check_device(s)\n"
+        "    check_device(Settings(backend='onnxruntime', device='cuda', api_processes=2))\n"
         "    print('ok')\n"
         "except UsageError as exc:\n"
         "    print(exc)\n"
-        "print('onnxruntime' in sys.modules)\n"
+        "print(len(here))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    said, loaded = done.stdout.strip().splitlines()[-2:]
-    assert loaded == "False"
+    said, asked_here = done.stdout.strip().splitlines()[-2:]
+    assert asked_here == "0"
     expected = dev.cuda_problem()
     if expected is None:
         assert said == "ok"
