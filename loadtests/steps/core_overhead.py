@@ -97,7 +97,13 @@ async def through_a_core(
         path = Path(folder) / "engine.sock"
         env = {**os.environ, "COMPCAP_ENGINE_SOCKET": str(path), "COMPCAP_REPO": str(settings.repo)}
         env["COMPCAP_BACKEND"] = settings.backend
-        core = subprocess.Popen([sys.executable, "-m", "service.engine.core"], env=env)
+        cpus = args.core_cpus
+
+        def pin() -> None:  # in the child, before it starts: the core on its own CPUs
+            if cpus:
+                os.sched_setaffinity(0, cpus)
+
+        core = subprocess.Popen([sys.executable, "-m", "service.engine.core"], env=env, preexec_fn=pin)
         remote = RemoteEngine(path, manifest, vocab, settings)
         remote.start()
         try:
@@ -129,6 +135,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("uvloop", "asyncio"),
         default="uvloop",
         help="this process's event loop (uvloop: as the gateway's uvicorn and the engine core run)",
+    )
+    parser.add_argument(
+        "--core-cpus",
+        type=int,
+        nargs="+",
+        default=None,
+        help="run the engine core on these CPUs only (e.g. this process under taskset -c 0, the core on 1: "
+        "neither evicts the other's caches)",
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
 

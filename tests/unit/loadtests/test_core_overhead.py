@@ -19,7 +19,7 @@ def test_both_setups_caption_every_image_and_count_both_processes(tiny_repo: Pat
     settings = load_settings(repo=tiny_repo, backend="null", intra_op_threads=1)
     manifest = load_manifest(tiny_repo)
     images = np.zeros((3, manifest.image.height, manifest.image.width, 3), dtype=np.uint8)
-    args = argparse.Namespace(clients=[1, 3], captions=12)
+    args = argparse.Namespace(clients=[1, 3], captions=12, core_cpus=None)
     here = asyncio.run(in_process(settings, images, args))
     there = asyncio.run(through_a_core(settings, images, args))
     for rows, processes in ((here, 1), (there, 2)):
