@@ -8,16 +8,9 @@ from typing import Any
 
 from export.studies.report.collect import SETS, find_result, mean_of
 from export.studies.report.uncertainty import cell, ratio_text
+from service.evaluation.recall import CATEGORIES  # the pair categories the recall report gives
 
 METRICS = ("recall_at_5_mean", "bleu4", "meteor", "rouge_l", "cider_d")
-CATEGORIES = (
-    "colour_animate",
-    "colour_inanimate",
-    "size_animate",
-    "size_inanimate",
-    "verb_transitive",
-    "verb_intransitive",
-)
 
 
 def pct(x: float | None) -> str:
