@@ -14,16 +14,10 @@ import torch
 from torch import nn
 
 from export.hf.staging import HfImportError
+from export.models.step_contract import STEP_INPUT_AXES
 from export.packaging.programs import PROGRAM_TOLERANCE, export_program, program_path
 
 MIN_TOKENS = 2
-STEP_AXES = {
-    "memory": {0: "images"},
-    "image_index": {0: "rows"},
-    "tokens": {0: "rows", 1: "t"},
-    "length": {0: "rows"},
-    "state": {0: "rows"},
-}
 
 
 def write_programs(
@@ -55,7 +49,7 @@ def write_programs(
             step,
             step.forward,
             trials[0],
-            STEP_AXES,
+            STEP_INPUT_AXES,
             stage / program_path(f"{name}_step"),
             trials[1:],
             max_dims={"t": max(MIN_TOKENS, max_tokens)},

@@ -34,6 +34,7 @@ from export.hf.kv_step import CacheShape, KeyValueStep, ZeroState, decode_parity
 from export.hf.snapshot import Snapshot, SnapshotError
 from export.hf.staging import HfImportError, ImportReport, commit, write_configs
 from export.hf.step_choice import STEP_FORMS, StepForm, StepTiming, choose
+from export.models.step_contract import STEP_AXES, STEP_OUTPUTS
 from export.packaging.onnx import GraphSpec, export_graph, parity
 from export.packaging.programs import program_path
 from export.packaging.topk import add_top_k_file
@@ -243,24 +244,12 @@ def _export(
 
     trials = [rows(5, 4), rows(3, 1), rows(7, min(9, max(2, max_tokens)))]
     step_path = stage / f"{name}_step" / "1" / "model.onnx"
-    dynamic = {
-        "memory": {0: "images"},
-        "image_index": {0: "rows"},
-        "tokens": {0: "rows", 1: "t"},
-        "length": {0: "rows"},
-        "state": {0: "rows"},
-        "logprobs": {0: "rows"},
-        "state_out": {0: "rows"},
-        "attention": {0: "rows"},
-    }
-    export_graph(
-        step, step.forward, GraphSpec(trials[0], ["logprobs", "state_out", "attention"], dynamic), step_path
-    )
+    export_graph(step, step.forward, GraphSpec(trials[0], STEP_OUTPUTS, STEP_AXES), step_path)
     report.parity[f"{name}_step"] = max(parity(step, step.forward, step_path, t) for t in trials)
     if step_form == "kv" and not isinstance(adapted.kv_step, KeyValueStep):
         raise HfImportError(f"--step kv: a {snapshot.architecture} captioner has no key/value-cache step yet")
     if (adapted.cached_step is not None or adapted.kv_step is not None) and step_form != "plain":
-        report.step, diff = _choose_step(adapted, step_path, trials, dynamic, memory, step_form, seed)
+        report.step, diff = _choose_step(adapted, step_path, trials, STEP_AXES, memory, step_form, seed)
         if report.step.kept != "plain":
             report.parity[f"{name}_step"] = diff
     kv = adapted.kv_step if report.step is not None and report.step.kept == "kv" else None

@@ -33,6 +33,16 @@ from torch import nn
 
 Tensor = torch.Tensor
 StepOutputs = tuple[Tensor, Tensor, Tensor]  # logprobs [N, V], state_out [N, S], attention [N, M]
+STEP_OUTPUTS = ["logprobs", "state_out", "attention"]  # the exported graph's outputs, in order
+# the graph's dynamic axes (torch.onnx.export's dynamic_axes): images and rows vary per call, T too
+STEP_INPUT_AXES: dict[str, dict[int, str]] = {
+    "memory": {0: "images"},
+    "image_index": {0: "rows"},
+    "tokens": {0: "rows", 1: "t"},
+    "length": {0: "rows"},
+    "state": {0: "rows"},
+}
+STEP_AXES: dict[str, dict[int, str]] = {**STEP_INPUT_AXES, **{name: {0: "rows"} for name in STEP_OUTPUTS}}
 
 
 class StepInputs(NamedTuple):

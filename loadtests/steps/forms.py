@@ -24,6 +24,7 @@ def measure(out: Path, real_size: bool, max_length: int) -> dict[str, object]:
     from export.hf.architectures import read_snapshot
     from export.hf.kv_step import KeyValueStep
     from export.hf.step_choice import choose
+    from export.models.step_contract import STEP_AXES, STEP_OUTPUTS
     from export.packaging.onnx import GraphSpec, export_graph
     from loadtests.gpu.snapshot import vit_gpt2_snapshot
 
@@ -43,17 +44,7 @@ def measure(out: Path, real_size: bool, max_length: int) -> dict[str, object]:
         "length": torch.tensor([1, 2, 3, 2]),
         "state": torch.zeros(4, 1),
     }
-    outputs = ["logprobs", "state_out", "attention"]
-    dynamic = {
-        "memory": {0: "images"},
-        "image_index": {0: "rows"},
-        "tokens": {0: "rows", 1: "t"},
-        "length": {0: "rows"},
-        "state": {0: "rows"},
-        "logprobs": {0: "rows"},
-        "state_out": {0: "rows"},
-        "attention": {0: "rows"},
-    }
+    outputs, dynamic = STEP_OUTPUTS, STEP_AXES
     paths = {form: out / f"{form}.onnx" for form in ("plain", "cached", "kv")}
     export_graph(adapted.step, adapted.step.forward, GraphSpec(example, outputs, dynamic), paths["plain"])
     cached = adapted.cached_step
