@@ -38,6 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 from loadtests.bench.ceiling import ceiling_of_limit, step_ms_alone
+from loadtests.bench.paired import paired_split, paired_table
 from loadtests.bench.table import summary
 from loadtests.load.cpu import bounds_of_limit, process_tree
 from loadtests.load.http_load import Gateway, closed_loop
@@ -399,10 +400,13 @@ def gateway_environment(
 
 def gateway_levels(args: argparse.Namespace, plan: Plan, env: dict[str, str]) -> list[dict[str, Any]]:
     """The gateway under closed-loop load: one row per gateway count, API-process count and client
-    count; CPU counted over every process of the loaded gateways."""
+    count; CPU counted over every process of the loaded gateways. With several API-process counts and
+    ``--rounds`` K, the setups run in turn K times (1 2 1 2 …), each row saying its ``round``."""
     load = []
     splits = getattr(args, "api_processes", None) or (1,)
-    for count, processes in [(c, n) for c in getattr(args, "gateways", None) or (1,) for n in splits]:
+    rounds = (getattr(args, "rounds", None) or 1) if len(splits) > 1 else 1
+    setups = [(c, n) for c in getattr(args, "gateways", None) or (1,) for n in splits]
+    for round_, (count, processes) in [(r, s) for r in range(1, rounds + 1) for s in setups]:
         with ExitStack() as gateways:
             split_env = {**env, "COMPCAP_API_PROCESSES": str(processes)}
             if processes > 1 and not os.environ.get("COMPCAP_STATE_URL", "default"):
@@ -423,11 +427,13 @@ def gateway_levels(args: argparse.Namespace, plan: Plan, env: dict[str, str]) ->
                     f"[bold]gateway[/]: {clients} clients for {args.duration:.0f} s"
                     + (f" over {count} gateways" if count > 1 else "")
                     + (f", {processes} API processes and an engine core" if processes > 1 else "")
+                    + (f", round {round_} of {rounds}" if rounds > 1 else "")
                 )
                 row = asyncio.run(
                     closed_loop(urls, plan.pngs, plan.query, clients, args.duration, plan.step_model, pids)
                 )
-                load.append({"gateways": count, "api_processes": processes, **row})
+                rounded = {"round": round_} if rounds > 1 else {}
+                load.append({"gateways": count, "api_processes": processes, **rounded, **row})
     return load
 
 
@@ -505,6 +511,7 @@ def result_of(
         },
         "compute_limit": local.compute_limit,
         "load": load,
+        "split_comparison": paired_split(load),  # the split against one process, paired by round
         "baseline": baseline,  # the per-request peer (torch, transformers) over HTTP at the same clients
         "floor": floor,  # loadtests.peers.http_floor: HTTP + PNG decoding only, its CPU per request
         "cpu_count": os.cpu_count(),
@@ -681,7 +688,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "machine's load falls on both), and report the medians and the int8/fp32 ratios",
     )
     parser.add_argument(
-        "--rounds", type=positive_int, default=2, help="--compare-precision: runs of each precision"
+        "--rounds",
+        type=positive_int,
+        default=None,
+        help="--compare-precision: runs of each precision (default 2); with several --api-processes "
+        "counts: load runs of each count, in turn (1 2 1 2 …), compared round by round (default 1)",
     )
 
 
@@ -704,6 +715,8 @@ def bench(args: argparse.Namespace) -> int:
     else:
         result = run(args)
         console.print(summary(result))
+        if result["split_comparison"]:
+            console.print(paired_table(result["split_comparison"]))
     text = json.dumps(result, indent=2)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -718,10 +731,12 @@ def compare_precision(args: argparse.Namespace) -> dict[str, Any]:
     """The bench at fp32 and at int8 in turn, ``args.rounds`` times each; per figure (the step limit,
     captions/s at each client count) the median of each precision and their ratio, int8 / fp32."""
     runs: dict[str, list[dict[str, Any]]] = {"fp32": [], "int8": []}
-    for n in range(args.rounds):
+    rounds = args.rounds or 2
+    for n in range(rounds):
         for precision in runs:
-            console.print(f"[bold]precision {precision}[/], round {n + 1} of {args.rounds}")
-            runs[precision].append(run(argparse.Namespace(**{**vars(args), "precision": precision})))
+            console.print(f"[bold]precision {precision}[/], round {n + 1} of {rounds}")
+            one = {**vars(args), "precision": precision, "rounds": 1}
+            runs[precision].append(run(argparse.Namespace(**one)))
             console.print(summary(runs[precision][-1]))
     figures: dict[str, dict[str, float]] = {}
 
@@ -744,7 +759,7 @@ def compare_precision(args: argparse.Namespace) -> dict[str, Any]:
     for name, row in figures.items():
         table.add_row(name, f"{row['fp32']:g}", f"{row['int8']:g}", f"{row['ratio']:.3f}")
     console.print(table)
-    return {"rounds": args.rounds, "comparison": figures, "runs": runs}
+    return {"rounds": rounds, "comparison": figures, "runs": runs}
 
 
 def _level(k: int, key: str) -> Callable[[dict[str, Any]], float]:
