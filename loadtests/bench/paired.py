@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -73,7 +74,8 @@ def paired_split(load: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def paired_table(pairs: Sequence[dict[str, Any]]) -> Table:
     """``paired_split``'s entries as one table: medians, the range over rounds in brackets."""
-    table = Table(title="compcap bench --api-processes: paired rounds (median over rounds, [min, max])")
+    title = "compcap bench --api-processes: paired rounds (median over rounds, [min, max])"
+    table = Table(title=escape(title))
     columns = ("gateways", "clients", "API procs", "rounds", "captions/s", "× against", "p50 ms added")
     for col in (*columns, "CPU ms added"):
         table.add_column(col, justify="right")

@@ -19,7 +19,9 @@ def summary(result: dict[str, Any]) -> Table:
         f"beam {result['beam_size']}",
         width=170,
     )
+    setup = _setup_columns(result["load"])
     for col in (
+        *setup,
         "clients",
         "captions/s",
         "% of limit",
@@ -47,6 +49,7 @@ def summary(result: dict[str, Any]) -> Table:
     for row in result["load"]:
         peer = [] if not peers else _peer_cells(row, peers.get(row["clients"]))
         table.add_row(
+            *_setup_cells(row, setup),
             str(row["clients"]),
             f"{row['captions_per_s']:.1f}",
             f"{100 * row['captions_per_s'] / limit:.0f}%",
@@ -89,6 +92,21 @@ def summary(result: dict[str, Any]) -> Table:
     return table
 
 
+def _setup_columns(load: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The columns that tell a run's load rows apart beyond their clients: the round (``--rounds``), the
+    gateways and the API processes where some row has more than one."""
+    return (
+        *(("round",) if any("round" in row for row in load) else ()),
+        *(("gateways",) if any(row.get("gateways", 1) != 1 for row in load) else ()),
+        *(("API procs",) if any(row.get("api_processes", 1) != 1 for row in load) else ()),
+    )
+
+
+def _setup_cells(row: dict[str, Any], columns: tuple[str, ...]) -> list[str]:
+    keys = {"round": "round", "gateways": "gateways", "API procs": "api_processes"}
+    return [str(row.get(keys[column], 1)) for column in columns]
+
+
 def null_summary(result: dict[str, Any]) -> Table:
     """The table of a ``--backend null`` run: the gateway's own ceiling per gateway processes and clients,
     its CPU per caption and captions/s per core it kept busy (no limit to compare with: none measured)."""
@@ -97,7 +115,9 @@ def null_summary(result: dict[str, Any]) -> Table:
         f"{result['beam_size']}, {result['cpu_count']} cores",
         width=150,
     )
+    rounds = ("round",) if any("round" in row for row in result["load"]) else ()
     for col in (
+        *rounds,
         "gateways",
         "API procs",
         "clients",
@@ -116,6 +136,7 @@ def null_summary(result: dict[str, Any]) -> Table:
     for row in result["load"]:
         per_core = row.get("captions_per_s_per_core")
         table.add_row(
+            *([str(row.get("round", 1))] if rounds else []),
             str(row.get("gateways", 1)),
             str(row.get("api_processes", 1)),
             str(row["clients"]),

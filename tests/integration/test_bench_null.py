@@ -56,7 +56,7 @@ def test_bench_null_compares_the_split_round_by_round(tiny_repo: Path, tmp_path:
         "--images", "4", "--json", str(out),
     ]  # fmt: skip
     done = subprocess.run(cmd, check=True, timeout=180, capture_output=True, text=True)
-    assert "paired rounds" in done.stderr and "round 2 of 2" in done.stderr
+    assert "paired rounds" in done.stderr and "round 2 of 2" in done.stderr and "[min, max]" in done.stderr
     result = json.loads(out.read_text())
     # the setups in turn, round after round: whatever loads the machine meanwhile falls on both
     assert [(row["round"], row["api_processes"]) for row in result["load"]] == [

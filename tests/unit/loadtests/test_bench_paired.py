@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
+from rich.console import Console
 
 from loadtests.bench.paired import paired_split, paired_table
 
@@ -69,3 +72,18 @@ def test_the_table_shows_medians_and_ranges() -> None:
     assert cells[2] == ["2 vs 1"]
     assert cells[5] == ["1.25 [1.25, 1.25]"]
     assert cells[6] == ["-10.00 [-10.00, -10.00]"]
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(table)
+    text = console.export_text()
+    assert "[min, max]" in text and "1.25 [1.25, 1.25]" in text  # brackets printed, not read as markup
+
+
+def test_the_bench_tables_tell_rounds_and_process_counts_apart() -> None:
+    from loadtests.bench.table import _setup_cells, _setup_columns
+
+    plain = [{"clients": 1}, {"clients": 8, "gateways": 1, "api_processes": 1}]
+    assert _setup_columns(plain) == ()
+    rounds = [row(1, 1, 800, 80, 1.5), row(2, 1, 1000, 70, 2.0)]
+    columns = _setup_columns(rounds)
+    assert columns == ("round", "API procs")
+    assert [_setup_cells(r, columns) for r in rounds] == [["1", "1"], ["1", "2"]]
