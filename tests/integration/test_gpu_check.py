@@ -125,6 +125,12 @@ def test_the_step_call_and_the_bench_on_both_sides(emulated: tuple[str, dict[str
         assert [r["clients"] for r in result["load"]] == [1, 32, 128]
         assert all(r["sent"] == r["received"] > 0 and r["errors_5xx"] == 0 for r in result["load"])
     assert rows["1-client p50"]["status"] in ("pass", "fail")
+    null = rows["null backend: 2 API processes against 1"]  # the emulation's profile: 2 processes
+    assert null["status"] in ("pass", "fail") and null["target"] == ">= 1.3×"
+    assert null["values"]["pair"]["rounds"] == 2 and null["values"]["pair"]["ratio"]["median"] > 0
+    assert all(
+        r["sent"] == r["received"] > 0 and r["errors_5xx"] == 0 for r in null["values"]["result"]["load"]
+    )
 
 
 def test_the_imported_captioner(emulated: tuple[str, dict[str, Any]]) -> None:
