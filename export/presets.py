@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from service.checks import above
+
 
 @dataclass(frozen=True)
 class Preset:
@@ -52,7 +54,7 @@ class Preset:
     probe_minimal_pairs: int = 200
 
     def __post_init__(self) -> None:
-        for field in (
+        positive = (
             "train_images",
             "test_images",
             "region_dim",
@@ -67,9 +69,8 @@ class Preset:
             "probe_images_per_bucket",
             "probe_min_synonym_count",
             "probe_minimal_pairs",
-        ):
-            if getattr(self, field) <= 0:
-                raise ValueError(f"{field} must be positive")
+        )
+        above(0, **{field: getattr(self, field) for field in positive})
 
 
 PRESETS: dict[str, Preset] = {

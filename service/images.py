@@ -16,6 +16,8 @@ from collections.abc import Sequence
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from service.checks import at_least
+
 FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF")
 ORIENTATION_TAG = 0x0112  # EXIF orientation; 5–8 turn the image a quarter (``ImageOps.exif_transpose``)
 ROTATED = frozenset({5, 6, 7, 8})
@@ -65,8 +67,7 @@ def decode_image(
     data: bytes, height: int, width: int, *, max_bytes: int, max_pixels: int, label: str = "image"
 ) -> np.ndarray:
     """Decode ``data`` and resize it (bilinear) to uint8 [height, width, 3]."""
-    if height < 1 or width < 1:
-        raise ValueError(f"height and width must be >= 1, got {height}x{width}")
+    at_least(1, height=height, width=width)
     check_upload(data, max_bytes=max_bytes, label=label)
     try:
         img = Image.open(io.BytesIO(data), formats=FORMATS)

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from export.models.sizes import require_positive
 from export.models.step_contract import CaptionerStep, StepInputs, StepOutputs
+from service.checks import above, within
 
 
 class BUTR(CaptionerStep, nn.Module):
@@ -28,7 +28,7 @@ class BUTR(CaptionerStep, nn.Module):
         dropout: float = 0.2,
     ) -> None:
         super().__init__()
-        require_positive(vocab_size=vocab_size, region_dim=region_dim, hidden_dim=hidden_dim)
+        above(0, vocab_size=vocab_size, region_dim=region_dim, hidden_dim=hidden_dim)
         self.hidden_dim = hidden_dim
         self.embed = nn.Embedding(vocab_size, word_dim, padding_idx=0)  # W1
         self.language = nn.LSTM(word_dim, hidden_dim, batch_first=True)  # eq. 2
@@ -128,8 +128,7 @@ def ranking_loss(
     positive = scores.diag().unsqueeze(1)
     cost_text = (margin + scores - positive).clamp(min=0).masked_fill(excluded, 0)
     cost_image = (margin + scores - positive.t()).clamp(min=0).masked_fill(excluded, 0)
-    if not 0.0 <= hardest <= 1.0:
-        raise ValueError(f"hardest must be in [0, 1], got {hardest}")
+    within(0, 1, hardest=hardest)
     max_violation = (cost_text.max(dim=1).values + cost_image.max(dim=0).values).mean()
     mean_violation = (cost_text.sum() + cost_image.sum()) / (~excluded).sum().clamp(min=1)
     return hardest * max_violation + (1.0 - hardest) * mean_violation

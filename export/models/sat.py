@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from export.models.sizes import require_positive
 from export.models.step_contract import CaptionerStep, StepInputs, StepOutputs
+from service.checks import above
 
 
 class SAT(CaptionerStep, nn.Module):
@@ -23,7 +23,7 @@ class SAT(CaptionerStep, nn.Module):
         dropout: float = 0.2,
     ) -> None:
         super().__init__()
-        require_positive(vocab_size=vocab_size, region_dim=region_dim, hidden_dim=hidden_dim)
+        above(0, vocab_size=vocab_size, region_dim=region_dim, hidden_dim=hidden_dim)
         self.hidden_dim = hidden_dim
         self.init_h = nn.Linear(region_dim, hidden_dim)
         self.init_c = nn.Linear(region_dim, hidden_dim)

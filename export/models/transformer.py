@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from export.models.sizes import require_positive
 from export.models.step_contract import CaptionerStep, StepInputs, StepOutputs
+from service.checks import above, at_least
 
 
 class Attention(nn.Module):
@@ -129,10 +129,9 @@ class TransformerCaptioner(CaptionerStep, nn.Module):
         max_tokens: int = 40,
     ) -> None:
         super().__init__()
-        require_positive(vocab_size=vocab_size, region_dim=region_dim, regions=regions)
-        require_positive(dim=dim, layers=layers, max_tokens=max_tokens)
-        if memory_slots < 0:
-            raise ValueError(f"memory_slots must be >= 0, got {memory_slots}")
+        above(0, vocab_size=vocab_size, region_dim=region_dim, regions=regions)
+        above(0, dim=dim, layers=layers, max_tokens=max_tokens)
+        at_least(0, memory_slots=memory_slots)
         self.layers, self.regions, self.meshed, self.max_tokens = layers, regions, meshed, max_tokens
         self.region_in = nn.Sequential(
             nn.Linear(region_dim, dim), nn.ReLU(), nn.Dropout(0.1), nn.LayerNorm(dim)

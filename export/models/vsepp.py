@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from export.models.sizes import require_positive
+from service.checks import above
 
 
 class VSEPP(nn.Module):
@@ -15,7 +15,7 @@ class VSEPP(nn.Module):
         self, vocab_size: int, region_dim: int, word_dim: int, hidden_dim: int, joint_dim: int
     ) -> None:
         super().__init__()
-        require_positive(vocab_size=vocab_size, region_dim=region_dim, joint_dim=joint_dim)
+        above(0, vocab_size=vocab_size, region_dim=region_dim, joint_dim=joint_dim)
         self.image_project = nn.Sequential(
             nn.Linear(2 * region_dim, hidden_dim), nn.ReLU(), nn.Linear(hidden_dim, joint_dim)
         )

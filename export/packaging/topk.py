@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from service.checks import at_least
+
 TOP_K_INPUT = "top_k"
 TOP_OUTPUTS = ("top_logprobs", "top_tokens", "eos_logprob")
 
@@ -37,8 +39,7 @@ def add_top_k(model: object, eos: int) -> object:
         raise ValueError("the step graph has no logprobs output")
     if outputs & set(TOP_OUTPUTS) or TOP_K_INPUT in {i.name for i in graph.input}:
         raise ValueError("the step graph already returns its top k")
-    if eos < 0:
-        raise ValueError(f"eos must be >= 0, got {eos}")
+    at_least(0, eos=eos)
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph

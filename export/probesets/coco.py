@@ -48,6 +48,7 @@ from export.probesets.tables import (
     systematicity_splits,
 )
 from export.probesets.write import ProbeContent, write_probe_set
+from service.checks import at_least
 from service.evaluation.cider import CiderD
 from service.manifest import MANIFEST_NAME, ProbeSetEntry
 from service.text.concepts import ConceptPair, load_concepts
@@ -308,8 +309,7 @@ def coco_probe_set(
     ``<repo>/probes/<name>``) and list it in the manifest, replacing a set of the same name."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-    if per_pair < 1:
-        raise ValueError(f"per_pair must be >= 1, got {per_pair}")
+    at_least(1, per_pair=per_pair)
     folder = _destination(out, repo, name or kind)
     data = Path(data)
     ds = load_folder(data)  # FileNotFoundError naming the folder when captions.json is missing

@@ -35,6 +35,7 @@ from export.world.captions import PERSONS, caption_scene
 from export.world.dataset import CAPTIONS_PER_IMAGE, GENERATOR
 from export.world.render import render
 from export.world.scene import COLOURS, EDIT_ACTIONS_EXCLUDED, SIZES, Edit, EditError, scene_graph
+from service.checks import at_least
 from service.manifest import ProbeSetEntry
 from service.text.concepts import ConceptPair
 
@@ -153,8 +154,7 @@ def counterfactual_probe_set(
     """Write the counterfactual probe set of a repository trained on world ``seed`` into
     ``<repo>/probes/counterfactual/`` (``per_pair`` minimal pairs per pair of ``held_out``) and return
     its entry."""
-    if per_pair < 1:
-        raise ValueError(f"per_pair must be >= 1, got {per_pair}")
+    at_least(1, per_pair=per_pair)
     if not held_out:
         raise ValueError("held_out is empty: the default captioner declares no held-out pairs")
     for p in held_out:

@@ -31,6 +31,7 @@ from tqdm import tqdm
 from export.data.coco_captions import load_folder
 from export.packaging.decoding import open_engine
 from export.studies.evaluate import load_images
+from service.checks import at_least
 from service.engine.engine import CaptionEngine
 from service.engine.request import Priority
 from service.evaluation.intervals import bootstrap_interval
@@ -280,6 +281,5 @@ def run_explain_report(
     unknown = set(methods) - set(METHODS)
     if unknown:
         raise ValueError(f"methods must be among {METHODS}, got {sorted(unknown)}")
-    if images < 1:
-        raise ValueError(f"images must be >= 1, got {images}")
+    at_least(1, images=images)
     return asyncio.run(_run(zoo, data, out, images, captioners, methods, n_steps))

@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 from compcap_client import AsyncCompCapClient, CompCapClient, CompCapError
 from export.studies.runs import Catalogue, run_options
+from service.checks import at_least
 
 try:
     import fcntl
@@ -146,8 +147,7 @@ def decode_remote(
 ) -> list[list[list[str]]]:
     """Per run, per image (in ``images`` order), the top ``beam_size`` caption texts in final order,
     decoded by the gateway at ``url``; (run, image) pairs already in ``checkpoint`` are not sent again."""
-    if concurrency < 1:
-        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    at_least(1, concurrency=concurrency)
     store: Checkpoint | _Memory = Checkpoint(checkpoint) if checkpoint is not None else _Memory()
     try:
         options = {run: run_options(run[1], beam_size, rerank_beam_size, rerank_weight) for run in runs}

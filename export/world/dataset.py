@@ -18,6 +18,7 @@ from PIL import Image
 from export.world.captions import caption_scene, present_pairs
 from export.world.render import render
 from export.world.scene import scene_graph
+from service.checks import at_least
 
 GENERATOR = "compcap.sceneworld/2"  # bump when the generated data change
 CAPTIONS_PER_IMAGE = 5
@@ -35,10 +36,8 @@ def generate(
     images: int, seed: int, image_size: int = 96, start: int = 0
 ) -> tuple[np.ndarray, list[list[str]], list[dict]]:
     """In-memory: images uint8 [N,H,W,3], 5 captions per image, scene graphs (JSON-ready dicts)."""
-    if images < 0 or start < 0:
-        raise ValueError("images and start must be >= 0")
-    if image_size < 16:
-        raise ValueError(f"image_size must be >= 16, got {image_size}")
+    at_least(0, images=images, start=start)
+    at_least(16, image_size=image_size)
     out = np.empty((images, image_size, image_size, 3), dtype=np.uint8)
     captions: list[list[str]] = []
     graphs: list[dict] = []

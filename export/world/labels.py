@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from service.checks import above
 from service.text.concepts import load_concepts
 
 _C = load_concepts()
@@ -23,8 +24,7 @@ def cell_labels(graph: dict, grid: int, image_size: int) -> dict[str, np.ndarray
     """Per grid cell (int64 [grid, grid], row = y) labels 'noun', 'colour', 'size', 'action': 0 = background
     or none, else 1 + index in the fixed lists above. A cell takes the label of the front-most (last drawn,
     i.e. last listed) object whose bbox covers the cell centre."""
-    if grid <= 0 or image_size <= 0:
-        raise ValueError("grid and image_size must be positive")
+    above(0, grid=grid, image_size=image_size)
     centres = (np.arange(grid, dtype=np.float64) + 0.5) * image_size / grid
     out = {key: np.zeros((grid, grid), dtype=np.int64) for key in _INDEX}
     for obj in graph["objects"]:

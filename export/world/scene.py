@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from service.checks import at_least
 from service.text.concepts import load_concepts
 
 CONCEPTS = load_concepts()
@@ -327,8 +328,7 @@ class Edit:
     def __post_init__(self) -> None:
         if self.field not in EDIT_FIELDS:
             raise ValueError(f"field must be one of {EDIT_FIELDS}, got {self.field!r}")
-        if self.index < 0:
-            raise ValueError(f"index must be >= 0, got {self.index}")
+        at_least(0, index=self.index)
 
 
 def edit_scene(scene: dict[str, Any], edit: Edit) -> None:

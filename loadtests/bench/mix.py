@@ -41,6 +41,7 @@ from loadtests.load.http_load import BOUNDARY, Gateway, RawConnection, request_h
 from loadtests.load.inputs import bench_images, png_bytes
 from loadtests.load.results import run_and_save
 from service import cli_blocks as blocks
+from service.checks import above, at_least
 from service.cli_args import positive_int
 from service.manifest import load_manifest
 from service.metrics import ABANDONED, PACED_ABANDONERS
@@ -63,12 +64,9 @@ class Traffic:
     source: str | None = None  # local address to connect from (None: the system's choice)
 
     def __post_init__(self) -> None:
-        if self.clients < 1:
-            raise ValueError(f"clients must be >= 1, got {self.clients}")
-        if self.images < 1:
-            raise ValueError(f"images must be >= 1, got {self.images}")
-        if self.hang_up_s is not None and self.hang_up_s <= 0:
-            raise ValueError(f"hang_up_s must be > 0, got {self.hang_up_s}")
+        at_least(1, clients=self.clients, images=self.images)
+        if self.hang_up_s is not None:
+            above(0, hang_up_s=self.hang_up_s)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from service.checks import at_least
+
 GPT2_VOCAB = 50257
 SENTENCES = [
     "a red bus on the street",
@@ -33,8 +35,7 @@ def padded_tokenizer(size: int, trained: int = 120) -> Any:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    if size < 3:
-        raise ValueError(f"size must be >= 3, got {size}")
+    at_least(3, size=size)
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     tok.decoder = decoders.Metaspace()

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from service.checks import at_least
+
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -126,8 +128,7 @@ class CpuMeter:
 def cpu_bound(cores: int, cpu_ms_per_caption: Sequence[float]) -> float:
     """Captions/s that ``cores`` fully busy cores allow when each caption costs the sum of
     ``cpu_ms_per_caption`` (ms of CPU time, on any core)."""
-    if cores < 1:
-        raise ValueError(f"cores must be >= 1, got {cores}")
+    at_least(1, cores=cores)
     total = sum(cpu_ms_per_caption)
     if total <= 0:
         raise ValueError(f"cpu_ms_per_caption must sum to > 0, got {total}")

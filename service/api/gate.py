@@ -16,6 +16,8 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
+from service.checks import integer_at_least
+
 
 class RequestError(Exception):
     """A refused request: ``status``, ``code``, ``message``; ``field`` at fault and ``headers``, if any."""
@@ -58,8 +60,7 @@ class BoundedGate:
         message: str,
         retry_after: Callable[[], float] | None = None,
     ) -> None:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"limit must be an integer >= 1, got {limit!r}")
+        integer_at_least(1, limit=limit)
         if not code:
             raise ValueError("code must be a non-empty error code")
         self.limit, self.code, self.message = limit, code, message

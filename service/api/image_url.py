@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from service.api.errors import ApiError
+from service.checks import above, at_least, within
 from service.images import ImageError, check_upload
 from service.url_policy import (
     DEFAULT_PORTS,
@@ -83,12 +84,9 @@ class ImageURLPolicy:
     max_redirects: int = 3
 
     def __post_init__(self) -> None:
-        if self.max_bytes < 1:
-            raise ValueError(f"max_bytes must be >= 1, got {self.max_bytes}")
-        if not self.timeout_s > 0:
-            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
-        if not 0 <= self.max_redirects <= 10:
-            raise ValueError(f"max_redirects must be 0..10, got {self.max_redirects}")
+        at_least(1, max_bytes=self.max_bytes)
+        above(0, timeout_s=self.timeout_s)
+        within(0, 10, max_redirects=self.max_redirects)
 
     @classmethod
     def from_settings(cls, settings: ServiceSettings) -> ImageURLPolicy:

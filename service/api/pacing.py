@@ -32,6 +32,7 @@ from collections import OrderedDict
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.checks import above, at_least
 from service.metrics import Metrics
 
 PACED_STATUSES = frozenset({400, 413, 415, 422})
@@ -44,10 +45,8 @@ class ErrorBuckets:
     client)."""
 
     def __init__(self, burst: int, per_s: float, max_tracked: int = MAX_TRACKED) -> None:
-        if burst < 1:
-            raise ValueError(f"burst must be >= 1, got {burst}")
-        if per_s <= 0:
-            raise ValueError(f"per_s must be > 0, got {per_s}")
+        at_least(1, burst=burst)
+        above(0, per_s=per_s)
         self.burst, self.per_s, self.max_tracked = burst, per_s, max_tracked
         self._buckets: OrderedDict[object, tuple[float, float]] = OrderedDict()  # key -> (tokens, at)
 

@@ -44,6 +44,7 @@ import numpy as np
 
 from service.backends.base import Backend, BackendError, DeviceArray, host_array
 from service.backends.registry import backend
+from service.checks import at_least
 from service.manifest import CaptionerEntry, Manifest, ModelEntry
 from service.metrics import Metrics
 
@@ -240,8 +241,7 @@ class NullBackend:
             out["attention"] = np.full((n, slots), 1.0 / max(slots, 1), dtype=np.float32)
         if {"top_logprobs", "top_tokens"} & set(names):
             k = int(inputs["top_k"].reshape(-1)[0])
-            if k < 1:
-                raise ValueError(f"top_k must be >= 1, got {k}")
+            at_least(1, top_k=k)
             if k <= table.top_tokens.shape[-1]:
                 top_tokens = table.top_tokens[position, variant, :k]
                 top_logprobs = table.top_logprobs[position, variant, :k]

@@ -27,6 +27,7 @@ from service.backends.device import (
     summary,
 )
 from service.backends.registry import backend
+from service.checks import at_least
 from service.manifest import Manifest
 from service.metrics import Metrics
 
@@ -62,10 +63,8 @@ def intra_op_threads(requested: int, executor_threads: int, cores: int | None = 
     core for every session's call) oversubscribes the cores once several calls run together: at 32
     clients on 2 cores it cost 1–3 ms more CPU per caption than one thread per call, with as many
     captions/s or fewer (docs/benchmarks.md)."""
-    if requested < 0:
-        raise ValueError(f"requested must be >= 0, got {requested}")
-    if executor_threads < 1:
-        raise ValueError(f"executor_threads must be >= 1, got {executor_threads}")
+    at_least(0, requested=requested)
+    at_least(1, executor_threads=executor_threads)
     if requested:
         return requested
     return max(1, (usable_cores() if cores is None else cores) // executor_threads)
@@ -137,10 +136,8 @@ class OnnxRuntimeBackend:
         *,
         device: str = "auto",
     ) -> None:
-        if threads < 0:
-            raise ValueError(f"threads must be >= 0, got {threads}")
-        if executor_threads < 1:
-            raise ValueError(f"executor_threads must be >= 1, got {executor_threads}")
+        at_least(0, threads=threads)
+        at_least(1, executor_threads=executor_threads)
         repo = Path(repo)
         if not repo.is_dir():
             raise ValueError(f"repo {repo} is not a directory")

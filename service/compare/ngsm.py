@@ -24,17 +24,13 @@ from typing import Any
 
 import numpy as np
 
+from service.checks import integer_at_least
 from service.text.vocabulary import tokenize
-
-
-def _check_order(name: str, n: int) -> None:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {n!r}")
 
 
 def ngram_counts(tokens: Sequence[str], n: int) -> Counter[tuple[str, ...]]:
     """Counts of exactly the n-grams of order ``n`` in ``tokens`` (len(tokens) − n + 1 of them, or none)."""
-    _check_order("n", n)
+    integer_at_least(1, n=n)
     return Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
 
 
@@ -51,14 +47,14 @@ def ngsm_n(a: Sequence[str], b: Sequence[str], n: int) -> float | None:
 def ngsm_orders(a: str, b: str, max_n: int = 4) -> list[float | None]:
     """NGSM_n of two captions for n = 1..max_n ([max_n]; the per-order overlaps S is the geometric mean
     of): None for an order neither caption has an n-gram of (skipped by S); one 0 makes S = 0."""
-    _check_order("max_n", max_n)
+    integer_at_least(1, max_n=max_n)
     ta, tb = tokenize(a), tokenize(b)
     return [ngsm_n(ta, tb, n) for n in range(1, max_n + 1)]
 
 
 def _defined(a: str, b: str, max_n: int) -> list[float] | None:
     """NGSM_n for n = 1..max_n, None-orders dropped; None when exactly one caption is empty."""
-    _check_order("max_n", max_n)
+    integer_at_least(1, max_n=max_n)
     ta, tb = tokenize(a), tokenize(b)
     if not ta and not tb:
         return []
@@ -109,7 +105,7 @@ def discrepancy_order(
 
 def pairwise_ngsm(captions: Sequence[str], max_n: int = 4) -> np.ndarray:
     """S between every pair of ``captions`` [m]: float64 [m, m], symmetric, diagonal 1."""
-    _check_order("max_n", max_n)
+    integer_at_least(1, max_n=max_n)
     m = len(captions)
     out = np.eye(m, dtype=np.float64)
     for i in range(m):

@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from service.checks import above
+
 
 def _square(name: str, a: np.ndarray) -> np.ndarray:
     a = np.asarray(a, dtype=np.float64)
@@ -26,8 +28,7 @@ def dominance_matrix(p: np.ndarray, floor: float = 1e-3) -> np.ndarray:
     set (p[j, i] = 0 would give inf, p[i, j] = 0 a zero that breaks positivity); it should sit below any
     meaningful score. ``p`` off the diagonal must be finite and ≥ 0."""
     p = _square("p", p)
-    if not floor > 0:
-        raise ValueError(f"floor must be > 0, got {floor!r}")
+    above(0, floor=floor)
     off = ~np.eye(p.shape[0], dtype=bool)
     if not np.all(np.isfinite(p[off])) or np.any(p[off] < 0):
         raise ValueError("p must be finite and non-negative off the diagonal")

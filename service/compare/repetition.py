@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from service.checks import integer_at_least
 from service.text.vocabulary import tokenize
 
 
 def _repeated_words(caption: str, run: int) -> list[str]:
     """Words of every run of ≥ ``run`` equal consecutive tokens, in order of position."""
-    if isinstance(run, bool) or not isinstance(run, int) or run < 2:
-        raise ValueError(f"run must be an integer >= 2, got {run!r}")
+    integer_at_least(2, run=run)
     tokens = tokenize(caption)
     found: list[str] = []
     start = 0

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from service.api.gate import BoundedGate
+from service.checks import at_least
 from service.compare.configs import Configuration, check_unique
 from service.compare.ngsm import discrepancy_order, ngsm_orders, ngsm_profile
 from service.engine.client import EngineClient
@@ -69,8 +70,7 @@ def compare_captions(names: Sequence[str], captions: Sequence[Sequence[str]]) ->
 
 class CompareService:
     def __init__(self, max_concurrent: int = 2) -> None:
-        if max_concurrent < 1:
-            raise ValueError(f"max_concurrent must be >= 1, got {max_concurrent}")
+        at_least(1, max_concurrent=max_concurrent)
         self.max_concurrent = max_concurrent
         self.gate = BoundedGate(
             max_concurrent, "too_many_comparisons", "{limit} comparisons are running; retry later"

@@ -27,6 +27,7 @@ import numpy as np
 from PIL import Image
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from service.checks import at_least, within
 from service.compare.configs import Configuration
 from service.compare.ngsm import ngsm_profile
 from service.compare.reservoir import DiscrepancyReservoir, ReservoirItem
@@ -82,10 +83,8 @@ class ShadowComparer:
         seed: int | None = None,
         reservoir: Reservoir | None = None,
     ) -> None:
-        if not 0.0 <= rate <= 1.0:
-            raise ValueError(f"rate must be in [0, 1], got {rate}")
-        if max_pending < 1:
-            raise ValueError(f"max_pending must be >= 1, got {max_pending}")
+        within(0, 1, rate=rate)
+        at_least(1, max_pending=max_pending)
         self.config, self.rate, self.keep_images, self.max_pending = config, rate, keep_images, max_pending
         self.reservoir: Reservoir = reservoir or DiscrepancyReservoir(capacity, max_bytes)
         self._keeping = threading.Lock()  # _keep runs in worker threads; the reservoir takes one at a time

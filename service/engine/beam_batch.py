@@ -37,6 +37,7 @@ from itertools import pairwise
 
 import numpy as np
 
+from service.checks import at_least, at_most
 from service.engine.beam import (
     NEG_INF,
     Hypothesis,
@@ -133,10 +134,7 @@ class BeamBatch:
     def __init__(
         self, beam_capacity: int, length_capacity: int, bos: int, eos: int, banned_ids: Sequence[int]
     ) -> None:
-        if beam_capacity < 1:
-            raise ValueError(f"beam_capacity must be >= 1, got {beam_capacity}")
-        if length_capacity < 1:
-            raise ValueError(f"length_capacity must be >= 1, got {length_capacity}")
+        at_least(1, beam_capacity=beam_capacity, length_capacity=length_capacity)
         if eos in banned_ids:
             raise ValueError("banned_ids must not contain eos")
         self.max_capacity, self.length_capacity = beam_capacity, length_capacity
@@ -259,10 +257,8 @@ class BeamBatch:
             raise ValueError(
                 f"memory and initial_state must have the same I >= 1, got {n}, {r.initial_state.shape}"
             )
-        if r.params.beam_size > self.max_capacity:
-            raise ValueError(f"beam_size must be <= {self.max_capacity}, got {r.params.beam_size}")
-        if r.params.max_length > self.length_capacity:
-            raise ValueError(f"max_length must be <= {self.length_capacity}, got {r.params.max_length}")
+        at_most(self.max_capacity, beam_size=r.params.beam_size)
+        at_most(self.length_capacity, max_length=r.params.max_length)
         if self.state_width and self.state_width != r.initial_state.shape[1]:
             raise ValueError(
                 f"state width {r.initial_state.shape[1]} differs from the batch's {self.state_width}"

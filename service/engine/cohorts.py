@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from service.checks import at_least
 from service.engine.beam import Hypothesis
 from service.engine.beam_batch import BatchRows, BeamBatch, Joining, StepUpdate, check_state_out, read_only
 from service.engine.sparse import RowTopK
@@ -39,8 +40,7 @@ class CohortBatch:
         banned_ids: Sequence[int],
         bounds: Sequence[int] = COHORT_BOUNDS,
     ) -> None:
-        if beam_capacity < 1:
-            raise ValueError(f"beam_capacity must be >= 1, got {beam_capacity}")
+        at_least(1, beam_capacity=beam_capacity)
         if any(b < 1 for b in bounds) or list(bounds) != sorted(set(bounds)):
             raise ValueError(f"bounds must be increasing positive beam sizes, got {list(bounds)}")
         self.bounds = [b for b in bounds if b < beam_capacity] + [beam_capacity]

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from service.checks import at_least, within
 from service.engine.hooks import HookError, ResolvedHooks, resolve_hooks, spec_parts
 from service.engine.processors import LogitsProcessor, RankerGuide
 from service.manifest import Manifest
@@ -25,8 +26,7 @@ def check_rerank_weight(weight: float) -> float:
     """``weight`` if it is a valid ``rerank_weight`` (in ``[0, MAX_RERANK_WEIGHT]``), else ``ValueError``:
     the one bounds check of the weight (``SearchParams``, ``resolve_params`` and ``rerank_order`` call
     it; the HTTP schema declares the same bounds from ``MAX_RERANK_WEIGHT``)."""
-    if not 0.0 <= weight <= MAX_RERANK_WEIGHT:
-        raise ValueError(f"rerank_weight must be in [0, {MAX_RERANK_WEIGHT}]")
+    within(0, MAX_RERANK_WEIGHT, rerank_weight=weight)
     return float(weight)
 
 
@@ -93,22 +93,16 @@ class SearchParams:
     guide: RankerGuide | None = None  # ranker_guided (its ranker resolved to a name): the scheduler's
 
     def __post_init__(self) -> None:
-        if self.beam_size < 1:
-            raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
+        at_least(1, beam_size=self.beam_size)
         if not 1 <= self.n_best <= self.beam_size:
             raise ValueError(f"n_best must be in [1, beam_size={self.beam_size}], got {self.n_best}")
-        if self.max_length < 1:
-            raise ValueError(f"max_length must be >= 1, got {self.max_length}")
+        at_least(1, max_length=self.max_length)
         if not 0 <= self.min_length <= self.max_length:
             raise ValueError(f"min_length must be in [0, max_length], got {self.min_length}")
-        if not 0.0 <= self.length_penalty <= MAX_LENGTH_PENALTY:
-            raise ValueError(
-                f"length_penalty must be in [0, {MAX_LENGTH_PENALTY}], got {self.length_penalty}"
-            )
+        within(0, MAX_LENGTH_PENALTY, length_penalty=self.length_penalty)
         if self.groups < 1 or self.beam_size % self.groups:
             raise ValueError(f"groups must be >= 1 and divide beam_size={self.beam_size}, got {self.groups}")
-        if not self.diversity_penalty >= 0.0:
-            raise ValueError(f"diversity_penalty must be >= 0, got {self.diversity_penalty}")
+        at_least(0, diversity_penalty=self.diversity_penalty)
         check_rerank_weight(self.rerank_weight)
         if self.rerank_weight and self.ranker is None:
             raise ValueError("rerank_weight needs a ranker")

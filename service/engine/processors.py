@@ -33,6 +33,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from service.checks import above, at_most, integer_at_least, within
+
 NEG_INF = -np.inf
 
 
@@ -60,10 +62,7 @@ def ban_in_place(values: np.ndarray, words: np.ndarray, rows: np.ndarray, banned
 
 
 def _int_arg(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    integer_at_least(minimum, **{name: value})
     return int(value)
 
 
@@ -316,12 +315,10 @@ class RankerGuide:
     def __init__(self, every: int, weight: float, pool: int, ranker: str | None = None) -> None:
         self.every = _int_arg("every", every, 1)
         self.pool = _int_arg("pool", pool, 1)
-        if self.pool > MAX_GUIDE_POOL:
-            raise ValueError(f"pool must be <= {MAX_GUIDE_POOL}, got {pool}")
+        at_most(MAX_GUIDE_POOL, pool=self.pool)
         if isinstance(weight, bool) or not isinstance(weight, int | float) or not np.isfinite(weight):
             raise ValueError(f"weight must be a finite number, got {weight!r}")
-        if not 0.0 <= weight <= MAX_GUIDE_WEIGHT:
-            raise ValueError(f"weight must be in [0, {MAX_GUIDE_WEIGHT:g}], got {weight}")
+        within(0, MAX_GUIDE_WEIGHT, weight=weight)
         if ranker is not None and (not isinstance(ranker, str) or not ranker):
             raise ValueError(f"ranker must be a ranker name, got {ranker!r}")
         self.weight, self.ranker = float(weight), ranker
@@ -395,8 +392,7 @@ def guide_bonus(
             f"word_cosine must be [N, P] and prefix_cosine [N] for N={n}, got "
             f"{list(word_cosine.shape)}, {list(prefix_cosine.shape)}"
         )
-    if not (now > 0 and after > 0):
-        raise ValueError(f"now and after must be > 0, got {now}, {after}")
+    above(0, now=now, after=after)
     scored = ~np.isnan(word_cosine)
     any_scored = scored.any(axis=1)
     lowest = np.where(scored, word_cosine, np.inf).min(axis=1) if word_cosine.shape[1] else np.full(n, np.inf)

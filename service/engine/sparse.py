@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from service.checks import at_least, within
 from service.engine.beam import NEG_INF
 
 # below this vocabulary size the whole rows are as cheap as their top k (the shipped SceneWorld models
@@ -64,16 +65,15 @@ class RowTopK:
 def top_k_for(beam_capacity: int, banned: int) -> int:
     """The ``k`` a step must return per row for beams of up to ``beam_capacity`` with ``banned`` words
     never chosen: ``beam_capacity + 1 + banned`` (see module docstring)."""
-    if beam_capacity < 1 or banned < 0:
-        raise ValueError(f"beam_capacity must be >= 1 and banned >= 0, got {beam_capacity}, {banned}")
+    at_least(1, beam_capacity=beam_capacity)
+    at_least(0, banned=banned)
     return beam_capacity + 1 + banned
 
 
 def row_top_k(logprobs: np.ndarray, k: int, eos: int) -> RowTopK:
     """``logprobs`` float [N, V] → its rows' ``k`` best tokens (unordered) and end-token log-probs. Pure."""
     n, v = logprobs.shape
-    if not 1 <= k <= v:
-        raise ValueError(f"k must be in 1..{v}, got {k}")
+    within(1, v, k=k)
     top = np.argpartition(logprobs, v - k, axis=1)[:, v - k :] if k < v else np.tile(np.arange(v), (n, 1))
     grid = np.arange(n)[:, None]
     values = np.asarray(logprobs[grid, top], dtype=np.float32)

@@ -30,6 +30,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from service.checks import at_least
+
 TINY = 1e-15  # added to the matched counts and the hypothesis length (pycocoevalcap's ``tiny``)
 SMALL = 1e-9  # added to the n-gram counts and the reference length (pycocoevalcap's ``small``)
 
@@ -119,8 +121,7 @@ def corpus_bleu(
     hypotheses: image id → one caption; the same ids as ``references``.
     Returns ``(corpus, per_image)``: ``corpus`` has length n; ``per_image[k][j]`` is BLEU-(k+1) of the
     j-th image in the order of ``references`` (shape n × images, pycocoevalcap's layout)."""
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
+    at_least(1, n=n)
     ids = _corpus_ids(references, hypotheses)
     per_stats = [bleu_stats(hypotheses[i], references[i], n) for i in ids]
     total = per_stats[0]

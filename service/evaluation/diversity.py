@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from itertools import pairwise
 from typing import Any
 
+from service.checks import at_least
 from service.text.vocabulary import tokenize
 
 DEFAULT_SEGMENT = 1000
@@ -55,8 +56,7 @@ def training_index(train_captions: Iterable[str]) -> frozenset[str]:
 def mean_segmental_ttr(items: Sequence[Hashable], segment: int = DEFAULT_SEGMENT) -> float:
     """Mean TTR over the complete consecutive segments of ``segment`` items; plain TTR when there is no
     complete segment; 0.0 for an empty sequence."""
-    if segment < 1:
-        raise ValueError(f"segment must be >= 1, got {segment}")
+    at_least(1, segment=segment)
     if not items:
         return 0.0
     ttrs = [len(set(items[i : i + segment])) / segment for i in range(0, len(items) - segment + 1, segment)]

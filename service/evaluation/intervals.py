@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from service.checks import above, at_least, within
+
 LEVEL = 0.95
 RESAMPLES = 2000
 SEED = 0
@@ -87,8 +89,7 @@ class PairedTest:
 def _check(level: float, resamples: int) -> None:
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
-    if resamples < 100:
-        raise ValueError(f"resamples must be >= 100, got {resamples}")
+    at_least(100, resamples=resamples)
 
 
 def _kept(groups: Sequence[Sequence[float]]) -> list[np.ndarray]:
@@ -204,20 +205,17 @@ def images_per_group(
     own rates spread with standard deviation ``between_sd``. From the variance of a mean of group means,
     ``between_sd² / G + rate (1 − rate) / (G n)``; ``None`` when the spread alone is wider than
     ``half_width`` (no number of images per group is enough: more groups are needed)."""
-    if half_width <= 0:
-        raise ValueError(f"half_width must be > 0, got {half_width}")
-    if groups < 1:
-        raise ValueError(f"groups must be >= 1, got {groups}")
-    if not 0 <= rate <= 1:
-        raise ValueError(f"rate must be in [0, 1], got {rate}")
+    above(0, half_width=half_width)
+    at_least(1, groups=groups)
+    within(0, 1, rate=rate)
     z = _z(level)
     budget = (half_width / z) ** 2 - between_sd**2 / groups  # variance left for the within-group part
-    within = rate * (1 - rate) / groups
-    if within == 0:
+    binomial = rate * (1 - rate) / groups
+    if binomial == 0:
         return 1
     if budget <= 0:
         return None
-    return max(1, math.ceil(within / budget))
+    return max(1, math.ceil(binomial / budget))
 
 
 def between_sd(rates: Sequence[float], units: Sequence[int]) -> float:

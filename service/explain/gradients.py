@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.fx import GraphModule
 
+from service.checks import at_least
 from service.manifest import Manifest
 
 GradientMethod = Literal["saliency", "guided_backprop", "integrated_gradients"]
@@ -152,8 +153,7 @@ def attribute(model: TeacherForcedScores, x: torch.Tensor, method: str, n_steps:
         raise ValueError(f"method must be one of {GRADIENT_METHODS}, got {method!r}")
     if x.shape[0] != 1:
         raise ValueError(f"x must hold one input, got batch {x.shape[0]}")
-    if n_steps < 1:
-        raise ValueError(f"n_steps must be >= 1, got {n_steps}")
+    at_least(1, n_steps=n_steps)
     t = len(model.words)
     copies = x.expand(t, *x.shape[1:]).clone()
     targets = list(range(t))

@@ -13,14 +13,14 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from service.checks import above
 from service.state.schema import leases
 from service.state.store import StateStore
 
 
 class Lease:
     def __init__(self, store: StateStore, name: str, ttl_s: float) -> None:
-        if ttl_s <= 0:
-            raise ValueError(f"ttl_s must be > 0, got {ttl_s}")
+        above(0, ttl_s=ttl_s)
         if not name:
             raise ValueError("name must not be empty")
         self.store, self.name, self.ttl_s = store, name, ttl_s

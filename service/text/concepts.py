@@ -9,6 +9,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from service.checks import within
+
 CONCEPTS_PATH = Path(__file__).with_name("concepts.json")
 
 
@@ -61,8 +63,7 @@ class ConceptInventory:
     def group(self, number: int) -> list[ConceptPair]:
         """Pairs of held-out group ``number`` (1-based, as in the seeds)."""
         groups = self.pair_groups
-        if not 1 <= number <= len(groups):
-            raise ValueError(f"group must be in 1..{len(groups)}, got {number}")
+        within(1, len(groups), group=number)
         return groups[number - 1]
 
     def synonyms(self, concept: str) -> list[str]:

@@ -17,6 +17,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from service.backends.triton_addresses import DIGEST_PARAMETER, file_sha256
+from service.checks import at_least
 from service.manifest import load_manifest
 
 PYTHON_MODEL = Path(__file__).with_name("python_model.py")
@@ -32,8 +33,7 @@ def mirror_config(
     original: model_config_pb2.ModelConfig, onnx_path: Path, intra_op_threads: int = 1
 ) -> model_config_pb2.ModelConfig:
     """The python-backend config serving ``onnx_path`` with the tensors and batching of ``original``."""
-    if intra_op_threads < 0:
-        raise ValueError(f"intra_op_threads must be >= 0, got {intra_op_threads}")
+    at_least(0, intra_op_threads=intra_op_threads)
     config = model_config_pb2.ModelConfig()
     config.CopyFrom(original)
     config.ClearField("platform")

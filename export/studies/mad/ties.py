@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from export.studies.mad.scoring import FLOOR, Referee, nan_none, pair_means, pair_profiles
+from service.checks import within
 from service.compare.ngsm import discrepancy_order
 from service.compare.ranking import dominance_matrix, perron_vector, ranking, spearman
 
@@ -83,8 +84,7 @@ def alternative_selection(
     random order drawn from numpy's generator seeded with (seed, ``pair_index``), so that each pair
     gets its own order and a seed names the same orders on every run. ``keys`` [N] as for
     ``discrepancy_order``."""
-    if not 1 <= k <= len(profiles):
-        raise ValueError(f"k = {k} must be in [1, {len(profiles)}]")
+    within(1, len(profiles), k=k)
     if label == "reported":
         return discrepancy_order(profiles, keys)[:k]
     if label == "reverse":

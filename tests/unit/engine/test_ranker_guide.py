@@ -77,7 +77,7 @@ def test_normalisation_makes_finished_scores_normalised_logprob_plus_weight_time
     c = guide_bonus(np.array([[0.2, 0.6]]), np.array([np.nan]), np.array([0.3 * 2]), 4.0, now=3.0, after=4.0)
     np.testing.assert_allclose(c.word_potential, [[0.8, 2.4]])  # cosine × the continuation's 4 words
     np.testing.assert_allclose(c.words, [[4.0 * (0.8 - 0.6), 4.0 * (2.4 - 0.6)]])
-    with pytest.raises(ValueError, match="now and after"):
+    with pytest.raises(ValueError, match=r"^now must be > 0, got 0\.0$"):
         guide_bonus(np.zeros((1, 0)), np.zeros(1), np.zeros(1), 1.0, now=0.0)
 
 
@@ -115,7 +115,7 @@ def test_cosines_are_row_wise_dot_products() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"every": 0, "weight": 1.0, "pool": 3}, "every must be >= 1"),
+        ({"every": 0, "weight": 1.0, "pool": 3}, "every must be an integer >= 1, got 0"),
         ({"every": 1, "weight": -1.0, "pool": 3}, "weight must be in"),
         ({"every": 1, "weight": float("nan"), "pool": 3}, "weight must be a finite"),
         ({"every": 1, "weight": 1.0, "pool": MAX_GUIDE_POOL + 1}, "pool must be <="),

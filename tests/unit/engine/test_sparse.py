@@ -49,7 +49,7 @@ def test_row_top_k_and_compact() -> None:
         assert np.all(dense[n, :4][~others] == -np.inf), "the end token counts once, in its own column"
     assert top[1:3].logprobs.shape == (2, 4) and top[1:3].vocab == V
     assert top_k_for(5, 3) == 9
-    with pytest.raises(ValueError, match="k must be"):
+    with pytest.raises(ValueError, match=rf"k must be in \[1, {V}\], got {V + 1}"):
         row_top_k(rows, V + 1, EOS)
     with pytest.raises(ValueError, match="eos must have shape"):
         RowTopK(top.logprobs, top.tokens, top.eos[:2], V)
