@@ -1,6 +1,6 @@
 """``COMPCAP_TRITON_URL``: where the Triton servers are — one ``host:port``, a comma-separated list, or
 ``dns:///name:port`` (every address the name resolves to). Parsed when the settings are validated and
-by the Triton backend (``service.backends.triton_addresses``); imports nothing of the service."""
+by the Triton backend (``triton_target``: one function for both); imports nothing of the service."""
 
 from __future__ import annotations
 
@@ -80,3 +80,16 @@ def parse_target(url: str) -> Target:
 
 
 __all__ = ["URL_FORMS", "Target", "join_hostport", "parse_target", "split_hostport"]
+
+
+def triton_target(url: str, shared_memory: bool = False) -> Target:
+    """``url`` parsed (``parse_target``); with ``shared_memory`` it must be one ``host:port``: the
+    tensors' regions are in this host's ``/dev/shm``, shared only with a server on this host (a
+    ``ValueError`` naming ``triton_shared_memory`` and ``COMPCAP_TRITON_URL`` otherwise)."""
+    target = parse_target(url)
+    if shared_memory and target.kind != "single":
+        raise ValueError(
+            f"triton_shared_memory: needs one co-located Triton (COMPCAP_TRITON_URL=host:port), not "
+            f"{url!r}: shared memory is only shared with a server on this host"
+        )
+    return target

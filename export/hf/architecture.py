@@ -58,14 +58,16 @@ class AdaptedRanker:
 @dataclass(frozen=True)
 class Architecture:
     """One importable architecture: ``model_type`` as ``config.json`` names it, ``role``, ``name`` (the
-    transformers class, for messages), ``importable`` (False: recognised, refused by this version) and
-    ``adapt(snapshot, preprocessing)``, which loads the snapshot offline and wraps it."""
+    transformers class, for messages and the manifest's ``architecture``), ``importable`` (False:
+    recognised, refused by this version), ``adapt(snapshot, preprocessing)``, which loads the snapshot
+    offline and wraps it, and ``example`` (models of that class, for messages; empty: none named)."""
 
     model_type: str
     role: Literal["captioner", "ranker"]
     name: str
     adapt: Callable[[Snapshot, Preprocessing], Adapted | AdaptedRanker]
     importable: bool = True
+    example: str = ""
 
     def __post_init__(self) -> None:
         if not self.model_type:

@@ -43,7 +43,6 @@ from typing import Any
 import numpy as np
 
 from service.backends.base import Backend, BackendError, DeviceArray, host_array
-from service.backends.registry import backend
 from service.checks import at_least
 from service.manifest import CaptionerEntry, Manifest, ModelEntry
 from service.metrics import Metrics
@@ -269,11 +268,7 @@ def _dtype(name: str) -> np.dtype[Any]:
 __all__ = ["NullBackend", "end_words", "logprob_table"]
 
 
-@backend(
-    "null",
-    "no models: outputs of the right shapes at zero cost whose captions end but mean nothing; it "
-    "measures the gateway's own ceiling, `compcap bench --backend null`",
-)
 async def build(settings: Any, manifest: Manifest, metrics: Metrics) -> Backend:
-    """The null backend of ``manifest`` (it reads no model file, no other setting)."""
+    """The null backend of ``manifest`` (the registry's ``null`` record): it reads no model file, no
+    other setting."""
     return NullBackend(manifest, metrics)

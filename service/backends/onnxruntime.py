@@ -26,7 +26,6 @@ from service.backends.device import (
     session_device,
     summary,
 )
-from service.backends.registry import backend
 from service.checks import at_least
 from service.manifest import Manifest
 from service.metrics import Metrics
@@ -283,14 +282,9 @@ class OnnxRuntimeBackend:
         self.sessions.clear()
 
 
-@backend(
-    "onnxruntime",
-    "the embedded default: onnxruntime sessions in this process, run off the event loop",
-    settings=("intra_op_threads", "executor_threads", "ort_spinning", "device"),
-    extra="cpu",  # or gpu: onnxruntime's CUDA build, the same module
-)
 async def build(settings: Any, manifest: Manifest, metrics: Metrics) -> Backend:
-    """The embedded backend of the engine's ``settings``, its sessions loaded off the event loop."""
+    """The embedded backend of the engine's ``settings`` (the registry's ``onnxruntime`` record), its
+    sessions loaded off the event loop."""
     return await asyncio.to_thread(
         OnnxRuntimeBackend,
         settings.repo,

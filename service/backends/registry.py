@@ -1,28 +1,27 @@
 """The backend registry: what ``COMPCAP_BACKEND`` may name, and how each backend is built.
 
 A backend is one registered record (``BackendRecord``): its name, what it is, the engine settings it
-reads, the extra its third-party packages come with, and ``build``, the async factory that loads it
-from the engine's settings. Each backend module registers its own at import, as a hook is registered
-(``@backend(name, description, ...)`` on its ``build``): ``onnxruntime`` (embedded), ``triton`` and
-``null``.
+reads, the extra its third-party packages come with and the modules those packages provide, and
+``build``, the async factory that loads it from the engine's settings. The built-in backends'
+records are declared here (``onnxruntime``, embedded; ``triton``; ``null``), each ``build`` being its
+module's (``service.backends.X``), imported when it is first built: validating the settings asks
+``importlib.util.find_spec`` whether a backend's packages are installed, so a process that loads no
+model (the split's parent, its API processes) imports neither onnxruntime nor tritonclient, and a
+backend whose package is missing is refused there, naming the package and the extras that provide it.
+A backend defined elsewhere (a test, a deployment's own module) is registered by importing its module
+before the settings are read (``register``, or ``@backend(name, description, ...)`` on its ``build``).
 
-A backend named ``X`` is found in the module ``service.backends.X``, imported when ``X`` is first
-asked for (``get_backend``): a deployment that serves Triton imports no onnxruntime, and a backend whose
-third-party package is missing fails there, naming the package and the extras that provide it. A backend
-defined elsewhere (a test, a deployment's own module) is registered by importing its module before the
-settings are read.
-
-Adding a backend is its module here (the class, its ``build``, its record), its test and a line in
-docs/backends.md. One with third-party packages also needs an extra in ``pyproject.toml`` and the packages
-pinned in the locks (``requirements-serve.lock``); one with knobs of its own adds its fields to the
-engine's section (``service/sections.py``) and names them in its record's ``settings``."""
+Adding a built-in backend is its module here (the class and its ``build``), its record below, its
+test and a line in docs/architecture.md. One with third-party packages also needs an extra in
+``pyproject.toml`` and the packages pinned in the locks (``requirements-serve.lock``); one with knobs
+of its own adds its fields to the engine's section (``service/sections.py``) and names them in its
+record's ``settings``."""
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
 import importlib.util
-import pkgutil
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from typing import Any
 from service.backends.base import Backend
 from service.manifest import Manifest
 from service.metrics import Metrics
+from service.triton_url import triton_target
 
 # the settings are the engine's section (service.sections.EngineSettings), typed loosely here: the
 # backends sit below the settings, which validate COMPCAP_BACKEND against this registry
@@ -43,7 +43,8 @@ class BackendRecord:
     (``await build(settings, manifest, metrics)``: the backend loaded and ready to serve), ``settings``
     (the engine settings it reads besides ``repo`` and ``precision``), ``extra`` (the ``compcap[...]``
     extra its third-party packages come with; None: none needed), ``check`` (run on the engine's
-    settings when they are validated: a ``ValueError`` naming the setting at fault)."""
+    settings when they are validated: a ``ValueError`` naming the setting at fault), ``requires`` (the
+    top-level modules of those packages: the backend is servable where ``find_spec`` finds them all)."""
 
     name: str
     description: str
@@ -51,10 +52,15 @@ class BackendRecord:
     settings: tuple[str, ...] = ()
     extra: str | None = None
     check: Callable[[Any], None] | None = None
+    requires: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
             raise ValueError(f"name: a backend's name is lower-case letters, digits and _, got {self.name!r}")
+        if any("." in module for module in self.requires):
+            raise ValueError(
+                f"requires: top-level modules, got {self.requires} (find_spec imports a dotted one's parents)"
+            )
 
 
 BACKENDS: dict[str, BackendRecord] = {}
@@ -76,11 +82,12 @@ def backend(
     settings: tuple[str, ...] = (),
     extra: str | None = None,
     check: Callable[[Any], None] | None = None,
+    requires: tuple[str, ...] = (),
 ) -> Callable[[Build], Build]:
     """Register the decorated ``build`` as the backend ``name`` (``BackendRecord``'s fields)."""
 
     def add(build: Build) -> Build:
-        register(BackendRecord(name, description, build, settings, extra, check))
+        register(BackendRecord(name, description, build, settings, extra, check, requires))
         return build
 
     return add
@@ -91,38 +98,33 @@ def unregister(name: str) -> None:
     BACKENDS.pop(name, None)
 
 
-def _load(name: str) -> None:
-    """Import ``service.backends.<name>`` where it exists (it registers its record)."""
-    module = f"{_PACKAGE}.{name}"
-    if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or importlib.util.find_spec(module) is None:
-        return
-    try:
-        importlib.import_module(module)
-    except ImportError as exc:
-        missing = exc.name or str(exc)
-        extras = extras_providing(missing)
-        hint = f": install {' or '.join(f'compcap[{e}]' for e in extras)}" if extras else ""
-        raise ValueError(f"backend {name!r} needs {missing!r}, which is not installed{hint}") from exc
+def missing_package(name: str, module: str) -> ValueError:
+    """The error of backend ``name`` whose package providing ``module`` is not installed."""
+    extras = extras_providing(module)
+    hint = f": install {' or '.join(f'compcap[{e}]' for e in extras)}" if extras else ""
+    return ValueError(f"backend {name!r} needs {module!r}, which is not installed{hint}")
+
+
+def _missing(record: BackendRecord) -> str | None:
+    """The first of ``record.requires`` that is not installed (None: it is servable here)."""
+    return next((m for m in record.requires if importlib.util.find_spec(m) is None), None)
 
 
 def backend_names() -> tuple[str, ...]:
-    """Every backend that can be named here: the registered ones and those of ``service.backends``
-    whose modules import (a module without a record is not a backend)."""
-    for info in pkgutil.iter_modules(importlib.import_module(_PACKAGE).__path__):
-        try:
-            importlib.import_module(f"{_PACKAGE}.{info.name}")
-        except ImportError:  # its third-party package is missing: not servable here
-            continue
-    return tuple(sorted(BACKENDS))
+    """Every backend servable here: the registered ones whose packages are installed."""
+    return tuple(sorted(name for name, record in BACKENDS.items() if _missing(record) is None))
 
 
 def get_backend(name: str) -> BackendRecord:
-    """The record of ``name``; a ``ValueError`` names the setting and the known backends."""
-    if name not in BACKENDS:
-        _load(name)
-    if name not in BACKENDS:
+    """The record of ``name``, its packages installed (found, not imported); a ``ValueError`` names the
+    setting and the servable backends, or the missing package and the extras that provide it."""
+    record = BACKENDS.get(name)
+    if record is None:
         raise ValueError(f"COMPCAP_BACKEND: unknown backend {name!r}; backends: {', '.join(backend_names())}")
-    return BACKENDS[name]
+    missing = _missing(record)
+    if missing is not None:
+        raise missing_package(name, missing)
+    return record
 
 
 def extras_providing(module: str) -> list[str]:
@@ -146,3 +148,53 @@ def extras_providing(module: str) -> list[str]:
 async def make_backend(settings: Any, manifest: Manifest, metrics: Metrics) -> Backend:
     """The backend ``settings.backend`` names (the engine's section), loaded and ready to serve."""
     return await get_backend(settings.backend).build(settings, manifest, metrics)
+
+
+def _module_build(name: str) -> Build:
+    """The ``build`` of the module ``service.backends.<name>``, imported when it is first called."""
+
+    async def build(settings: Any, manifest: Manifest, metrics: Metrics) -> Backend:
+        try:
+            module = importlib.import_module(f"{_PACKAGE}.{name}")
+        except ImportError as exc:  # installed, yet a package it needs in turn is not
+            raise missing_package(name, exc.name or str(exc)) from exc
+        made: Backend = await module.build(settings, manifest, metrics)
+        return made
+
+    return build
+
+
+def _check_triton(settings: Any) -> None:
+    """``triton_url`` in one of its forms, one address where tensors go in shared memory."""
+    triton_target(settings.triton_url, settings.triton_shared_memory)
+
+
+register(
+    BackendRecord(
+        "onnxruntime",
+        "the embedded default: onnxruntime sessions in this process, run off the event loop",
+        _module_build("onnxruntime"),
+        settings=("intra_op_threads", "executor_threads", "ort_spinning", "device"),
+        extra="cpu",  # or gpu: onnxruntime's CUDA build, the same module
+        requires=("onnxruntime",),
+    )
+)
+register(
+    BackendRecord(
+        "triton",
+        "Triton Inference Servers at triton_url, called over gRPC",
+        _module_build("triton"),
+        settings=("triton_url", "triton_resolve_s", "triton_startup_s", "triton_shared_memory"),
+        extra="triton",
+        check=_check_triton,
+        requires=("tritonclient",),
+    )
+)
+register(
+    BackendRecord(
+        "null",
+        "no models: outputs of the right shapes at zero cost whose captions end but mean nothing; it "
+        "measures the gateway's own ceiling, `compcap bench --backend null`",
+        _module_build("null"),
+    )
+)

@@ -23,14 +23,13 @@ from tritonclient.utils.shared_memory import SharedMemoryException
 
 from service.backends.base import Backend, BackendError
 from service.backends.precision import ServedNames
-from service.backends.registry import backend
 from service.backends.triton_addresses import Address, ModelIdentity, State, expected_identities
 from service.backends.triton_pool import TritonPool
 from service.backends.triton_request import ModelCall
 from service.backends.triton_shm import RegionPool
 from service.manifest import Manifest
 from service.metrics import Metrics
-from service.triton_url import parse_target
+from service.triton_url import triton_target
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +73,7 @@ class TritonBackend:
         expected: dict[str, ModelIdentity] | None = None,
     ) -> None:
         self.url = url
-        self.target = parse_target(url)
-        if shared_memory and self.target.kind != "single":
-            raise ValueError(
-                f"shared memory needs one Triton address on this host (COMPCAP_TRITON_URL=host:port), "
-                f"not {self.target}"
-            )
+        self.target = triton_target(url, shared_memory)
         self.metrics = metrics
         self.call_timeout_s = call_timeout_s
         self.calls = {entry.name: ModelCall(entry) for entry in manifest.models}
@@ -278,26 +272,9 @@ def _rows(inputs: dict[str, np.ndarray]) -> int:
     return max(sizes, default=0)
 
 
-def check(settings: Any) -> None:
-    """``triton_url`` in one of its forms, and one address for shared memory (a ``ValueError``
-    naming the setting)."""
-    target = parse_target(settings.triton_url)
-    if settings.triton_shared_memory and target.kind != "single":
-        raise ValueError(
-            f"triton_shared_memory: needs one co-located Triton (COMPCAP_TRITON_URL=host:port), not "
-            f"{settings.triton_url!r}: shared memory is only shared with a server on this host"
-        )
-
-
-@backend(
-    "triton",
-    "Triton Inference Servers at triton_url, called over gRPC",
-    settings=("triton_url", "triton_resolve_s", "triton_startup_s", "triton_shared_memory"),
-    extra="triton",
-    check=check,
-)
 async def build(settings: Any, manifest: Manifest, metrics: Metrics) -> Backend:
-    """The Triton backend of the engine's ``settings``, connected (``TritonBackend.connect``); at
+    """The Triton backend of the engine's ``settings`` (the registry's ``triton`` record), connected
+    (``TritonBackend.connect``); at
     another precision than fp32 its calls go to the variants' model names (``ServedNames``)."""
     connected = await TritonBackend.connect(
         settings.triton_url,

@@ -26,9 +26,13 @@ def register(architecture: Architecture) -> Architecture:
 
 
 def supported() -> str:
-    """The importable architectures, for error messages."""
-    return ", ".join(
-        f"{record.name} ({model_type})" for model_type, record in ARCHITECTURES.items() if record.importable
+    """The importable architectures, for error messages: each its class, an example where its record
+    names one, and its ``model_type`` ("VisionEncoderDecoderModel, e.g. ViT + GPT-2 (model_type
+    vision-encoder-decoder); GitForCausalLM (model_type git)"), separated by semicolons."""
+    return "; ".join(
+        f"{record.name}{f', e.g. {record.example}' if record.example else ''} (model_type {model_type})"
+        for model_type, record in ARCHITECTURES.items()
+        if record.importable
     )
 
 

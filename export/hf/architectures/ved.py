@@ -71,5 +71,5 @@ def adapt(snapshot: Snapshot, pre: Preprocessing) -> Adapted:
 
 
 ARCHITECTURE = Architecture(
-    "vision-encoder-decoder", "captioner", "VisionEncoderDecoderModel (e.g. ViT + GPT-2)", adapt
+    "vision-encoder-decoder", "captioner", "VisionEncoderDecoderModel", adapt, example="ViT + GPT-2"
 )

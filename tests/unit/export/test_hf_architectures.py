@@ -23,7 +23,10 @@ def test_one_record_per_model_type_of_the_four_architectures() -> None:
         "git": ("captioner", "git"),
         "clip": ("ranker", "clip"),
     }
-    assert supported().startswith("VisionEncoderDecoderModel (e.g. ViT + GPT-2) (vision-encoder-decoder)")
+    assert supported().startswith(
+        "VisionEncoderDecoderModel, e.g. ViT + GPT-2 (model_type vision-encoder-decoder); "
+        "BlipForConditionalGeneration (model_type blip); "
+    )
 
 
 def _snapshot(tmp_path: Path, model_type: str) -> Path:
@@ -51,7 +54,7 @@ def toy() -> Iterator[Architecture]:
 def test_an_architecture_is_one_record(tmp_path: Path, toy: Architecture) -> None:
     assert get_architecture("toy-ranker") is toy
     assert read_snapshot(_snapshot(tmp_path, "toy-ranker")).architecture == "ToyModel"
-    assert "ToyModel (toy-ranker)" in supported()
+    assert "ToyModel (model_type toy-ranker)" in supported()
     with pytest.raises(ValueError, match="registered already"):
         register(toy)
 

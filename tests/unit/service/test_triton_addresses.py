@@ -377,6 +377,17 @@ def test_shared_memory_needs_one_address(repo: Path) -> None:
             EngineSettings(repo=repo, backend="triton", triton_url=url, triton_shared_memory=True)
 
 
+def test_the_backend_refuses_shared_memory_with_the_settings_words(tiny_repo: Path) -> None:
+    """``TritonBackend`` built without the settings (benchmarks, tests) says the same as they do."""
+    pytest.importorskip("tritonclient")
+    from service.backends.triton import TritonBackend
+    from service.manifest import load_manifest
+
+    with pytest.raises(ValueError, match="triton_shared_memory: needs one co-located Triton") as caught:
+        TritonBackend("127.0.0.1:8001,127.0.0.2:8001", load_manifest(tiny_repo), shared_memory=True)
+    assert "COMPCAP_TRITON_URL=host:port" in str(caught.value) and "on this host" in str(caught.value)
+
+
 def test_the_device_of_a_served_model_is_its_instance_kind() -> None:
     """Triton's served config (KIND_AUTO resolved by the server) says where a model's instances run, as
     model_config.proto numbers the kinds; groups of two kinds are both named."""
