@@ -232,8 +232,8 @@ def between_sd(rates: Sequence[float], units: Sequence[int]) -> float:
     mean = sum(r for r, _ in kept) / len(kept)
     spread = sum((r - mean) ** 2 for r, _ in kept) / (len(kept) - 1)
     noisy = [r * (1 - r) / (n - 1) for r, n in kept if n > 1]
-    within = sum(noisy) / len(noisy) if noisy else 0.0
-    return math.sqrt(max(spread - within, 0.0))
+    binomial = sum(noisy) / len(noisy) if noisy else 0.0
+    return math.sqrt(max(spread - binomial, 0.0))
 
 
 def _z(level: float) -> float:
