@@ -706,6 +706,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def bench(args: argparse.Namespace) -> int:
     if isinstance(args.clients, str):
         args.clients = [int(c) for c in args.clients.split(",") if c.strip()]
+    rounds_apply = (
+        getattr(args, "compare_precision", False) or len(getattr(args, "api_processes", None) or ()) > 1
+    )
+    if getattr(args, "rounds", None) is not None and not rounds_apply:
+        raise SystemExit("--rounds repeats --compare-precision, or several --api-processes counts in turn")
     if getattr(args, "compare_precision", False):
         if args.backend == "null":
             raise SystemExit(

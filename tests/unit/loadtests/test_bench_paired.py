@@ -87,3 +87,15 @@ def test_the_bench_tables_tell_rounds_and_process_counts_apart() -> None:
     columns = _setup_columns(rounds)
     assert columns == ("round", "API procs")
     assert [_setup_cells(r, columns) for r in rounds] == [["1", "1"], ["1", "2"]]
+
+
+def test_rounds_without_anything_to_repeat_are_refused() -> None:
+    import argparse
+
+    from loadtests.bench.bench import add_arguments, bench
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    for argv in (["--rounds", "3"], ["--rounds", "3", "--api-processes", "2"]):
+        with pytest.raises(SystemExit, match="--rounds repeats"):
+            bench(parser.parse_args(argv))
