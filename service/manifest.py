@@ -216,14 +216,16 @@ class CaptionerEntry(BaseModel):
     early_stopping: bool = Field(default=False, description="transformers search: its early_stopping")
     image_cache: bool = Field(
         default=False,
-        description="version 2: its step projects the cross-attention keys and values once per image of a "
-        "call, not once per row (the same outputs; kept at import where measured faster)",
+        description="version 2: its step does not project the cross-attention keys and values once per row: "
+        "once per image of a call, or (kv_cache) not at all (the same outputs; kept at import where measured "
+        "faster)",
     )
     kv_cache: bool = Field(
         default=False,
         description="version 3: its step (one with a state_index input) carries each row's self-attention "
-        "keys and values in its state (state_dim = layers x 2 x heads x max tokens x head_dim) and runs the "
-        "decoder on the row's last token only (the same outputs; kept at import where measured faster)",
+        "keys and values in its state (state_dim = layers x 2 x heads x max tokens x head_dim), runs the "
+        "decoder on the row's last token only, and folds the cross-attention into its query and output (the "
+        "same outputs; kept at import where measured faster)",
     )
     memory_grid: int | None = Field(
         default=None,

@@ -4,9 +4,10 @@
   image's cross-attention keys and values projected for every row;
 - ``cached`` (``ImageCacheStep``): the same, with the cross-attention keys and values projected once
   per image of the call;
-- ``kv`` (``export.hf.kv_step.KeyValueStep``, model contract v3): the cross-attention as ``cached``, and
-  each row's self-attention keys and values carried in the contract's ``state``, so that a step runs the
-  decoder on one new token per row.
+- ``kv`` (``export.hf.kv_step.KeyValueStep``, model contract v3): each row's self-attention keys and
+  values carried in the contract's ``state``, so that a step runs the decoder on one new token per row,
+  and the cross-attention folded into the query and output, so that no image state is projected to
+  keys and values at all.
 
 Each graph the import exports is timed on onnxruntime, one thread, on the batch a served step sees
 under load — ``ROWS`` rows of ``IMAGES`` images (a beam of 4) at half the longest prefix, the kv graph
@@ -14,8 +15,8 @@ with its state pool of the previous call's ``ROWS`` rows reordered as a beam doe
 ``REPEATS`` after a warm-up. ``auto`` keeps the fastest of the cached and kv graphs where it takes at
 most ``MARGIN`` of the plain graph's time, else the plain one; ``cached`` / ``kv`` keep that graph
 (timed beside the plain one for the report), ``plain`` times nothing. On a tiny model the one-token
-pass the cached and kv graphs add costs more than it saves; on a ViT-base + GPT-2 they save most of a
-step (docs/bring-your-own-model.md, "Decoding form")."""
+pass the cached graph adds costs more than it saves; on a ViT-base + GPT-2 the kv graph takes a
+fraction of the plain one's time (docs/bring-your-own-model.md, "Speed")."""
 
 from __future__ import annotations
 

@@ -13,8 +13,9 @@
 
 With ``--step cached`` / ``kv`` (or ``auto`` where measured faster) the step is
 ``export.hf.step.ImageCacheStep`` or ``export.hf.kv_step.KeyValueStep`` around the same decoder: the
-same outputs, the cross-attention projected once per image, and for ``kv`` each row's self-attention
-keys and values carried in ``state`` (contract v3; the encoder's ``state`` is then zeros [B, S])."""
+same outputs, the cross-attention projected once per image (``cached``), or for ``kv`` each row's
+self-attention keys and values carried in ``state`` and the cross-attention folded into the query and
+output (contract v3; the encoder's ``state`` is then zeros [B, S])."""
 
 from __future__ import annotations
 
