@@ -118,15 +118,17 @@ async def in_process(
             return InProcess(single, rows, steps, skipped, [], naive, {"skipped": NULL_SKIPPED})
         curve = await _step_curve(engine.runner, manifest, params, images, args.max_rows, args.curve_seconds)
         if settings.backend == "onnxruntime":
-            from service.backends.onnxruntime import intra_op_threads, usable_cores
+            from service.backends.onnxruntime import usable_cores
 
             # the limit: the best of both thread-pool modes; the least CPU per row (cpu.py's bounds):
             # the least of those and of the other thread count (one, or every core when one is the
-            # setting's): a step alone may gain from threads the loaded gateway cannot give it
-            threads = intra_op_threads(settings.intra_op_threads, settings.executor_threads)
+            # gateway's): a step alone may gain from threads the loaded gateway cannot give it
+            step = manifest.captioner(params.model).step
+            threads = step_threads(engine.runner.backend, step)
             for point in curve:
                 point["ort_spinning"] = float(settings.ort_spinning)
                 point["intra_op_threads"] = float(threads)
+                point["own_mode"] = 1.0  # the gateway's own threads and spinning
             other_threads = 1 if threads > 1 else usable_cores()
             updates: list[dict[str, Any]] = [{"ort_spinning": not settings.ort_spinning}]
             if other_threads != threads:  # one core: no other thread count to try
@@ -144,9 +146,8 @@ async def in_process(
                         args.curve_seconds,
                     ):
                         point["ort_spinning"] = float(other.ort_spinning)
-                        point["intra_op_threads"] = float(
-                            intra_op_threads(other.intra_op_threads, other.executor_threads)
-                        )
+                        point["intra_op_threads"] = float(step_threads(spare, step))
+                        point["own_mode"] = 0.0
                         curve.append(point)
                 finally:
                     await spare.close()
@@ -549,14 +550,15 @@ def derive_level_figures(out: dict[str, Any], settings: Settings) -> None:
 
 def own_mode(curve: Sequence[dict[str, float]], settings: Settings) -> list[dict[str, float]]:
     """The step-curve points measured with the gateway's own thread settings (onnxruntime: its threads
-    per call and spinning; [] for other backends, whose curve has one mode)."""
+    per step call and spinning; [] for other backends, whose curve has one mode)."""
     if settings.backend != "onnxruntime":
         return []
-    from service.backends.onnxruntime import intra_op_threads
+    return [p for p in curve if p.get("own_mode")]
 
-    threads = float(intra_op_threads(settings.intra_op_threads, settings.executor_threads))
-    spin = float(settings.ort_spinning)
-    return [p for p in curve if p.get("intra_op_threads") == threads and p.get("ort_spinning") == spin]
+
+def step_threads(backend: Any, step: str) -> int:
+    """The intra-op threads of ``backend``'s calls to ``step`` (an ``OnnxRuntimeBackend``'s)."""
+    return int(backend.threads_of.get(step, backend.threads))
 
 
 def torch_baseline_load(

@@ -57,8 +57,8 @@ def usable_cores() -> int:
 
 
 def intra_op_threads(requested: int, executor_threads: int, cores: int | None = None) -> int:
-    """Threads per model call: ``requested``, or for 0 ("auto") the cores shared by the calls the
-    executor runs at once, ``max(1, cores // executor_threads)``. onnxruntime's own default (every
+    """Threads per call of a light model: ``requested``, or for 0 ("auto") the cores shared by the calls
+    the executor runs at once, ``max(1, cores // executor_threads)``. onnxruntime's own default (every
     core for every session's call) oversubscribes the cores once several calls run together: at 32
     clients on 2 cores it cost 1–3 ms more CPU per caption than one thread per call, with as many
     captions/s or fewer (docs/benchmarks.md)."""
@@ -67,6 +67,22 @@ def intra_op_threads(requested: int, executor_threads: int, cores: int | None = 
     if requested:
         return requested
     return max(1, (usable_cores() if cores is None else cores) // executor_threads)
+
+
+# a model of at least this many bytes is heavy: with threads on "auto" each of its calls gets every core
+WIDE_MODEL_BYTES = 64 * 1024 * 1024
+
+
+def model_threads(requested: int, executor_threads: int, model_bytes: int, cores: int | None = None) -> int:
+    """Threads per call of a model of ``model_bytes``: ``requested``; or for 0 ("auto") every core for a
+    heavy model (``WIDE_MODEL_BYTES`` or more: an imported ViT-base + GPT-2's calls take 40–250 ms, and
+    a lone request's run 1.5–1.8 times faster on two threads than on one, while two such calls at once
+    lose 5–8% to sharing the cores), and a light model's share (``intra_op_threads``: its calls of a
+    millisecond or less gain nothing from a second thread and pay for waking it)."""
+    at_least(0, model_bytes=model_bytes)
+    if requested or model_bytes < WIDE_MODEL_BYTES:
+        return intra_op_threads(requested, executor_threads, cores)
+    return usable_cores() if cores is None else cores
 
 
 def session_options(threads: int, spin: bool, level: ort.GraphOptimizationLevel) -> ort.SessionOptions:
@@ -143,10 +159,9 @@ class OnnxRuntimeBackend:
         self.metrics = metrics
         self.device = check_device(device)
         self.providers = providers(device)
-        self.threads = intra_op_threads(threads, executor_threads)
-        options = session_options(self.threads, spin, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
-        fp16_cpu = session_options(self.threads, spin, FP16_CPU_LEVEL)
+        self.threads = intra_op_threads(threads, executor_threads)  # a light model's calls
         self.sessions: dict[str, ort.InferenceSession] = {}
+        self.threads_of: dict[str, int] = {}  # model name -> its calls' intra-op threads
         self.outputs: dict[str, list[str]] = {}
         self.precision = precision
         self.paths: dict[str, Path] = {}  # model name -> the file its session runs
@@ -157,7 +172,13 @@ class OnnxRuntimeBackend:
             path = manifest.model(served).path(repo)
             if not path.is_file():
                 raise ValueError(f"model {served!r}: {path} does not exist")
-            level = fp16_cpu if on_cpu and precision == "fp16" and served != name else options
+            self.threads_of[name] = model_threads(threads, executor_threads, path.stat().st_size)
+            fp16_on_cpu = on_cpu and precision == "fp16" and served != name
+            level = session_options(
+                self.threads_of[name],
+                spin,
+                FP16_CPU_LEVEL if fp16_on_cpu else ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+            )
             chain = self.providers
             if precision == "tf32" and served != name and not on_cpu:  # its gate admitted TF32 for it
                 chain = provider_options(device, ort.get_available_providers(), tf32=True)
@@ -184,15 +205,15 @@ class OnnxRuntimeBackend:
         self.resident = ResidentInputs()
         variants = sum(path.parent.parent.name != name for name, path in self.paths.items())
         log.info(
-            "onnxruntime backend: %d models (%s, %d variants) on %s (COMPCAP_DEVICE=%s; %s), %d intra-op "
-            "threads per call",
+            "onnxruntime backend: %d models (%s, %d variants) on %s (COMPCAP_DEVICE=%s; %s), intra-op "
+            "threads per call: %s",
             len(self.sessions),
             precision,
             variants,
             summary(self.devices),
             device,
             ", ".join(f"{name} {where}" for name, where in sorted(self.devices.items())),
-            self.threads,
+            ", ".join(f"{name} {n}" for name, n in sorted(self.threads_of.items())),
         )
 
     def _run(
