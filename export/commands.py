@@ -268,6 +268,8 @@ def _import(args: argparse.Namespace) -> int:
         print(f"  {graph}: transformers vs onnxruntime max abs diff {diff:.1e}")
     if report.step is not None:
         print(f"  step: {report.step.summary()}")
+    if report.single_caption_ms is not None:
+        print(f"  one caption (beam 5, longest): {report.single_caption_ms:.0f} ms on this machine")
     print("  files: " + ", ".join(report.files))
     return 0
 

@@ -227,6 +227,12 @@ class CaptionerEntry(BaseModel):
         "decoder on the row's last token only, and folds the cross-attention into its query and output (the "
         "same outputs; kept at import where measured faster)",
     )
+    single_caption_ms: float | None = Field(
+        default=None,
+        gt=0,
+        description="version 2: one image's caption (beam 5, its longest caption) through the engine when it "
+        "was imported, on the machine that imported it: its requests' deadline scales with it",
+    )
     memory_grid: int | None = Field(
         default=None,
         description="version 2: its memory slots from memory_offset on are a g × g row-major grid over the "

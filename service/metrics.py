@@ -137,7 +137,8 @@ class Metrics:
         )
         self.request_deadline = Gauge(
             REQUEST_DEADLINE,
-            "Deadline of a caption request (request_deadline_s)",
+            "Deadline of a caption request to a captioner (request_deadline_s, or per captioner where unset)",
+            ["model"],
             multiprocess_mode="max",
             registry=r,
         )

@@ -138,12 +138,15 @@ class EngineSettings(Section):
     max_length_cap: int = Field(
         default=40, ge=1, le=512, description="upper bound for a request's max_length"
     )
-    request_deadline_s: float = Field(
-        default=10.0,
+    request_deadline_s: float | None = Field(
+        default=None,
         gt=0,
         le=3600,
-        description="a caption request's deadline (504 past it); also the longest a request body may "
-        "stop arriving (408) and the drain of a stopping gateway",
+        json_schema_extra={"doc_type": "seconds, or unset: per captioner"},
+        description="a caption request's deadline (504 past it), for every captioner; also the longest a "
+        "request body may stop arriving (408) and the drain of a stopping gateway. Unset: 10 s, or for a "
+        "captioner whose import measured its single caption, 30 times that where longer (a real-size "
+        "import takes about a second per caption on two cores); the drain and uploads keep 10 s",
     )
     cross_request_batching: bool = Field(
         default=True, description="false: every request decodes alone (the benchmark's naive baseline)"

@@ -31,6 +31,7 @@ from export.hf.architecture import Adapted
 from export.hf.architectures import read_snapshot
 from export.hf.imported_programs import MIN_TOKENS, write_programs
 from export.hf.kv_step import CacheShape, KeyValueStep, ZeroState, decode_parity
+from export.hf.single_caption import record_single_caption
 from export.hf.snapshot import Snapshot, SnapshotError
 from export.hf.staging import HfImportError, ImportReport, commit, write_configs
 from export.hf.step_choice import STEP_FORMS, StepForm, StepTiming, choose
@@ -114,6 +115,8 @@ def import_hf(
             commit(repo, manifest, stage, entry, models)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+    if snapshot.role == "captioner":  # once it serves: what its requests' deadline scales with
+        report.single_caption_ms = record_single_caption(repo, name)
     return report
 
 

@@ -28,6 +28,7 @@ class ImportReport:
     programs: dict[str, float] = field(default_factory=dict)  # graph → its program's max abs difference
     step: StepTiming | None = None  # the plain / image-cache / kv step graphs, timed (cross-attention models)
     top_k: bool = False  # the step graph returns each row's best words too (export.packaging.topk)
+    single_caption_ms: float | None = None  # one caption through the engine (export.hf.single_caption)
     files: list[str] = field(default_factory=list)
 
 

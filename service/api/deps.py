@@ -23,6 +23,7 @@ from service.backends.base import Backend, backend_devices
 from service.backends.registry import make_backend
 from service.engine.client import EngineClient
 from service.engine.core_client import RemoteEngine
+from service.engine.deadlines import request_deadline_s
 from service.engine.engine import CaptionEngine, CaptionOutput
 from service.manifest import Manifest, load_manifest, repo_version
 from service.metrics import Metrics
@@ -52,7 +53,7 @@ class Runtime:
         self.metrics = Metrics()
         self.metrics.set_build_info(settings.repo)
         self.metrics.queue_capacity.set(settings.max_queue)
-        self.metrics.request_deadline.set(settings.request_deadline_s)
+        self.export_deadlines()
         # the shared state the features keep (opened, and migrated, on first use)
         self.state = StateStore(settings.state_url)
         self.image_urls = ImageURLFetcher(ImageURLPolicy.from_settings(settings))  # COMPCAP_IMAGE_URL_*
@@ -69,6 +70,13 @@ class Runtime:
         self.reloader = Reloader(self, version)
         if backend is not None:
             self._attach(backend)
+
+    def export_deadlines(self) -> None:
+        """``compcap_request_deadline_seconds`` of each captioner of the manifest (alerts compare the
+        caption latency with it)."""
+        for captioner in self.manifest.captioners:
+            deadline = request_deadline_s(self.settings, captioner)
+            self.metrics.request_deadline.labels(model=captioner.name).set(deadline)
 
     def _attach(self, backend: Backend) -> None:
         self.backend = backend

@@ -34,6 +34,7 @@ from service.api.limits import (
 )
 from service.api.multipart import MAX_BODY, plain_form
 from service.api.schemas import CaptionJSONRequest, CaptionOptions
+from service.engine.deadlines import base_deadline_s
 from service.images import ImageError
 from service.sections import ServiceSettings
 from service.url_policy import is_url
@@ -95,7 +96,7 @@ async def request_parts(
     items: list[tuple[str, UploadFile | str]] = []
     payload: Any = None
     try:
-        async with aclosing(bounded_stream(request.stream(), limit, settings.request_deadline_s)) as stream:
+        async with aclosing(bounded_stream(request.stream(), limit, base_deadline_s(settings))) as stream:
             if form and declared is not None and declared.isdigit() and int(declared) <= MAX_BODY:
                 items = await _read_form(request, stream, max_files, settings)
             elif form:
@@ -129,7 +130,7 @@ async def read_raw_image(request: Request, settings: ServiceSettings) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ApiError(413, "request_too_large", f"the image is {declared} bytes; the limit is {limit}")
-    async with aclosing(bounded_stream(request.stream(), limit, settings.request_deadline_s)) as stream:
+    async with aclosing(bounded_stream(request.stream(), limit, base_deadline_s(settings))) as stream:
         body = b"".join([chunk async for chunk in stream])
     if not body:
         raise ApiError(422, "no_image", "the request body is empty: send the image's bytes", field="image")

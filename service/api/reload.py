@@ -50,6 +50,10 @@ class Served(Protocol):
     engine: EngineClient | None
     remote: RemoteEngine | None
 
+    def export_deadlines(self) -> None:
+        """Export each captioner's request deadline (after a new manifest)."""
+        ...
+
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +163,7 @@ class Reloader:
                 await self._new_models(manifest, vocab, force)
             runtime.manifest, runtime.vocab = manifest, vocab
             runtime.metrics.set_build_info(repo)
+            runtime.export_deadlines()
             for listener in self.listeners:
                 listener(manifest, vocab)
             outcome = self._outcome(version, models, start, generation)

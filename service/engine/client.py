@@ -16,6 +16,7 @@ from typing import Any, Generic, NamedTuple, Protocol, TypeVar, runtime_checkabl
 
 import numpy as np
 
+from service.engine.deadlines import request_deadline_s
 from service.engine.limits import rows_for
 from service.engine.observer import StepObserver
 from service.engine.params import InvalidParameterError, SearchParams, resolve_params
@@ -97,7 +98,7 @@ async def caption_in_parts(
     parts = [images[i : i + per_request] for i in range(0, len(images), per_request)]
     fit = max(1, settings.max_rows_per_step // (per_request * params.beam_size))  # decoding at once
     in_flight = asyncio.Semaphore(min(settings.max_queue, 2 * fit))  # as many more being encoded
-    timeout = max(settings.request_deadline_s, 3600.0)
+    timeout = max(settings.request_deadline_s or 0.0, 3600.0)
 
     async def one(part: np.ndarray) -> list[list[Caption]]:
         async with in_flight:
@@ -153,10 +154,14 @@ class ClientSide(Generic[Output]):
         priority: Priority = Priority.USER,
         observer: StepObserver | None = None,
     ) -> Output:
-        """Caption uint8 [B, H, W, 3] images within ``timeout_s`` (default: the request deadline;
-        ``TimeoutError`` after it). ``observer`` gets this request's ``StepEvent`` at every step."""
+        """Caption uint8 [B, H, W, 3] images within ``timeout_s`` (default: its captioner's request
+        deadline, ``service.engine.deadlines``; ``TimeoutError`` after it). ``observer`` gets this
+        request's ``StepEvent`` at every step."""
         check_request(self.manifest, self.settings, images, params)
-        timeout = self.settings.request_deadline_s if timeout_s is None else timeout_s
+        if timeout_s is None:
+            timeout = request_deadline_s(self.settings, self.manifest.captioner(params.model))
+        else:
+            timeout = timeout_s
         return await self._submit(Checked(images, params, timeout, priority, observer))
 
     async def _submit(self, request: Checked) -> Output:

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from service.backends.base import BackendError
+from service.engine.deadlines import base_deadline_s
 from service.engine.engine import CaptionEngine, CaptionOutput
 from service.engine.observer import StepEvent
 from service.engine.params import EngineError, OverloadedError, UnknownModelError
@@ -251,7 +252,7 @@ async def run_core(path: Path) -> None:
     try:
         await stop.wait()
         log.info("engine core %d draining", os.getpid())
-        await core.drain(settings.request_deadline_s)
+        await core.drain(base_deadline_s(settings))
     finally:
         orphaned.cancel()
         await engine.close()

@@ -29,6 +29,7 @@ from service.api.schemas import (
 )
 from service.api.uploads import decode_uploads
 from service.backends.device import summary as device_summary
+from service.engine.deadlines import base_deadline_s, deadline_reason, request_deadline_s
 from service.engine.engine import Caption, CaptionOutput
 from service.engine.hooks import hook_catalog
 from service.gateway.openapi import caption_operation
@@ -75,13 +76,11 @@ async def captions(request: Request, access: CaptionAccessDep, background: Backg
     95 against 13 µs per answer); ``response_model`` documents it."""
     start = time.perf_counter()
     settings = access.runtime.settings
-    try:
-        async with asyncio.timeout(settings.request_deadline_s):
+    try:  # its model is not known yet: the base deadline
+        async with asyncio.timeout(base_deadline_s(settings)):
             blobs, options = await read_caption_request(request, settings, access.runtime.image_urls)
     except TimeoutError:
-        raise ApiError(
-            504, "deadline_exceeded", f"the request took longer than {settings.request_deadline_s} s"
-        ) from None
+        raise deadline_exceeded(settings, None) from None
     images, decoded, out, original = await caption_blobs(request, access, blobs, options, start)
     for listener in access.runtime.after_caption:  # e.g. the shadow comparison, once the response is out
         background.add_task(listener, access.engine, images, out)
@@ -94,14 +93,17 @@ async def caption_blobs(
 ) -> tuple[np.ndarray, float, CaptionOutput, list[list[Caption]] | None]:
     """Caption the encoded images ``blobs`` with ``options`` (what every caption route does once it has
     read its body): resolved, checked, decoded off the loop, captioned (with the original captions of a
-    hook that asks for them) within what is left of the request deadline since ``start``; a caller who
-    leaves stops the work (499). (images, when they were decoded, the output, the original captions)."""
+    hook that asks for them) within what is left of its captioner's request deadline since ``start``
+    (``service.engine.deadlines``); a caller who leaves stops the work (499). (images, when they were
+    decoded, the output, the original captions)."""
     runtime, engine = access.runtime, access.engine
     settings = runtime.settings
+    params, original_params = resolve_with_original(engine, options.engine_kwargs())
+    annotate(model=params.model, ranker=params.ranker, beam_size=params.beam_size, images=len(blobs))
+    captioner = engine.manifest.captioner(params.model)
+    deadline = request_deadline_s(settings, captioner)
     try:
-        async with asyncio.timeout(max(settings.request_deadline_s - (time.perf_counter() - start), 0.001)):
-            params, original_params = resolve_with_original(engine, options.engine_kwargs())
-            annotate(model=params.model, ranker=params.ranker, beam_size=params.beam_size, images=len(blobs))
+        async with asyncio.timeout(max(deadline - (time.perf_counter() - start), 0.001)):
             check_uploads(blobs, max_bytes=settings.max_upload_bytes)  # junk costs no thread hop
 
             async def decode_and_caption() -> tuple[
@@ -109,7 +111,7 @@ async def caption_blobs(
             ]:
                 images = await decode_uploads(blobs, runtime.manifest.image, settings)
                 decoded = time.perf_counter()
-                remaining = settings.request_deadline_s - (decoded - start)
+                remaining = deadline - (decoded - start)
                 out, original = await caption_with_original(
                     engine, images, params, original_params, max(remaining, 0.001)
                 )
@@ -121,9 +123,18 @@ async def caption_blobs(
     except ClientDisconnected:
         raise ApiError(499, "client_disconnected", "the client closed the connection") from None
     except TimeoutError:
-        raise ApiError(
-            504, "deadline_exceeded", f"the request took longer than {settings.request_deadline_s} s"
-        ) from None
+        raise deadline_exceeded(settings, captioner) from None
+
+
+def deadline_exceeded(settings: Any, captioner: Any) -> ApiError:
+    """The 504 of a request to ``captioner`` (None: not known yet) past its deadline, saying which
+    deadline it was and what sets another."""
+    deadline = request_deadline_s(settings, captioner)
+    return ApiError(
+        504,
+        "deadline_exceeded",
+        f"the request took longer than {deadline:g} s ({deadline_reason(settings, captioner)})",
+    )
 
 
 @router.get("/v1/models", tags=["models"], response_model=ModelsListing)

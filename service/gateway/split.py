@@ -36,6 +36,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from service.cli_errors import UsageError
+from service.engine.deadlines import base_deadline_s
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -188,7 +189,7 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
         "log_config": None,
         "access_log": False,
         "log_level": settings.log_level,
-        "timeout_graceful_shutdown": math.ceil(settings.request_deadline_s),
+        "timeout_graceful_shutdown": math.ceil(base_deadline_s(settings)),
     }
 
 

@@ -78,6 +78,7 @@ def test_the_manifest_describes_its_state(kv_repo: Path, plain_repo: Path) -> No
     manifest, plain = load_manifest(kv_repo), load_manifest(plain_repo)
     cap = manifest.captioner(NAME)
     assert cap.kv_cache and cap.image_cache and not plain.captioner(NAME).kv_cache
+    assert cap.single_caption_ms is not None and cap.single_caption_ms > 0  # timed once it served
     assert cap.reads == "prefix" and plain.captioner(NAME).state_dim == 1
     s = cap.state_dim
     assert s > 1 and s % (2 * _slots(manifest)) == 0  # layers x 2 x heads x Tcap x head_dim

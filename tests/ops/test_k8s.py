@@ -274,6 +274,10 @@ def setting(container: dict[str, Any], field: str) -> Any:
     from service.settings import Settings
 
     default = Settings.model_fields[field].default
+    if field == "request_deadline_s" and default is None:  # unset: the base (the drain's bound)
+        from service.engine.deadlines import BASE_DEADLINE_S
+
+        default = BASE_DEADLINE_S
     value = env_of(container).get(f"COMPCAP_{field.upper()}")
     return default if value is None else type(default)(value)
 
