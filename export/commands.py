@@ -231,6 +231,16 @@ def _import_arguments(parser: argparse.ArgumentParser) -> None:
         "numbers per row instead of the whole vocabulary; auto: for a vocabulary of 4 096 words or more",
     )
     parser.add_argument(
+        "--fuse",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="run the encoder and step graphs (ViT + GPT-2, BLIP) through onnxruntime's transformer "
+        "optimizer "
+        "(attention, layer-norm, GELU and bias fusions), check them against the unfused graphs and time "
+        "both: auto keeps the fused graph where it is at least 3%% faster, on wherever it is correct, off "
+        "does not try (default: auto)",
+    )
+    parser.add_argument(
         "--no-programs",
         action="store_true",
         help="skip the torch programs of gradient explanations (saliency, guided backprop, integrated "
@@ -259,6 +269,7 @@ def _import(args: argparse.Namespace) -> int:
             step_form=args.step,
             programs=not args.no_programs,
             top_k={"auto": None, "on": True, "off": False}[args.top_k],
+            fuse=args.fuse,
         )
     except (SnapshotError, HfImportError, FileNotFoundError) as exc:
         print(f"compcap import: {exc}", file=sys.stderr)
@@ -268,6 +279,8 @@ def _import(args: argparse.Namespace) -> int:
         print(f"  {graph}: transformers vs onnxruntime max abs diff {diff:.1e}")
     if report.step is not None:
         print(f"  step: {report.step.summary()}")
+    for fusion in report.fusions:
+        print(f"  {fusion.summary()}")
     if report.single_caption_ms is not None:
         print(f"  one caption (beam 5, longest): {report.single_caption_ms:.0f} ms on this machine")
     print("  files: " + ", ".join(report.files))

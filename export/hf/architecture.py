@@ -37,6 +37,9 @@ class Adapted:
     early_stopping: bool
     cached_step: nn.Module | None = None  # the same step, cross-attention keys/values once per image
     kv_step: nn.Module | None = None  # the same outputs from one new token per row (contract v3)
+    # the transformer optimizer's model type, heads and width of the encoder and of the step's decoder
+    # (``export.hf.fusion``; None: not tried)
+    fusion: tuple[tuple[str, int, int], tuple[str, int, int]] | None = None
 
 
 @dataclass(frozen=True)

@@ -29,12 +29,13 @@ import torch
 from export.hf.adapter import adapt, preprocessing
 from export.hf.architecture import Adapted
 from export.hf.architectures import read_snapshot
+from export.hf.fusion import FUSE_FORMS, FuseForm, choose_fused
 from export.hf.imported_programs import MIN_TOKENS, write_programs
 from export.hf.kv_step import CacheShape, KeyValueStep, ZeroState, decode_parity
 from export.hf.single_caption import record_single_caption
 from export.hf.snapshot import Snapshot, SnapshotError
 from export.hf.staging import HfImportError, ImportReport, commit, write_configs
-from export.hf.step_choice import STEP_FORMS, StepForm, StepTiming, choose
+from export.hf.step_choice import STEP_FORMS, StepForm, StepTiming, choose, timing_feeds
 from export.models.step_contract import STEP_AXES, STEP_OUTPUTS
 from export.packaging.onnx import GraphSpec, export_graph, parity
 from export.packaging.programs import program_path
@@ -83,15 +84,19 @@ def import_hf(
     step_form: StepForm = "auto",
     programs: bool = True,
     top_k: bool | None = None,
+    fuse: FuseForm = "auto",
 ) -> ImportReport:
     """Import the snapshot as captioner ``name`` of ``repo`` (see module docstring); ``step_form``: which
     step graph of a cross-attention captioner to keep (``export.hf.step_choice``); ``programs``: write
     the torch programs of gradient explanations (most of a small model's import time; without them
     ``/v1/explain`` answers the gradient methods with 501 ``programs_missing``, attention still works);
     ``top_k``: the step graph also returns each row's best words (``export.packaging.topk``; None: where its
-    vocabulary has at least ``SPARSE_MIN_VOCAB`` words, as GPT-2's 50 257)."""
+    vocabulary has at least ``SPARSE_MIN_VOCAB`` words, as GPT-2's 50 257); ``fuse``: whether to keep the
+    encoder and step graphs through onnxruntime's transformer optimizer (``export.hf.fusion``)."""
     if step_form not in STEP_FORMS:
         raise HfImportError(f"--step {step_form!r}: one of {', '.join(STEP_FORMS)}")
+    if fuse not in FUSE_FORMS:
+        raise HfImportError(f"--fuse {fuse!r}: one of {', '.join(FUSE_FORMS)}")
     repo = Path(repo)
     _check_name(name)
     snapshot = read_snapshot(snapshot_dir)
@@ -111,7 +116,9 @@ def import_hf(
             ranker, models, report = export_ranker(snapshot, name, stage, seed)
             commit(repo, manifest, stage, ranker, models)
         else:
-            entry, models, report = _export(snapshot, name, stage, held, seed, step_form, programs, top_k)
+            entry, models, report = _export(
+                snapshot, name, stage, held, seed, step_form, programs, top_k, fuse
+            )
             commit(repo, manifest, stage, entry, models)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
@@ -216,6 +223,7 @@ def _export(
     step_form: StepForm,
     programs: bool,
     top_k: bool | None = None,
+    fuse: FuseForm = "auto",
 ) -> tuple[CaptionerEntry, list[ModelEntry], ImportReport]:
     tokenizer_file = snapshot.path / "tokenizer.json"
     if not tokenizer_file.is_file():
@@ -274,6 +282,18 @@ def _export(
     )
     for graph, diff in report.parity.items():
         _check(graph, diff)
+    if adapted.fusion is not None and fuse != "off":  # after the parity check: against the checked graphs
+        (enc_type, enc_heads, enc_width), (dec_type, dec_heads, dec_width) = adapted.fusion
+        plain_feed, kv_feed, _ = timing_feeds(
+            (m, d), vocab_size, max_tokens, state_dim if kv is not None else None
+        )
+        step_feed = kv_feed if kv_feed is not None else plain_feed
+        report.fusions = [
+            choose_fused(
+                enc_path, {"image": images[0].numpy()}, enc_type, enc_heads, enc_width, fuse, PARITY_TOLERANCE
+            ),
+            choose_fused(step_path, step_feed, dec_type, dec_heads, dec_width, fuse, PARITY_TOLERANCE),
+        ]
     report.top_k = vocab_size >= SPARSE_MIN_VOCAB if top_k is None else top_k
     if report.top_k:  # after the parity check: the outputs it adds are computed from logprobs
         add_top_k_file(step_path, eos)

@@ -9,6 +9,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from export.hf.fusion import FusionTiming
 from export.hf.step_choice import StepTiming
 from export.packaging.triton_repo import config_pbtxt, parse_config
 from export.quantize.stale import drop_owner_variants, stale_variants
@@ -29,6 +30,7 @@ class ImportReport:
     step: StepTiming | None = None  # the plain / image-cache / kv step graphs, timed (cross-attention models)
     top_k: bool = False  # the step graph returns each row's best words too (export.packaging.topk)
     single_caption_ms: float | None = None  # one caption through the engine (export.hf.single_caption)
+    fusions: list[FusionTiming] = field(default_factory=list)  # the encoder's and step's (export.hf.fusion)
     files: list[str] = field(default_factory=list)
 
 

@@ -4,7 +4,7 @@ precision's variants (INT8, FP16); its figures are keyed by the precision's name
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -23,7 +23,7 @@ from export.quantize.common import (
 )
 from export.quantize.variants import affects, engine_captions, with_variants
 from service.engine.engine import CaptionEngine
-from service.manifest import Manifest, PrecisionGate, PrecisionVariant, repo_probe_set_entry
+from service.manifest import EXTERNAL_SPLIT, Manifest, PrecisionGate, PrecisionVariant, repo_probe_set_entry
 from service.text.vocabulary import Vocabulary
 
 
@@ -33,17 +33,23 @@ def compare_runs(
     references: Sequence[Sequence[str]],
     thresholds: Thresholds,
     precision: str = PRECISION,
+    against_fp32: Collection[str] = (),
 ) -> tuple[dict[str, dict[str, float]], list[str]]:
     """Per run: CIDEr-D of both (DF from ``references``, as the build's quality; ``cider_d_fp32`` and
     ``cider_d_<precision>``), its relative change and the share of images with the same top-1 caption;
-    and the thresholds missed."""
+    and the thresholds missed. The runs ``against_fp32`` (an imported captioner's, which never saw the
+    world's captions) are scored against their FP32 captions instead, one reference per image: the FP32
+    figure is then the captions' own score, what identical captions reach (``cider_d_against_fp32``: 1
+    in their row)."""
     from service.evaluation.metrics import caption_metrics
 
-    refs = {i: list(r) for i, r in enumerate(references)}
+    world = {i: list(r) for i, r in enumerate(references)}
     rows: dict[str, dict[str, float]] = {}
     failures: list[str] = []
     for run, texts in variant.items():
         base = fp32[run]
+        own = run in against_fp32
+        refs = {i: [caption] for i, caption in enumerate(base)} if own else world
         cider = [
             float(caption_metrics(refs, dict(enumerate(t)), meteor=False).cider_d) for t in (base, texts)
         ]
@@ -55,6 +61,7 @@ def compare_runs(
             "cider_d_rel_change": round(change, 4),
             "top1_agreement": round(agreement, 4),
             "images": float(len(texts)),
+            **({"cider_d_against_fp32": 1.0} if own else {}),
         }
         if abs(change) > thresholds.cider_d_rel_change:
             failures.append(
@@ -95,6 +102,7 @@ def admit(
     (CIDEr-D, top-1 agreement); one that does not is rejected (``made.skipped`` says why) and its model
     serves FP32. Returns the admitted set and its caption figures on every run."""
     all_runs = runs(fp32)
+    imported = {label(r) for r in all_runs if fp32.captioner(r[0]).training.split == EXTERNAL_SPLIT}
     reference = asyncio.run(engine_captions(repo, fp32, "fp32", images))
     current = dict(reference)
     admitted: dict[str, str] = {}
@@ -110,7 +118,7 @@ def admit(
         trial_set = made.model_copy(update={"models": trial})
         provisional = with_variants(fp32, trial_set, PROVISIONAL, precision)
         captions = asyncio.run(engine_captions(repo, provisional, precision, images, todo))
-        rows, failures = compare_runs(reference, captions, references, thresholds, precision)
+        rows, failures = compare_runs(reference, captions, references, thresholds, precision, imported)
         if failures:
             made.skipped[name] = "rejected by the gate: " + "; ".join(failures)
             console.print(f"[yellow]{name}[/]: {made.skipped[name]}")
@@ -124,7 +132,7 @@ def admit(
             )
             + ")"
         )
-    rows, failures = compare_runs(reference, current, references, thresholds, precision)
+    rows, failures = compare_runs(reference, current, references, thresholds, precision, imported)
     verdict = PrecisionGate(passed=not failures, thresholds=asdict(thresholds), runs=rows, failures=failures)
     return admitted, verdict
 

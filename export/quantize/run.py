@@ -158,8 +158,9 @@ def report_lines(result: QuantizeResult) -> list[str]:
     g = v.gate
     if g is not None:
         for run, row in g.runs.items():
+            against = " against the FP32 captions" if row.get("cider_d_against_fp32") else ""
             lines.append(
-                f"  {run}: CIDEr-D {row['cider_d_fp32']:.4f} -> {row[f'cider_d_{p}']:.4f} "
+                f"  {run}: CIDEr-D{against} {row['cider_d_fp32']:.4f} -> {row[f'cider_d_{p}']:.4f} "
                 f"({row['cider_d_rel_change']:+.2%}), top-1 identical {row['top1_agreement']:.1%} "
                 f"of {row['images']:.0f} images"
             )

@@ -678,6 +678,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     blocks.dataset(parser, "--baseline transformers: the snapshot directory", flag="--snapshot")
     parser.add_argument(
+        "--no-optimum",
+        action="store_true",
+        help="--baseline transformers --rounds: leave Optimum's peer out even where its environment exists",
+    )
+    parser.add_argument(
         "--precision",
         choices=list(PRECISIONS),
         default=None,
@@ -694,7 +699,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=None,
         help="--compare-precision: runs of each precision (default 2); with several --api-processes "
-        "counts: load runs of each count, in turn (1 2 1 2 …), compared round by round (default 1)",
+        "counts: load runs of each count, in turn (1 2 1 2 …), compared round by round (default 1); with "
+        "--baseline transformers: rounds of the gateway and the imported captioner's peers in turn (its "
+        "per-request server, generate() batched offline, Optimum's ONNX Runtime model where `make "
+        "optimum-venv` made its environment), the in-process stages skipped",
     )
 
 
@@ -708,12 +716,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 def bench(args: argparse.Namespace) -> int:
     if isinstance(args.clients, str):
         args.clients = [int(c) for c in args.clients.split(",") if c.strip()]
+    peers = getattr(args, "baseline", None) == "transformers"
     rounds_apply = (
-        getattr(args, "compare_precision", False) or len(getattr(args, "api_processes", None) or ()) > 1
+        getattr(args, "compare_precision", False)
+        or len(getattr(args, "api_processes", None) or ()) > 1
+        or peers
     )
     if getattr(args, "rounds", None) is not None and not rounds_apply:
-        raise SystemExit("--rounds repeats --compare-precision, or several --api-processes counts in turn")
-    if getattr(args, "compare_precision", False):
+        raise SystemExit(
+            "--rounds repeats --compare-precision, several --api-processes counts in turn, or "
+            "--baseline transformers and its peers in turn"
+        )
+    if peers and getattr(args, "rounds", None):
+        result = against_peers(args)
+    elif getattr(args, "compare_precision", False):
         if args.backend == "null":
             raise SystemExit(
                 "--compare-precision compares models' precisions: the null backend has no models"
@@ -732,6 +748,20 @@ def bench(args: argparse.Namespace) -> int:
     else:
         print(text)
     return 0
+
+
+def against_peers(args: argparse.Namespace) -> dict[str, Any]:
+    """``--baseline transformers --rounds K``: CompCap's gateway and the imported captioner's peers in
+    turn, K rounds (``loadtests.bench.peer_rounds``), without the in-process stages."""
+    from loadtests.bench.peer_rounds import peer_rounds, peers_table
+
+    plan = plan_run(args)
+    with ExitStack() as stack:
+        env, precision = gateway_environment(args, plan.repo, stack)
+        found = peer_rounds(args, plan, env)
+    console.print(peers_table(found["pairs"]))
+    return {"backend": args.backend, "precision": precision, "model": plan.model, "beam_size": BEAM_SIZE,
+            "cpu_count": os.cpu_count(), "rounds": args.rounds, **found}  # fmt: skip
 
 
 def compare_precision(args: argparse.Namespace) -> dict[str, Any]:

@@ -132,4 +132,102 @@ def vit_gpt2_snapshot(out: Path, real_size: bool, seed: int = 0, max_length: int
     }
 
 
-__all__ = ["GPT2_VOCAB", "padded_tokenizer", "vit_gpt2_snapshot"]
+BLIP_VOCAB = 30524  # BLIP-base's text decoder: BERT's 30 522 word pieces, [DEC] and one more
+BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]  # ids 0-4
+
+
+def padded_wordpiece(size: int) -> Any:
+    """A ``BertTokenizerFast`` of exactly ``size`` tokens, BLIP's layout: BERT's specials, word pieces
+    learnt from ``SENTENCES`` (each as a word start and a ``##`` continuation), ``[unusedNNNNN]`` entries
+    up to ``size - 1``, then ``[DEC]`` (the start of a caption) last."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import BertTokenizerFast
+
+    normaliser, pre = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
+    bpe = Tokenizer(models.BPE(unk_token="[UNK]"))
+    bpe.normalizer, bpe.pre_tokenizer = normaliser, pre
+    bpe.train_from_iterator(SENTENCES * 4, trainers.BpeTrainer(vocab_size=70, special_tokens=BERT_SPECIALS))
+    trained = bpe.get_vocab()
+    learnt = [p for p in sorted(trained, key=lambda p: trained[p]) if p not in BERT_SPECIALS]
+    pieces = [*BERT_SPECIALS, *learnt, *(f"##{p}" for p in learnt)]
+    pieces += [f"[unused{k:05d}]" for k in range(size - 1 - len(pieces))]
+    tok = Tokenizer(models.WordPiece({p: i for i, p in enumerate(pieces)}, unk_token="[UNK]"))
+    tok.normalizer, tok.pre_tokenizer, tok.decoder = normaliser, pre, decoders.WordPiece()
+    tokenizer = BertTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]",
+        mask_token="[MASK]",
+    )  # fmt: skip
+    tokenizer.add_special_tokens({"bos_token": "[DEC]"})
+    if len(tokenizer) != size:
+        raise RuntimeError(f"the padded tokenizer has {len(tokenizer)} tokens, not {size}")
+    return tokenizer
+
+
+def blip_snapshot(out: Path, seed: int = 0) -> dict[str, Any]:
+    """A random-weight ``BlipForConditionalGeneration`` at BLIP-base's size (Salesforce/blip-image-
+    captioning-base: ``BlipVisionConfig()`` — ViT-B/16 at 384 × 384 pixels, 577 states — and
+    ``BlipTextConfig()`` — a 12-layer BERT-base decoder with cross-attention, 30 524 tokens) written with
+    ``save_pretrained`` into ``out``, with the padded word-piece tokenizer; what it is, for the report.
+    Its generation settings are BLIP's: none of its own (generate's 20 new tokens)."""
+    import torch
+    from transformers import (
+        BlipConfig,
+        BlipForConditionalGeneration,
+        BlipImageProcessor,
+        BlipTextConfig,
+        BlipVisionConfig,
+    )
+
+    tokenizer = padded_wordpiece(BLIP_VOCAB)
+    vocab = tokenizer.get_vocab()
+    vision = BlipVisionConfig()
+    text = BlipTextConfig(
+        vocab_size=BLIP_VOCAB, bos_token_id=vocab["[DEC]"], eos_token_id=vocab["[CLS]"],
+        pad_token_id=vocab["[PAD]"], sep_token_id=vocab["[SEP]"],
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    config = BlipConfig(text_config=text.to_dict(), vision_config=vision.to_dict())
+    model = BlipForConditionalGeneration(config).eval()
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    size = vision.image_size
+    BlipImageProcessor(size={"height": size, "width": size}).save_pretrained(out)
+    return {
+        "parameters": int(sum(p.numel() for p in model.parameters())),
+        "vision": {"hidden": vision.hidden_size, "layers": vision.num_hidden_layers, "image": size},
+        "text": {"hidden": text.hidden_size, "layers": text.num_hidden_layers, "vocab": text.vocab_size},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtests.gpu.snapshot",
+        description="write a random-weight real-size snapshot (nothing downloaded)",
+    )
+    parser.add_argument("kind", choices=("vit-gpt2", "blip"))
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--max-length", type=int, default=16, help="vit-gpt2: generate's max_length")
+    args = parser.parse_args(argv)
+    if args.kind == "blip":
+        about = blip_snapshot(args.out)
+    else:
+        about = vit_gpt2_snapshot(args.out, real_size=True, max_length=args.max_length)
+    print(json.dumps(about))
+    return 0
+
+
+__all__ = [
+    "BLIP_VOCAB",
+    "GPT2_VOCAB",
+    "blip_snapshot",
+    "padded_tokenizer",
+    "padded_wordpiece",
+    "vit_gpt2_snapshot",
+]
+
+if __name__ == "__main__":
+    raise SystemExit(main())

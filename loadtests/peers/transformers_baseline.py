@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI, HTTPException
 from PIL import Image
@@ -37,10 +38,10 @@ class TransformersCaptioner:
             raise ValueError(f"dtype must be fp32 or fp16, got {dtype!r}")
         self.device, self.dtype = device, torch.float16 if dtype == "fp16" else torch.float32
         with offline():
-            from transformers import AutoImageProcessor, AutoTokenizer, VisionEncoderDecoderModel
+            from transformers import AutoImageProcessor, AutoTokenizer
 
             path = str(snapshot)
-            model = VisionEncoderDecoderModel.from_pretrained(path, local_files_only=True).eval()
+            model = captioner_class(snapshot).from_pretrained(path, local_files_only=True).eval()
             self.model = model.to(device=device, dtype=self.dtype)
             self.processor = AutoImageProcessor.from_pretrained(path, local_files_only=True)
             self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
@@ -55,6 +56,22 @@ class TransformersCaptioner:
                 pixel_values=pixels, num_beams=beam_size, num_return_sequences=n_best, do_sample=False
             )
         return [str(t).strip() for t in self.tokenizer.batch_decode(out, skip_special_tokens=True)]
+
+
+def captioner_class(snapshot: Path) -> Any:
+    """The transformers class of the captioner snapshot ``snapshot`` (its ``config.json``'s
+    ``model_type``): ``BlipForConditionalGeneration`` for BLIP, ``VisionEncoderDecoderModel`` (e.g. ViT +
+    GPT-2) for the rest."""
+    import json
+
+    config = json.loads((Path(snapshot) / "config.json").read_text(encoding="utf-8"))
+    if config.get("model_type") == "blip":
+        from transformers import BlipForConditionalGeneration
+
+        return BlipForConditionalGeneration
+    from transformers import VisionEncoderDecoderModel
+
+    return VisionEncoderDecoderModel
 
 
 def create_app(captioner: TransformersCaptioner) -> FastAPI:
@@ -105,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     return serve(create_app(TransformersCaptioner(Path(args.snapshot), device, dtype)), args)
 
 
-__all__ = ["TransformersCaptioner", "create_app", "main", "peer_device"]
+__all__ = ["TransformersCaptioner", "captioner_class", "create_app", "main", "peer_device"]
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -390,6 +390,34 @@ def test_the_transformers_peer_answers(repo: Path, snapshot: Path) -> None:
     assert len(answer.json()["captions"]) == 2
 
 
+def test_the_bench_runs_it_against_its_peers_in_rounds(repo: Path, snapshot: Path, tmp_path: Path) -> None:
+    """``compcap bench --baseline transformers --rounds 2``: the gateway, the per-request transformers
+    server and generate() batched offline run in turn at each client count, twice; every round's CompCap
+    figure is paired with that round's peers', and the ratio's range is the rounds' own ratios."""
+    import json
+
+    from loadtests.bench.bench import main as bench_main
+    from loadtests.bench.peer_rounds import BATCHED, COMPCAP, PER_REQUEST
+
+    out = tmp_path / "peers.json"
+    argv = ["--repo", str(repo), "--model", NAME, "--baseline", "transformers", "--snapshot", str(snapshot)]
+    argv += ["--rounds", "2", "--clients", "2", "--seconds", "1", "--images", "4", "--json", str(out)]
+    assert bench_main([*argv, "--no-optimum"]) == 0
+    result = json.loads(out.read_text(encoding="utf-8"))
+    order = [(r["round"], r["setup"], r["clients"]) for r in result["rows"]]
+    setups = (COMPCAP, PER_REQUEST, BATCHED)
+    assert order == [(r, s, 2) for r in (1, 2) for s in setups]  # A B C A B C
+    assert all(r["captions_per_s"] > 0 and r["peak_mb"] > 0 and r["cores_used"] > 0 for r in result["rows"])
+    pairs = {(p["clients"], p["peer"]): p for p in result["pairs"]}
+    assert set(pairs) == {(2, PER_REQUEST), (2, BATCHED)}
+    for (clients, peer), pair in pairs.items():
+        ours = {r["round"]: r for r in result["rows"] if r["setup"] == COMPCAP and r["clients"] == clients}
+        theirs = {r["round"]: r for r in result["rows"] if r["setup"] == peer and r["clients"] == clients}
+        ratios = [ours[k]["captions_per_s"] / theirs[k]["captions_per_s"] for k in (1, 2)]
+        assert pair["rounds"] == 2
+        assert pair["ratio"]["range"] == [round(min(ratios), 3), round(max(ratios), 3)]
+
+
 def test_hooks_on_the_graphs_top_k_give_the_whole_rows_captions(
     repo: Path, topk_repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

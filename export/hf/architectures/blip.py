@@ -75,6 +75,11 @@ def adapt(snapshot: Snapshot, pre: Preprocessing) -> Adapted:
         raise SnapshotError("the snapshot's text config names no bos_token_id / sep_token_id")
     gen = model.text_decoder.generation_config  # what BLIP's generate() hands on to (module docstring)
     tokens = max_tokens(gen, getattr(text, "max_position_embeddings", None))
+    vision = model.config.vision_config
+    fusion = (
+        ("vit", int(vision.num_attention_heads), int(vision.hidden_size)),
+        ("bert", int(text.num_attention_heads), int(text.hidden_size)),
+    )
     return Adapted(
         model=model,
         encoder=Encoder(model, pre.rescale, pre.mean, pre.std),
@@ -85,6 +90,7 @@ def adapt(snapshot: Snapshot, pre: Preprocessing) -> Adapted:
         pad=int(pad if pad is not None else end),
         max_tokens=tokens,
         early_stopping=gen.early_stopping is True,  # True, False or "never" (read as False); default False
+        fusion=fusion,
     )
 
 

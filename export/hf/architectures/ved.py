@@ -58,6 +58,13 @@ def adapt(snapshot: Snapshot, pre: Preprocessing) -> Adapted:
     if start is None or eos is None:
         raise SnapshotError("the snapshot's generation config names no decoder_start_token_id / eos_token_id")
     tokens = int(gen.max_length or 20)
+    enc, dec = config.encoder, config.decoder
+    fusion = None
+    if enc.model_type == "vit" and dec.model_type == "gpt2":
+        fusion = (
+            ("vit", int(enc.num_attention_heads), int(enc.hidden_size)),
+            ("gpt2", int(dec.n_head), int(dec.n_embd)),
+        )
     return Adapted(
         model=model,
         encoder=Encoder(model, pre.rescale, pre.mean, pre.std),
@@ -68,6 +75,7 @@ def adapt(snapshot: Snapshot, pre: Preprocessing) -> Adapted:
         pad=int(pad if pad is not None else eos),
         max_tokens=tokens,
         early_stopping=gen.early_stopping is True,  # True, False or "never" (read as False)
+        fusion=fusion,
     )
 
 

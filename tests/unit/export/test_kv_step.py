@@ -4,6 +4,8 @@ graph's parity over a beam decode is tested in tests/integration/test_hf_kv_step
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -81,3 +83,18 @@ def test_its_step_is_the_modules_on_the_whole_prefix() -> None:
         )
         want = plain(memory, image, tokens, length, torch.zeros(4, 1))
     assert torch.allclose(logprobs, want[0], atol=1e-5) and torch.allclose(attention, want[2], atol=1e-6)
+
+
+def test_fusion_forms_are_checked(tmp_path: Path) -> None:
+    from export.hf.fusion import FusionTiming, choose_fused
+
+    path = tmp_path / "m" / "1" / "model.onnx"
+    with pytest.raises(ValueError, match="form"):
+        choose_fused(path, {}, "gpt2", 4, 16, "sometimes", 1e-4)  # type: ignore[arg-type]
+    off = choose_fused(path, {}, "gpt2", 4, 16, "off", 1e-4)
+    assert not off.kept and off.summary() == "m: fusions none: not tried (--fuse off)"
+    timed = FusionTiming("m", {"SkipLayerNormalization": 4}, 10.0, 8.0, 2e-6, True)
+    assert timed.summary() == (
+        "m: fusions SkipLayerNormalization 4: 10.0 -> 8.0 ms per call (x1.25), "
+        "max abs diff 2.0e-06: kept fused"
+    )
