@@ -141,7 +141,7 @@ def padded_wordpiece(size: int) -> Any:
     learnt from ``SENTENCES`` (each as a word start and a ``##`` continuation), ``[unusedNNNNN]`` entries
     up to ``size - 1``, then ``[DEC]`` (the start of a caption) last."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-    from transformers import BertTokenizerFast
+    from transformers import BertTokenizerFast  # type: ignore[attr-defined]  # exported lazily
 
     normaliser, pre = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
     bpe = Tokenizer(models.BPE(unk_token="[UNK]"))
@@ -191,7 +191,7 @@ def blip_snapshot(out: Path, seed: int = 0) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    size = vision.image_size
+    size = int(vision.image_size)  # type: ignore[arg-type]  # an int in BLIP's configs
     BlipImageProcessor(size={"height": size, "width": size}).save_pretrained(out)
     return {
         "parameters": int(sum(p.numel() for p in model.parameters())),
