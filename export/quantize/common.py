@@ -24,6 +24,9 @@ SUFFIX = "_int8"  # its variants' suffix (each precision's: ``PrecisionSpec.suff
 METHODS = ("auto", "dynamic", "static")  # INT8's --method values
 MIN_COLUMNS = 8  # a MatMul/Gemm weight with fewer output columns stays FP32 (matrix-vector)
 CALIBRATION_CALLS = 48  # most recorded calls per model
+# most bytes of recorded inputs per model: a real-size imported step's calls carry every row's key/value
+# history (1.2 MB a row for ViT-base + GPT-2), and 48 of them filled 14 GB; past it the largest are kept
+CALIBRATION_BYTES = 512 * 1024 * 1024
 BEAM_SIZE = 5
 RERANK_BEAM = 100  # the probes' re-ranked runs (BUTR+RR), as the probe schedule's default
 console = Console(stderr=True)
@@ -52,22 +55,36 @@ class QuantizeResult:
 
 
 class RecordingBackend:
-    """Wraps a backend; keeps the inputs of up to ``limit`` calls per model (every ``stride``-th)."""
+    """Wraps a backend; keeps the inputs of the first ``limit`` calls per model, at most ``budget`` bytes
+    of them: where a call would pass it, it takes the place of the smallest kept call if it is larger
+    (the timing of a variant reads the largest call)."""
 
-    def __init__(self, inner: OnnxRuntimeBackend, limit: int = CALIBRATION_CALLS) -> None:
-        self.inner, self.limit = inner, limit
+    def __init__(
+        self, inner: OnnxRuntimeBackend, limit: int = CALIBRATION_CALLS, budget: int = CALIBRATION_BYTES
+    ) -> None:
+        self.inner, self.limit, self.budget = inner, limit, budget
         self.calls: dict[str, list[dict[str, np.ndarray]]] = {}
         self.seen: dict[str, int] = {}
 
     async def infer(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         kept = self.calls.setdefault(model, [])
         self.seen[model] = self.seen.get(model, 0) + 1
-        if len(kept) < self.limit:
+        size = sum(np.asarray(v).nbytes for v in inputs.values())
+        held = sum(_nbytes(call) for call in kept)
+        if len(kept) < self.limit and held + size <= self.budget:
             kept.append({k: np.array(v, copy=True) for k, v in inputs.items()})
+        elif held + size > self.budget and size > (smallest := min(_nbytes(call) for call in kept)):
+            kept[[_nbytes(call) for call in kept].index(smallest)] = {
+                k: np.array(v, copy=True) for k, v in inputs.items()
+            }
         return await self.inner.infer(model, inputs)
 
     async def close(self) -> None:
         await self.inner.close()
+
+
+def _nbytes(call: dict[str, np.ndarray]) -> int:
+    return sum(v.nbytes for v in call.values())
 
 
 def world_seed(repo: Path, manifest: Manifest, default: int = 0) -> int:

@@ -279,3 +279,28 @@ def test_the_command(tiny_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixt
     assert manifest.precision_variants[PRECISION].models == {"butr_init": "butr_init_int8"}
     assert not (repo / "butd_init_int8").exists(), "a run replaces the earlier variants"
     assert cli.main(["quantize", "--repo", str(repo), "--models", "nope"]) == 2
+
+
+def test_recording_keeps_within_its_budget_the_largest_calls() -> None:
+    """Calls of 1, 2, 3 and 1 KB with a 4 KB budget: the first two fit, the third takes the place of the
+    smallest, the last (no larger than any kept) is dropped; every call still reaches the backend."""
+    import asyncio
+
+    import numpy as np
+
+    from export.quantize.common import RecordingBackend
+
+    class Answering:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def infer(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            self.calls += 1
+            return {}
+
+    inner = Answering()
+    recorder = RecordingBackend(inner, limit=10, budget=4096)  # type: ignore[arg-type]
+    for kb in (1, 2, 3, 1):
+        asyncio.run(recorder.infer("m", {"x": np.zeros(kb * 256, dtype=np.float32)}))
+    assert sorted(c["x"].nbytes // 1024 for c in recorder.calls["m"]) == [2, 3]
+    assert inner.calls == 4 and recorder.seen["m"] == 4
