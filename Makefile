@@ -28,11 +28,20 @@ TTOOLS    := $(SVENV)/test-tools
 # put first on PYTHONPATH, it shadows the CPU build's `onnxruntime` module
 ORTGPU    := .ort-gpu
 OSTAMP    := $(ORTGPU)/.installed
+# Optimum's ONNX Runtime model, a peer of `compcap bench --baseline transformers --rounds`: its own venv
+# (it pins transformers 4.57), torch as the project's
+OVENV     := .venv-optimum
+OPSTAMP   := $(OVENV)/.installed
+# the packages of torch's PyPI (CUDA) build that the CPU build installed from requirements-torch.lock needs none of
+OPT_SKIP  := torch triton cuda-bindings cuda-pathfinder cuda-toolkit nvidia-cublas nvidia-cuda-cccl \
+	nvidia-cuda-cupti nvidia-cuda-nvrtc nvidia-cuda-runtime nvidia-cudnn-cu13 nvidia-cufft nvidia-cufile \
+	nvidia-cusolver nvidia-cusparse nvidia-cusparselt-cu13 nvidia-nccl-cu13 nvidia-nvjitlink \
+	nvidia-nvshmem-cu13 nvidia-nvtx
 TRITON_HTTP_PORT    ?= 8000
 TRITON_GRPC_PORT    ?= 8001
 TRITON_METRICS_PORT ?= 8002
 
-.PHONY: seeds docs probesets install serve-venv serve-test-tools triton-venv ort-gpu triton run build models report explain-report test test-unit lint clean locks test-tools gpu-check
+.PHONY: optimum-venv optimum-lock seeds docs probesets install serve-venv serve-test-tools triton-venv ort-gpu triton run build models report explain-report test test-unit lint clean locks test-tools gpu-check
 
 # torch: from local disk where the machine keeps its wheel (no index asked), else PyTorch's CPU index
 $(STAMP): requirements.lock requirements-torch.lock requirements-models.lock pyproject.toml
@@ -91,6 +100,22 @@ $(OSTAMP): requirements-serve-gpu.lock
 
 ort-gpu: $(STAMP) $(OSTAMP)
 
+$(OPSTAMP): requirements-optimum.lock requirements-torch.lock
+	test -x $(OVENV)/bin/python || $(PY) -m venv $(OVENV)
+	$(OVENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-index -r requirements-torch.lock \
+		2>/dev/null || $(OVENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps -r requirements-torch.lock
+	$(OVENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps --require-hashes \
+		--only-binary :all: -r requirements-optimum.lock
+	touch $(OPSTAMP)
+
+optimum-venv: $(OPSTAMP)
+
+# re-resolve requirements-optimum.lock from requirements-optimum.in (hash-pinned; nothing installed)
+optimum-lock: $(STAMP)
+	$(VENV)/bin/uv pip compile requirements-optimum.in --python-version 3.11 \
+		--python-platform x86_64-manylinux_2_28 --only-binary :all: --generate-hashes --no-header \
+		$(foreach p,$(OPT_SKIP),--no-emit-package $(p)) > requirements-optimum.lock
+
 $(TSTAMP): requirements-triton.lock
 	test -x $(TVENV)/bin/python || $(TRITON_PY) -m venv $(TVENV)
 	$(TVENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-triton.lock
@@ -115,7 +140,7 @@ probesets: $(STAMP) $(REPO)/manifest.json
 run: $(STAMP) $(REPO)/manifest.json
 	$(VENV)/bin/compcap serve --repo $(REPO) $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
 
-test: $(STAMP) $(TSTAMP) $(OSTAMP) test-tools
+test: $(STAMP) $(TSTAMP) $(OSTAMP) $(OPSTAMP) test-tools
 	PY=$(VPY) bash scripts/test_tiers.sh
 
 # issue 38's GPU check (scripts/gpu_check.py; docs/gpu.md): on a GPU host with onnxruntime's CUDA build in
@@ -136,7 +161,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy service export loadtests client/compcap_client
 
 clean:
-	rm -rf $(VENV) $(TVENV) $(SVENV) .venv-serve .venv-serve-3* $(ORTGPU) build site docs/reference docs/assets .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(TVENV) $(OVENV) $(SVENV) .venv-serve .venv-serve-3* $(ORTGPU) build site docs/reference docs/assets .pytest_cache .mypy_cache .ruff_cache
 
 ZOO ?= model_zoo
 

@@ -35,7 +35,7 @@ from loadtests.load.cpu import process_tree
 from loadtests.load.http_load import Gateway, closed_loop
 
 console = Console(stderr=True)
-OPTIMUM_PYTHON = Path(".venv-optimum/bin/python")  # ``make optimum-venv``
+OPTIMUM_PYTHON = Path(__file__).resolve().parents[2] / ".venv-optimum" / "bin" / "python"  # make optimum-venv
 COMPCAP = "compcap"
 PER_REQUEST = "transformers per request"
 BATCHED = "generate batched"
@@ -82,7 +82,7 @@ def _offline(
     snapshot: Path,
     clients: Sequence[int],
     seconds: float,
-    size: int,
+    images: Path,
     onnx: Path | None = None,
 ) -> list[dict[str, Any]]:
     """``loadtests.peers.batched`` in a process of its own per client count (batch = clients)."""
@@ -98,7 +98,7 @@ def _offline(
             "--batch",
             str(n),
         ]
-        command += ["--seconds", str(seconds), "--size", str(size)]
+        command += ["--seconds", str(seconds), "--images", str(images)]
         if onnx is not None:
             command += ["--runtime", "optimum", "--onnx", str(onnx)]
         env = {**os.environ, "PYTHONPATH": str(Path.cwd())}
@@ -140,11 +140,12 @@ def peer_rounds(args: Any, plan: Any, env: dict[str, str]) -> dict[str, Any]:
     snapshot = Path(args.snapshot)
     optimum = OPTIMUM_PYTHON.is_file() and not getattr(args, "no_optimum", False)
     rows: list[dict[str, Any]] = []
-    size = plan.manifest.image.height
     with ExitStack() as stack:
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="compcap-peers-")))
+        images = folder / "images.npy"  # the gateway's images, for the offline peers
+        np.save(images, plan.images)
         onnx = None
         if optimum:
-            folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="compcap-optimum-")))
             console.print("[bold]optimum[/]: exporting the snapshot (optimum-cli export onnx)")
             onnx = optimum_export(snapshot, folder / "onnx")
         peer = ["loadtests.peers.transformers_baseline", "--snapshot", str(snapshot)]
@@ -159,9 +160,11 @@ def peer_rounds(args: Any, plan: Any, env: dict[str, str]) -> dict[str, Any]:
                 found += _http_levels(
                     PER_REQUEST, server, plan.pngs, plan.query, args.clients, args.duration, None
                 )
-            found += _offline(BATCHED, sys.executable, snapshot, args.clients, args.duration, size)
+            found += _offline(BATCHED, sys.executable, snapshot, args.clients, args.duration, images)
             if onnx is not None:
-                found += _offline(OPTIMUM, OPTIMUM_PYTHON, snapshot, args.clients, args.duration, size, onnx)
+                found += _offline(
+                    OPTIMUM, OPTIMUM_PYTHON, snapshot, args.clients, args.duration, images, onnx
+                )
             rows += [{**row, "round": round_} for row in found]
     return {"rows": rows, "pairs": paired_peers(rows), "optimum": optimum}
 

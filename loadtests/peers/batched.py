@@ -7,10 +7,11 @@ export onnx --task image-to-text-with-past`` wrote); Optimum pins an older ``tra
 a virtual environment of its own (``make optimum-venv``).
 
 Prints one JSON line: captions/s, the cores the process kept busy (its CPU time over the wall time of the
-timed batches) and its peak memory (``VmHWM``, MB). It imports nothing of CompCap but the bench images,
-so that it runs in any environment with ``numpy`` and ``PIL``.
+timed batches) and its peak memory (``VmHWM``, MB). It imports nothing of CompCap, so that it runs in any
+environment with ``numpy``, ``PIL`` and ``transformers``: its images come from ``--images`` (uint8 [N, H, W,
+3] in a ``.npy`` file: the bench writes the gateway's own).
 
-Run: ``python -m loadtests.peers.batched --snapshot DIR --batch 8 --seconds 20``.
+Run: ``python -m loadtests.peers.batched --snapshot DIR --images images.npy --batch 8 --seconds 20``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loadtests.load.inputs import bench_images
+import numpy as np
 
 
 def peak_rss_mb() -> float:
@@ -42,7 +43,7 @@ def load(snapshot: Path, runtime: str, onnx: Path | None) -> tuple[Any, Any, Any
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    from transformers import AutoImageProcessor, AutoTokenizer
+    from transformers import AutoImageProcessor, PreTrainedTokenizerFast
 
     if runtime == "optimum":
         from optimum.onnxruntime import ORTModelForVision2Seq
@@ -51,11 +52,17 @@ def load(snapshot: Path, runtime: str, onnx: Path | None) -> tuple[Any, Any, Any
             raise SystemExit("--runtime optimum needs --onnx DIR (optimum-cli export onnx's output)")
         model: Any = ORTModelForVision2Seq.from_pretrained(str(onnx), local_files_only=True, use_cache=True)
     else:
-        from loadtests.peers.transformers_baseline import captioner_class
+        import json
 
-        model = captioner_class(snapshot).from_pretrained(str(snapshot), local_files_only=True).eval()
+        import transformers
+
+        kind = json.loads((snapshot / "config.json").read_text(encoding="utf-8")).get("model_type")
+        name = "BlipForConditionalGeneration" if kind == "blip" else "VisionEncoderDecoderModel"
+        model = getattr(transformers, name).from_pretrained(str(snapshot), local_files_only=True).eval()
     processor = AutoImageProcessor.from_pretrained(str(snapshot), local_files_only=True)
-    tokenizer = AutoTokenizer.from_pretrained(str(snapshot), local_files_only=True)
+    # the tokenizer decodes only: read from tokenizer.json itself (a snapshot saved by transformers 5 names
+    # a tokenizer class that Optimum's transformers 4.57 does not have)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(snapshot / "tokenizer.json"))
     return model, processor, tokenizer
 
 
@@ -64,7 +71,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     from PIL import Image
 
     model, processor, tokenizer = load(args.snapshot, args.runtime, args.onnx)
-    pictures = [Image.fromarray(x) for x in bench_images(args.images, args.size, args.size)]
+    pictures = [Image.fromarray(x) for x in np.load(args.images)]
 
     def batch(k: int) -> int:
         chosen = [pictures[(k * args.batch + i) % len(pictures)] for i in range(args.batch)]
@@ -98,8 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=8, help="images per generate() call")
     parser.add_argument("--seconds", type=float, default=20.0, help="at least this long, whole batches")
     parser.add_argument("--beam-size", type=int, default=5)
-    parser.add_argument("--images", type=int, default=64, help="distinct bench images (the bench's)")
-    parser.add_argument("--size", type=int, default=96, help="the bench images' side (the repository's)")
+    parser.add_argument("--images", type=Path, required=True, help="the images: uint8 [N, H, W, 3], .npy")
     args = parser.parse_args(argv)
     print(json.dumps(measure(args)), flush=True)
     return 0

@@ -392,24 +392,26 @@ def test_the_transformers_peer_answers(repo: Path, snapshot: Path) -> None:
 
 def test_the_bench_runs_it_against_its_peers_in_rounds(repo: Path, snapshot: Path, tmp_path: Path) -> None:
     """``compcap bench --baseline transformers --rounds 2``: the gateway, the per-request transformers
-    server and generate() batched offline run in turn at each client count, twice; every round's CompCap
-    figure is paired with that round's peers', and the ratio's range is the rounds' own ratios."""
+    server, generate() batched offline and Optimum's ONNX Runtime model (its environment is ``make
+    test``'s: ``make optimum-venv``) run in turn at each client count, twice; every round's CompCap figure
+    is paired with that round's peers', and the ratio's range is the rounds' own ratios."""
     import json
 
     from loadtests.bench.bench import main as bench_main
-    from loadtests.bench.peer_rounds import BATCHED, COMPCAP, PER_REQUEST
+    from loadtests.bench.peer_rounds import BATCHED, COMPCAP, OPTIMUM, OPTIMUM_PYTHON, PER_REQUEST
 
+    assert OPTIMUM_PYTHON.is_file(), "Optimum's environment: `make optimum-venv` (make test makes it)"
     out = tmp_path / "peers.json"
     argv = ["--repo", str(repo), "--model", NAME, "--baseline", "transformers", "--snapshot", str(snapshot)]
     argv += ["--rounds", "2", "--clients", "2", "--seconds", "1", "--images", "4", "--json", str(out)]
-    assert bench_main([*argv, "--no-optimum"]) == 0
+    assert bench_main(argv) == 0
     result = json.loads(out.read_text(encoding="utf-8"))
     order = [(r["round"], r["setup"], r["clients"]) for r in result["rows"]]
-    setups = (COMPCAP, PER_REQUEST, BATCHED)
-    assert order == [(r, s, 2) for r in (1, 2) for s in setups]  # A B C A B C
+    setups = (COMPCAP, PER_REQUEST, BATCHED, OPTIMUM)
+    assert order == [(r, s, 2) for r in (1, 2) for s in setups]  # A B C D A B C D
     assert all(r["captions_per_s"] > 0 and r["peak_mb"] > 0 and r["cores_used"] > 0 for r in result["rows"])
     pairs = {(p["clients"], p["peer"]): p for p in result["pairs"]}
-    assert set(pairs) == {(2, PER_REQUEST), (2, BATCHED)}
+    assert set(pairs) == {(2, PER_REQUEST), (2, BATCHED), (2, OPTIMUM)}
     for (clients, peer), pair in pairs.items():
         ours = {r["round"]: r for r in result["rows"] if r["setup"] == COMPCAP and r["clients"] == clients}
         theirs = {r["round"]: r for r in result["rows"] if r["setup"] == peer and r["clients"] == clients}
