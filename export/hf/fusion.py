@@ -48,18 +48,34 @@ class FusionTiming:
             return f"{self.graph}: fusions {made}: {self.why}"
         kept = "fused" if self.kept else "unfused"
         return (
-            f"{self.graph}: fusions {made}: {self.unfused_ms:.1f} -> {self.fused_ms:.1f} ms per call "
+            f"{self.graph}: fusions {made}: {self.unfused_ms:.3g} -> {self.fused_ms:.3g} ms per call "
             f"(x{self.unfused_ms / max(self.fused_ms, 1e-9):.2f}), max abs diff {self.diff:.1e}: kept {kept}"
         )
 
 
-def optimize(path: Path, out: Path, model_type: str, heads: int, hidden: int) -> dict[str, int]:
+def optimize(
+    path: Path, out: Path, model_type: str, heads: int, hidden: int, only: str | None = None
+) -> dict[str, int]:
     """``path`` through the transformer optimizer (its fusions only: ``opt_level`` 0 leaves the rest to
-    the session) into ``out``; the operators it fused and how many."""
+    the session) into ``out``; the operators it fused and how many. ``only``: that fusion alone (a
+    ``FusionOptions`` switch, e.g. ``enable_skip_layer_norm``)."""
     from onnxruntime.transformers import optimizer
+    from onnxruntime.transformers.fusion_options import FusionOptions
 
+    options = FusionOptions(model_type)
+    if only is not None:
+        switches = [name for name in vars(options) if name.startswith("enable_")]
+        if only not in switches:
+            raise ValueError(f"only must be one of {switches}, got {only!r}")
+        for name in switches:
+            setattr(options, name, name == only)
     model = optimizer.optimize_model(
-        str(path), model_type=model_type, num_heads=heads, hidden_size=hidden, opt_level=0
+        str(path),
+        model_type=model_type,
+        num_heads=heads,
+        hidden_size=hidden,
+        opt_level=0,
+        optimization_options=options,
     )
     model.save_model_to_file(str(out), use_external_data_format=False)
     return {op: int(n) for op, n in model.get_fused_operator_statistics().items() if n}

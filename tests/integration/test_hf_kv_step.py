@@ -281,3 +281,19 @@ def test_captions_are_those_of_generate(kv_repo: Path, snapshot: Path) -> None:
     total = 20 * sum(s[1] for s in SEARCHES)
     assert_near_ties([d[2:] for d in differences], total)
     print(f"{total - len(differences)} of {total} captions token-identical to generate(): {differences}")
+
+
+def test_the_fusion_breakdown_times_each_fusion(plain_repo: Path) -> None:
+    """``python -m loadtests.steps.fusions``: per graph, the unfused graph, each fusion that changes it
+    alone and all of them, each timed (a fraction of the unfused graph's time)."""
+    import argparse
+
+    from loadtests.steps.fusions import measure
+
+    result = measure(argparse.Namespace(repo=str(plain_repo), model=NAME, repeats=2, json=None))
+    cap = load_manifest(plain_repo).captioner(NAME)
+    assert set(result["graphs"]) == {cap.init, cap.step}
+    for rows in result["graphs"].values():
+        assert {"unfused", "all"} <= set(rows) and rows["unfused"]["of_unfused"] == 1.0
+        assert all(row["ms"] > 0 and row["of_unfused"] > 0 for row in rows.values())
+        assert rows["all"]["fused"]  # the optimizer changed the graph
