@@ -48,9 +48,14 @@ class FusionTiming:
             return f"{self.graph}: fusions {made}: {self.why}"
         kept = "fused" if self.kept else "unfused"
         return (
-            f"{self.graph}: fusions {made}: {self.unfused_ms:.3g} -> {self.fused_ms:.3g} ms per call "
+            f"{self.graph}: fusions {made}: {_ms(self.unfused_ms)} -> {_ms(self.fused_ms)} ms per call "
             f"(x{self.unfused_ms / max(self.fused_ms, 1e-9):.2f}), max abs diff {self.diff:.1e}: kept {kept}"
         )
+
+
+def _ms(ms: float) -> str:
+    """A call's ms: one decimal from 10 ms, three significant digits below."""
+    return f"{ms:.1f}" if ms >= 10 else f"{ms:.3g}"
 
 
 def optimize(
