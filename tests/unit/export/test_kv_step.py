@@ -95,5 +95,5 @@ def test_fusion_forms_are_checked(tmp_path: Path) -> None:
     assert not off.kept and off.summary() == "m: fusions none: not tried (--fuse off)"
     timed = FusionTiming("m", {"SkipLayerNormalization": 4}, 10.0, 8.0, 2e-6, True)
     assert timed.summary() == (
-        "m: fusions SkipLayerNormalization 4: 10 -> 8 ms per call (x1.25), max abs diff 2.0e-06: kept fused"
+        "m: fusions SkipLayerNormalization 4: 10.0 -> 8 ms per call (x1.25), max abs diff 2.0e-06: kept fused"
     )
