@@ -4,6 +4,8 @@ are left out."""
 
 from __future__ import annotations
 
+import pytest
+
 from loadtests.bench.peer_rounds import BATCHED, COMPCAP, PER_REQUEST, paired_peers
 
 
@@ -33,3 +35,17 @@ def test_each_round_is_compared_with_its_own_peers() -> None:
 
 def test_a_client_count_without_compcap_has_no_pair() -> None:
     assert paired_peers([_row(BATCHED, 1, 4, 1.0)]) == []
+
+
+def test_the_kernel_comparison_times_both_runtimes() -> None:
+    """``python -m loadtests.steps.matmul_kernels``: every shape and row count, both runtimes timed, the
+    ratio theirs."""
+    import argparse
+
+    from loadtests.steps.matmul_kernels import ROWS, SHAPES, measure
+
+    rows = measure(argparse.Namespace(repeats=1, json=None))["rows"]
+    assert {(r["shape"], r["rows"]) for r in rows} == {(f"{k}x{n}", m) for k, n in SHAPES for m in ROWS}
+    for r in rows:
+        assert r["onnxruntime_ms"] > 0 and r["torch_ms"] > 0
+        assert r["onnxruntime_over_torch"] == pytest.approx(r["onnxruntime_ms"] / r["torch_ms"], rel=0.01)
