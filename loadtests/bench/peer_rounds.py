@@ -144,10 +144,14 @@ def peer_rounds(args: Any, plan: Any, env: dict[str, str]) -> dict[str, Any]:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="compcap-peers-")))
         images = folder / "images.npy"  # the gateway's images, for the offline peers
         np.save(images, plan.images)
-        onnx = None
+        onnx, optimum_note = None, "" if optimum else "no environment (make optimum-venv) or --no-optimum"
         if optimum:
             console.print("[bold]optimum[/]: exporting the snapshot (optimum-cli export onnx)")
-            onnx = optimum_export(snapshot, folder / "onnx")
+            try:
+                onnx = optimum_export(snapshot, folder / "onnx")
+            except RuntimeError as exc:  # e.g. BLIP: Optimum exports no such architecture
+                optimum_note = f"left out: {exc}"[:500]
+                console.print(f"[yellow]optimum[/]: {optimum_note}")
         peer = ["loadtests.peers.transformers_baseline", "--snapshot", str(snapshot)]
         for round_ in range(1, args.rounds + 1):
             console.print(f"[bold]round {round_} of {args.rounds}[/]")
@@ -166,7 +170,12 @@ def peer_rounds(args: Any, plan: Any, env: dict[str, str]) -> dict[str, Any]:
                     OPTIMUM, OPTIMUM_PYTHON, snapshot, args.clients, args.duration, images, onnx
                 )
             rows += [{**row, "round": round_} for row in found]
-    return {"rows": rows, "pairs": paired_peers(rows), "optimum": optimum}
+    return {
+        "rows": rows,
+        "pairs": paired_peers(rows),
+        "optimum": onnx is not None,
+        "optimum_note": optimum_note,
+    }
 
 
 def _spread(values: Sequence[float], digits: int) -> dict[str, Any]:
