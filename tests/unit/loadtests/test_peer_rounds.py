@@ -4,8 +4,6 @@ are left out."""
 
 from __future__ import annotations
 
-import pytest
-
 from loadtests.bench.peer_rounds import BATCHED, COMPCAP, PER_REQUEST, paired_peers
 
 
@@ -48,4 +46,4 @@ def test_the_kernel_comparison_times_both_runtimes() -> None:
     assert {(r["shape"], r["rows"]) for r in rows} == {(f"{k}x{n}", m) for k, n in SHAPES for m in ROWS}
     for r in rows:
         assert r["onnxruntime_ms"] > 0 and r["torch_ms"] > 0
-        assert r["onnxruntime_over_torch"] == pytest.approx(r["onnxruntime_ms"] / r["torch_ms"], rel=0.01)
+        assert r["onnxruntime_over_torch"] == round(r["onnxruntime_ms"] / r["torch_ms"], 3)
