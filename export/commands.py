@@ -235,10 +235,9 @@ def _import_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["auto", "on", "off"],
         default="auto",
         help="run the encoder and step graphs (ViT + GPT-2, BLIP) through onnxruntime's transformer "
-        "optimizer "
-        "(attention, layer-norm, GELU and bias fusions), check them against the unfused graphs and time "
-        "both: auto keeps the fused graph where it is at least 3%% faster, on wherever it is correct, off "
-        "does not try (default: auto)",
+        "optimizer (attention, layer-norm, GELU and bias fusions), check them against the unfused graphs "
+        "and time both: auto keeps the fused graph where it is at least 3%% faster, on wherever it is "
+        "correct, off does not try (default: auto)",
     )
     parser.add_argument(
         "--no-programs",
