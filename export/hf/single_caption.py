@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
 import statistics
 import time
 from pathlib import Path
 
 import numpy as np
 
-from service.manifest import MANIFEST_NAME, load_manifest
+from service.manifest import load_manifest
 
 SAMPLES = 3
 BEAM_SIZE = 5
@@ -42,16 +41,15 @@ async def _single_caption_ms(repo: Path, name: str) -> float:
 
 def record_single_caption(repo: Path, name: str) -> float:
     """Time captioner ``name`` of ``repo`` (module docstring), write the figure into its manifest entry
-    (one ``os.replace``) and return it (ms)."""
+    (the manifest replaced atomically) and return it (ms)."""
+    from export.probesets.repo import write_manifest
+
     ms = round(asyncio.run(_single_caption_ms(repo, name)), 1)
     manifest = load_manifest(repo)
     captioners = [
         c.model_copy(update={"single_caption_ms": ms}) if c.name == name else c for c in manifest.captioners
     ]
-    updated = manifest.model_copy(update={"captioners": captioners})
-    tmp = repo / f".{MANIFEST_NAME}.tmp"
-    tmp.write_text(updated.model_dump_json(indent=2), encoding="utf-8")
-    os.replace(tmp, repo / MANIFEST_NAME)
+    write_manifest(repo, manifest.model_copy(update={"captioners": captioners}))
     return ms
 
 

@@ -24,7 +24,7 @@ def _cpu(row: dict[str, Any]) -> float | None:
     return cpu.get("server")
 
 
-def _spread(values: Sequence[float], digits: int) -> dict[str, Any]:
+def spread(values: Sequence[float], digits: int) -> dict[str, Any]:
     """Median and [min, max] of per-round figures."""
     return {
         "median": round(float(np.median(values)), digits),
@@ -58,16 +58,16 @@ def paired_split(load: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "api_processes": count,
                 "against": base_count,
                 "rounds": len(pairs),
-                "captions_per_s": _spread([b["captions_per_s"] for _, b in pairs], 1),
-                "against_captions_per_s": _spread([a["captions_per_s"] for a, _ in pairs], 1),
-                "ratio": _spread([b["captions_per_s"] / a["captions_per_s"] for a, b in pairs], 3),
+                "captions_per_s": spread([b["captions_per_s"] for _, b in pairs], 1),
+                "against_captions_per_s": spread([a["captions_per_s"] for a, _ in pairs], 1),
+                "ratio": spread([b["captions_per_s"] / a["captions_per_s"] for a, b in pairs], 3),
             }
             p50 = [b["p50_ms"] - a["p50_ms"] for a, b in pairs if None not in (a["p50_ms"], b["p50_ms"])]
             if p50:
-                entry["p50_ms_added"] = _spread(p50, 2)
+                entry["p50_ms_added"] = spread(p50, 2)
             cpu = [cb - ca for a, b in pairs if (ca := _cpu(a)) is not None and (cb := _cpu(b)) is not None]
             if cpu:
-                entry["cpu_ms_per_caption_added"] = _spread(cpu, 3)
+                entry["cpu_ms_per_caption_added"] = spread(cpu, 3)
             out.append(entry)
     return out
 
@@ -100,4 +100,4 @@ def paired_table(pairs: Sequence[dict[str, Any]]) -> Table:
     return table
 
 
-__all__ = ["paired_split", "paired_table"]
+__all__ = ["paired_split", "paired_table", "spread"]

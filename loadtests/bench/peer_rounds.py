@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from loadtests.bench.paired import spread
 from loadtests.load.cpu import process_tree
 from loadtests.load.http_load import Gateway, closed_loop
 
@@ -178,13 +179,6 @@ def peer_rounds(args: Any, plan: Any, env: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def _spread(values: Sequence[float], digits: int) -> dict[str, Any]:
-    return {
-        "median": round(float(np.median(values)), digits),
-        "range": [round(min(values), digits), round(max(values), digits)],
-    }
-
-
 def paired_peers(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per client count and peer: the rounds in which both CompCap and the peer ran, and over them the
     median (and range) of CompCap's captions/s over the peer's, with each one's median captions/s, cores
@@ -206,11 +200,11 @@ def paired_peers(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "clients": clients,
                 "peer": setup,
                 "rounds": len(rounds),
-                "ratio": _spread(
+                "ratio": spread(
                     [a["captions_per_s"] / b["captions_per_s"] for a, b in zip(mine, peer, strict=True)], 3
                 ),
-                "captions_per_s": _spread([a["captions_per_s"] for a in mine], 3),
-                "peer_captions_per_s": _spread([b["captions_per_s"] for b in peer], 3),
+                "captions_per_s": spread([a["captions_per_s"] for a in mine], 3),
+                "peer_captions_per_s": spread([b["captions_per_s"] for b in peer], 3),
                 "per_round": [
                     {"round": r, "compcap": a["captions_per_s"], "peer": b["captions_per_s"]}
                     for r, a, b in zip(rounds, mine, peer, strict=True)

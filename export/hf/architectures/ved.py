@@ -8,8 +8,9 @@
 - the step (``export.hf.step.CrossAttentionStep`` around its ``decoder``): the contract's step
   (``export.models.step_contract``; prefixes start with the decoder start token, ``state`` [N, 1]
   passed through unchanged); ``attention`` is the last decoder layer's cross-attention from the row's
-  last real token, averaged over its heads (the layer closest to the words, as seed 002 reads its
-  attention maps; every head counts equally because none is singled out as the grounding one).
+  last real token, averaged over its heads (the layer closest to the words, as Cornia et al.'s
+  explanation study reads its attention maps; every head counts equally because none is singled out
+  as the grounding one).
 
 With ``--step cached`` / ``kv`` (or ``auto`` where measured faster) the step is
 ``export.hf.step.ImageCacheStep`` or ``export.hf.kv_step.KeyValueStep`` around the same decoder: the
