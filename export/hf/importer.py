@@ -144,7 +144,7 @@ def _kv_trials(
     out = []
     for k, trial in enumerate(trials):
         rows = trial["tokens"].shape[0]
-        pool, new = (rows + 1, 2) if k % 2 == 0 else (0, 3)
+        pool, new = (rows + 1, 2) if k % 2 == 0 else (3, 0)  # 3, 0: a first call's (the contract's)
         out.append(
             {
                 "memory": trial["memory"],

@@ -3,13 +3,15 @@ the model contract's step, version 3, that runs the decoder on ONE new token per
 self-attention keys and values carried in the contract's ``state``, its cross-attention computed
 against the image's states without projecting them to keys and values at all.
 
-Inputs and outputs: version 3 of ``export.models.step_contract`` (``PooledInputs``: ``state`` the pool
-of the previous call's ``state_out``, ``state_new`` the encoder's initial, zero, states of the images
-new to the call, ``state_index`` each row's), with ``memory`` the encoder's states (unchanged: the
-gradient explanations attribute to it, the domain test reads it), only ``tokens[n, length[n] - 1]``
-read, 1 ≤ ``length`` ≤ ``Tcap``, and ``attention`` the last layer's cross-attention from the new
-position averaged over its heads, as ``CrossAttentionStep``'s. The decoder's blocks, embeddings and
-head are the transformers modules' own (``export.hf.decoder_layers``); the step computes the attention.
+Inputs and outputs: version 3 of ``export.models.step_contract`` (``PooledInputs``: ``state`` the pool of
+the previous call's ``state_out``, ``state_new`` the encoder's initial, zero, states of the images new to
+the call, never read: a new row's length is 1, it sees no slot, so its index is clamped into the pool and
+the pool is never concatenated; ``state_index`` each row's), with ``memory`` the encoder's states
+(unchanged: the gradient explanations attribute to it, the domain test reads it), only ``tokens[n,
+length[n] - 1]`` read, 1 ≤ ``length`` ≤ ``Tcap``, and ``attention`` the last layer's cross-attention from
+the new position averaged over its heads, as ``CrossAttentionStep``'s. The decoder's blocks, embeddings
+and head are the transformers modules' own (``export.hf.decoder_layers``); the step computes the
+attention.
 
 The state: ``S = layers × 2 × heads × Tcap × head_dim`` floats, viewed as [N, layers, 2 (keys, values),
 heads, Tcap, head_dim]; ``Tcap`` is the import's ``max_tokens`` (generate's ``max_length``, the start
@@ -47,6 +49,7 @@ from export.hf.decoder_layers import DecoderLayers, decoder_layers
 from export.hf.step import CrossAttentionStep, ImageCacheStep
 from export.models.step_contract import PooledInputs, StepInputs, StepModule, StepOutputs
 from service.checks import at_least
+from service.engine.state_rows import StateRows, pooled_feed
 
 Tensor = torch.Tensor
 
@@ -192,12 +195,21 @@ class KeyValueStep(StepModule):
         return self.shape.state_dim
 
     def forward(self, *inputs: Tensor) -> StepOutputs:
-        """Contract v3 (``PooledInputs``, module docstring): each row's history read from the pool of
-        ``state`` and ``state_new`` by ``state_index``."""
+        """Contract v3 (``PooledInputs``, module docstring): each row's history read from the pool
+        ``state`` by ``state_index``; ``state_new`` (zeros) is never read."""
         pooled = PooledInputs(*inputs)
-        pool = torch.cat([pooled.state, pooled.state_new], dim=0)
+
+        # a row whose index is past the pool is new: its length is 1, so it sees none of its parent's
+        # slots and may read any pooled row's (the contract's pool has a row whenever a call has rows);
+        # read from ``state`` alone, the pool is never copied into a concatenation with ``state_new``
+        def count(rows: Tensor) -> Tensor:  # a block's rows, as the graph sees them
+            return torch.ones_like(rows[:, 0], dtype=torch.int64).sum()
+
+        # ``state_new``'s count times 0 keeps it an input of the graph: the engine tells v3 by its name
+        last = count(pooled.state) - 1 + 0 * count(pooled.state_new)
+        index = torch.minimum(pooled.state_index, last)
         return self._decode(
-            pooled.memory, pooled.image_index, pooled.tokens, pooled.length, pool, pooled.state_index
+            pooled.memory, pooled.image_index, pooled.tokens, pooled.length, pooled.state, index
         )
 
     def decode_step(self, inputs: StepInputs) -> StepOutputs:
@@ -278,14 +290,15 @@ def decode_parity(
         tokens = np.full((n, t), vocab - 1, dtype=np.int64)
         for k, (_, prefix, _) in enumerate(rows):
             tokens[k, : len(prefix)] = prefix
+        pooled = StateRows(
+            pool, np.zeros((len(joining), width), np.float32), np.array([r for _, _, r in rows], np.int64)
+        )
         feed = {
             "memory": memory_np,
             "image_index": np.array([i for i, _, _ in rows], dtype=np.int64),
             "tokens": tokens,
             "length": np.array([len(p) for _, p, _ in rows], dtype=np.int64),
-            "state": pool,
-            "state_new": np.zeros((len(joining), width), dtype=np.float32),
-            "state_index": np.array([r for _, _, r in rows], dtype=np.int64),
+            **pooled_feed(pooled),
         }
         logprobs, state_out, attention = session.run(["logprobs", "state_out", "attention"], feed)
         with torch.no_grad():

@@ -22,7 +22,11 @@ each row's last real token; ``state_out`` float32 [N, S], the row's state after 
 Version 3 of the step (``PooledInputs``) takes ``state`` as a pool [P, S] (the previous call's
 ``state_out``, as it came out), then ``state_new`` [J, S] (the initial states of the images new to the
 call) and ``state_index`` int64 [N]: row n's state is row ``state_index[n]`` of
-``concat(state, state_new)``; it computes what the step above computes on the gathered rows."""
+``concat(state, state_new)``; it computes what the step above computes on the gathered rows. A call
+with rows has a pool of at least one row: a caller with no previous ``state_out`` passes the new states
+as ``state`` and none in ``state_new`` (the same concatenation, so the same ``state_index``), which lets
+a step whose new rows read nothing of their state (the kv step's) gather from ``state`` alone, without
+copying the pool into a concatenation every call."""
 
 from __future__ import annotations
 

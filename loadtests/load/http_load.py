@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -48,7 +49,8 @@ class Gateway(AbstractContextManager["Gateway"]):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.ready, self.name = ready, " ".join(module)
-        self.log = open(os.devnull, "w")  # noqa: SIM115 - closed in __exit__
+        # its output, kept for the reason a server that exits before it is ready gives
+        self.log = tempfile.TemporaryFile("w+", errors="replace")  # noqa: SIM115 - closed in __exit__
         cmd = [sys.executable, "-m", *module, "--repo", str(repo), "--port", str(self.port)]
         self.process = subprocess.Popen(
             cmd, env={**os.environ, **env}, stdout=self.log, stderr=subprocess.STDOUT, cwd=cwd
@@ -66,14 +68,20 @@ class Gateway(AbstractContextManager["Gateway"]):
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.process.returncode}")
+                raise RuntimeError(f"{self.name} exited with {self.process.returncode}: {self._tail()}")
             try:
                 if httpx.get(f"{self.url}{self.ready}", timeout=1).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
-        raise RuntimeError(f"{self.name} did not become ready in 120 s")
+        raise RuntimeError(f"{self.name} did not become ready in 120 s: {self._tail()}")
+
+    def _tail(self, lines: int = 5) -> str:
+        """The last ``lines`` lines the server printed, joined by " / "."""
+        self.log.flush()
+        self.log.seek(0)
+        return " / ".join(self.log.read().strip().splitlines()[-lines:]) or "(it printed nothing)"
 
     def __exit__(self, *exc: object) -> None:
         self.process.terminate()

@@ -28,7 +28,7 @@ import numpy as np
 
 from service.backends.base import Backend, DeviceArray, infer_outputs
 from service.engine.sparse import RowTopK, row_top_k
-from service.engine.state_rows import StateRows, state_rows
+from service.engine.state_rows import StateRows, pooled_feed, state_rows
 from service.manifest import CaptionerEntry, Manifest, Preprocessing, RankerEntry
 from service.text.subword import SubwordVocabulary
 from service.text.vocabulary import Vocabulary
@@ -216,13 +216,13 @@ class ModelRunner:
             "length": lengths,
         }
         if self._v3[captioner]:
-            rows = state if isinstance(state, StateRows) else state_rows(state)
-            pool = rows.pool
+            feed = pooled_feed(state if isinstance(state, StateRows) else state_rows(state))
+            pool = feed["state"]
             inputs["state"] = (
                 pool if isinstance(pool, DeviceArray) else np.ascontiguousarray(pool, np.float32)
             )
-            inputs["state_new"] = np.ascontiguousarray(rows.new, dtype=np.float32)
-            inputs["state_index"] = np.asarray(rows.index, dtype=np.int64)
+            inputs["state_new"] = np.ascontiguousarray(feed["state_new"], dtype=np.float32)
+            inputs["state_index"] = np.asarray(feed["state_index"], dtype=np.int64)
         else:
             host = state.host() if isinstance(state, StateRows) else state
             inputs["state"] = np.ascontiguousarray(host, dtype=np.float32)

@@ -62,13 +62,21 @@ def state_rows(state: np.ndarray) -> StateRows:
     return StateRows(empty, state, np.arange(state.shape[0], dtype=np.int64))
 
 
+def pooled_feed(rows: StateRows) -> dict[str, Any]:
+    """A v3 step's ``state``, ``state_new`` and ``state_index`` for ``rows``: with no pool (the first
+    call), the new states are passed as the pool and none as new — the same ``concat(state,
+    state_new)``, so the same indices — as the contract asks (``export.models.step_contract``)."""
+    if rows.pool.shape[0] or not rows.new.shape[0]:
+        return {"state": rows.pool, "state_new": rows.new, "state_index": rows.index}
+    return {"state": rows.new, "state_new": rows.new[:0], "state_index": rows.index}
+
+
 def state_feed(state: np.ndarray, gathers: bool) -> dict[str, np.ndarray]:
     """A step's state inputs for rows whose states are ``state`` [N, S] on the host: ``state`` itself
     for a step before v3, else as new states in order (``state``, ``state_new``, ``state_index``)."""
     if not gathers:
         return {"state": state}
-    rows = state_rows(state)
-    return {"state": rows.pool, "state_new": rows.new, "state_index": rows.index}
+    return pooled_feed(state_rows(state))
 
 
-__all__ = ["StateRows", "state_feed", "state_rows"]
+__all__ = ["StateRows", "pooled_feed", "state_feed", "state_rows"]

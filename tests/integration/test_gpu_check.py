@@ -79,9 +79,11 @@ def test_the_emulation_says_so_and_every_stage_ran(emulated: tuple[str, dict[str
     stdout, report = emulated
     assert "EMULATION" in stdout and "measure nothing about a GPU" in stdout
     assert report["emulation"] is True and report["real_size"] is False
+    rows = report["rows"]
+    failed = [f"{r['stage']} {r['check']}: {r['note']}" for r in rows if r["check"] in ("error", "stage")]
     assert {name: s["status"] for name, s in report["stages"].items()} == dict.fromkeys(
         ("parity", "pins", "bench", "real"), "done"
-    )
+    ), failed  # a stage that failed says why in its row's note
     for stage in (
         "1 CPU vs CUDA parity",
         "2 behaviour pins",

@@ -24,6 +24,7 @@ from export.hf.step_choice import choose
 from export.packaging.topk import add_top_k_file
 from service.engine.engine import CaptionEngine
 from service.engine.runner import resize_images
+from service.engine.state_rows import StateRows, pooled_feed
 from service.manifest import Manifest, load_manifest
 from tests.hf_checks import assert_near_ties, generate_differences, refuse_network
 from tests.hf_tiny import vit_gpt2
@@ -147,9 +148,8 @@ def test_the_kv_graph_decodes_as_the_plain_graph(kv_repo: Path, plain_repo: Path
         }
         new = initial[joining]
         assert new.shape == (len(joining), width)
-        got = kv.run(
-            None, {**common, "state": pool, "state_new": new, "state_index": np.array([r for *_, r in rows])}
-        )
+        index = np.array([r for *_, r in rows], dtype=np.int64)
+        got = kv.run(None, {**common, **pooled_feed(StateRows(pool, new, index))})  # as the runner feeds
         want = plain.run(None, {**common, "state": np.zeros((n, 1), dtype=np.float32)})
         for name, a, b in (("logprobs", got[0], want[0]), ("attention", got[2], want[2])):
             diff = float(np.abs(a - b).max())
@@ -182,8 +182,8 @@ def test_its_graph_returns_its_top_k(kv_repo: Path, tmp_path: Path) -> None:
         "image_index": np.array([0, 1, 1], dtype=np.int64),
         "tokens": np.full((3, 1), cap.tokens.bos_id, dtype=np.int64),
         "length": np.ones(3, dtype=np.int64),
-        "state": np.zeros((0, cap.state_dim), dtype=np.float32),
-        "state_new": state,
+        "state": state,  # a first call: the new states as the pool
+        "state_new": np.zeros((0, cap.state_dim), dtype=np.float32),
         "state_index": np.array([0, 1, 1], dtype=np.int64),
         "top_k": np.array([4], dtype=np.int64),
     }

@@ -70,8 +70,8 @@ def test_its_step_is_the_modules_on_the_whole_prefix() -> None:
     with torch.no_grad():
         logprobs, state, attention = step(
             memory, image, first, torch.ones(3, dtype=torch.int64),
-            torch.zeros(0, step.state_dim), torch.zeros(2, step.state_dim), torch.tensor([0, 1, 1]),
-        )  # fmt: skip
+            torch.zeros(2, step.state_dim), torch.zeros(0, step.state_dim), torch.tensor([0, 1, 1]),
+        )  # fmt: skip  # the first call: the new states passed as the pool (the contract's)
         want = plain(memory, image, first, torch.ones(3, dtype=torch.int64), torch.zeros(3, 1))
         assert torch.allclose(logprobs, want[0], atol=1e-5) and torch.allclose(attention, want[2], atol=1e-6)
         parents = torch.tensor([2, 0, 1, 2])  # rows of images 1, 0, 1, 1
