@@ -143,7 +143,7 @@ run: $(STAMP) $(REPO)/manifest.json
 test: $(STAMP) $(TSTAMP) $(OSTAMP) $(OPSTAMP) test-tools
 	PY=$(VPY) bash scripts/test_tiers.sh
 
-# issue 38's GPU check (scripts/gpu_check.py; docs/gpu.md): on a GPU host with onnxruntime's CUDA build in
+# the GPU check (scripts/gpu_check.py; docs/gpu.md): on a GPU host with onnxruntime's CUDA build in
 # .venv, one table and reports/gpu/gpu_check.json; where CUDA cannot be used, one line saying why
 gpu-check: $(STAMP)
 	$(VPY) scripts/gpu_check.py --repo $(REPO)
@@ -171,10 +171,11 @@ models: $(STAMP)
 report: $(STAMP)
 	$(VENV)/bin/compcap report --repo $(ZOO) --out reports --rerank-sweep
 
-# issue 43: group 1's BUTD, BUTR and VSE++ on two more training seeds, evaluated as the report (after it)
+# group 1's BUTD, BUTR and VSE++ on two more training seeds, evaluated as the report (after it)
 seeds: $(STAMP)
 	$(VENV)/bin/compcap seeds --repo $(ZOO) --seeds 1 2 --out reports
 
-# seed 002's grounding study on the zoo (explanations per captioner x method; reports/explanations.md)
+# the grounding study of Cornia et al. (2022) on the zoo (explanations per captioner x method;
+# reports/explanations.md)
 explain-report: $(STAMP)
 	$(VENV)/bin/compcap explain-report --repo $(ZOO) --out reports

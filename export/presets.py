@@ -21,7 +21,8 @@ class Preset:
     hidden_dim: int = 192
     joint_dim: int = 192
     attention_dim: int = 128
-    caption_epochs: int = 6  # the cap: captioners are selected on their split's val BLEU-4 (seed 000 §4-5)
+    # the cap: captioners are selected on their split's val BLEU-4 (Nikolaus et al., 2019, §4-5)
+    caption_epochs: int = 6
     patience: int = 2  # stop after this many epochs without a better val BLEU-4
     val_images: int = 1000  # at most this many val images are decoded after each epoch
     ranker_epochs: int = 5

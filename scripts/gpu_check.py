@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The GPU check of issue 38: on a machine with an NVIDIA GPU, one command checks and prints one table
+"""The GPU check: on a machine with an NVIDIA GPU, one command checks and prints one table
 (each row a figure, its target and pass / fail / skipped with the reason) and writes every figure to a
 JSON file (``reports/gpu/gpu_check.json``; ``--json PATH``):
 

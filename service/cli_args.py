@@ -96,7 +96,7 @@ def port(text: str) -> int:
 
 
 def held_out_groups() -> int:
-    """How many held-out pair groups the concept inventory has (4: the seeds' groups)."""
+    """How many held-out pair groups the concept inventory has (4: the groups of Nikolaus et al., 2019)."""
     from service.text.concepts import load_concepts
 
     return len(load_concepts().pair_groups)

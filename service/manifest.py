@@ -210,7 +210,7 @@ class CaptionerEntry(BaseModel):
     )
     search: Literal["compcap", "transformers"] = Field(
         default="compcap",
-        description="version 2: which beam search it decodes with: CompCap's (the seed papers') or that of "
+        description="version 2: which beam search it decodes with: CompCap's (as in the papers) or that of "
         "transformers' generate() (an imported captioner: its captions are those of its own library)",
     )
     early_stopping: bool = Field(default=False, description="transformers search: its early_stopping")

@@ -23,7 +23,7 @@ from service.manifest import MANIFEST_NAME, Precision, load_manifest
 from service.state.url import DEFAULT_STATE_URL, check_state_url
 from service.url_policy import parse_hosts
 
-MAX_BEAM_SIZE = 100  # re-ranking reads up to 100 candidates (the seeds' BUTR+RR evaluation: B = 100)
+MAX_BEAM_SIZE = 100  # re-ranking reads up to 100 candidates (BUTR+RR in Nikolaus et al., 2019: B = 100)
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -3,7 +3,8 @@
 * ``load_captions(captions_json, karpathy_json=None, instances_json=None)`` reads a COCO captions file
   (``{"images": [{"id", "file_name"}], "annotations": [{"image_id", "caption"}]}``), optionally a
   Karpathy split file (``dataset_coco.json``: ``{"images": [{"cocoid", "split"}]}``) and a COCO
-  instances file, whose annotation count per image is the scene density of seed 001 §4.2.
+  instances file, whose annotation count per image is the scene density of Pantazopoulos et al.
+  (2022, §4.2).
 * ``load_folder(folder)`` reads a folder holding ``captions.json`` — a SceneWorld dataset, whose
   ``scene_graphs.json`` gives exact objects (density = number of objects), or a COCO-like folder with
   optional ``dataset_coco.json`` / ``instances.json`` next to it.

@@ -1,26 +1,26 @@
 """Compositional train/val/test splits of a ``CaptionDataset`` (SceneWorld or COCO).
 
-* ``systematicity`` (seed 000 §3 and the seeds' code; seed 001 §4.1): for held-out group N, an image is
-  held out when at least one of its reference captions mentions one of the group's six pairs. What a
-  caption mentions is the truth where the dataset records it — SceneWorld scene graphs list each
-  caption's pairs (``caption_pairs_truth``, matched by text; no parse, spaCy never loaded) — and
-  otherwise (COCO) the pairs the dependency parse finds *attached* (``AttachmentChecker``, cached).
-  ``info["pairs_source"]`` says which ("scene_graph" | "parser"); the parse misses some mentions ("a red
-  pony eating grass"), which the truth keeps out of training (issue 26). Training images are those none
-  of whose captions mentions a group pair; the same per-caption pairs give ``info["mentions"]`` (the
-  Recall@K buckets). The held-out images are split into ``val`` and ``test`` (half/half by default,
-  seeded). ``test_no_comb`` (seed 001's Test no Comb) has as many images as ``test``, drawn from the
-  non-held-out images in which no pair of the group has both constituents present, and is removed from
-  ``train``. Presence is exact from the scene graph for SceneWorld (some object has the colour / size /
-  action, some object is the noun), and "both words mentioned in some caption" for COCO.
-* ``productivity`` (seed 001 §4.2): ``by="length"`` — the images with the longest mean caption length
-  (tokens) form ``test_rich``; ``by="density"`` — the images with most objects (scene graph objects or
-  COCO instance boxes) form ``test_dense``. From the rest, a random ``test_base`` and ``val`` of the
-  same size; everything else trains.
-* ``substitutivity`` (seed 001 §4.3): a random (or Karpathy) train/val/test split as ``full``, plus
-  ``info["synonyms"]``: the category ↔ fine-grained word pairs of the candidate table
-  (``service.text.synonyms``: seed 001 Table 10 for COCO, the inventory's synonym sets for SceneWorld)
-  of which both words occur at least ``min_count`` (200) times in the training captions.
+* ``systematicity`` (Nikolaus et al., 2019, §3 and the authors' code; Pantazopoulos et al., 2022, §4.1): for
+  held-out group N, an image is held out when at least one of its reference captions mentions one of the
+  group's six pairs. What a caption mentions is the truth where the dataset records it — SceneWorld scene
+  graphs list each caption's pairs (``caption_pairs_truth``, matched by text; no parse, spaCy never loaded) —
+  and otherwise (COCO) the pairs the dependency parse finds *attached* (``AttachmentChecker``, cached).
+  ``info["pairs_source"]`` says which ("scene_graph" | "parser"); the parse misses some mentions ("a red pony
+  eating grass"), which the truth keeps out of training. Training images are those none of whose captions
+  mentions a group pair; the same per-caption pairs give ``info["mentions"]`` (the Recall@K buckets). The
+  held-out images are split into ``val`` and ``test`` (half/half by default, seeded). ``test_no_comb`` (the
+  Test no Comb of Pantazopoulos et al., 2022) has as many images as ``test``, drawn from the non-held-out
+  images in which no pair of the group has both constituents present, and is removed from ``train``. Presence
+  is exact from the scene graph for SceneWorld (some object has the colour / size / action, some object is the
+  noun), and "both words mentioned in some caption" for COCO.
+* ``productivity`` (Pantazopoulos et al., 2022, §4.2): ``by="length"`` — the images with the longest mean
+  caption length (tokens) form ``test_rich``; ``by="density"`` — the images with most objects (scene graph
+  objects or COCO instance boxes) form ``test_dense``. From the rest, a random ``test_base`` and ``val`` of
+  the same size; everything else trains.
+* ``substitutivity`` (Pantazopoulos et al., 2022, §4.3): a random (or Karpathy) train/val/test split as
+  ``full``, plus ``info["synonyms"]``: the category ↔ fine-grained word pairs of the candidate table
+  (``service.text.synonyms``: Pantazopoulos et al., 2022, Table 10 for COCO, the inventory's synonym sets for
+  SceneWorld) of which both words occur at least ``min_count`` (200) times in the training captions.
 * ``full``: nothing held out; the Karpathy split when the dataset has one, else random.
 
 Every split is deterministic given the dataset, kind, group, options and ``seed``.

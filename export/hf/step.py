@@ -3,7 +3,7 @@ encoder–decoder captioner whose text decoder cross-attends to the image (ViT +
 BLIP's ``text_decoder``): the decoder runs on each row's prefix with its image's states (every image
 position visible, as generate()'s all-ones mask), the next-token log-probs are read after the row's
 last real token, and ``attention`` is the last layer's cross-attention from that position averaged over
-its heads (the layer closest to the words, as seed 002 reads attention; no head singled out).
+its heads (the layer closest to the words, as Cornia et al. (2022) read attention; no head singled out).
 
 ``ImageCacheStep`` computes the same outputs with the cross-attention keys and values projected once
 per image of the call instead of once per row: a one-token pass of the decoder over the ``I`` images

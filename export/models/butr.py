@@ -1,4 +1,4 @@
-"""BUTR (seed 000 §5): a language-encoding LSTM, top-down attention over the embedded regions, a
+"""BUTR (Nikolaus et al., 2019, §5): a language-encoding LSTM, top-down attention over the embedded regions, a
 language-generation LSTM, and a ranking head sharing the language encoder. BUTD is the same model
 trained with the ranking loss off.
 
@@ -120,10 +120,11 @@ def not_negatives(image_ids: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor
 def ranking_loss(
     images: torch.Tensor, texts: torch.Tensor, excluded: torch.Tensor, margin: float, hardest: float = 1.0
 ) -> torch.Tensor:
-    """VSE++ hinge loss (seed 000 eq. 14). images, texts [B, J] L2-normalised; excluded [B, B] bool marks
-    pairs that are not negatives (``not_negatives``). ``hardest`` in [0, 1] weighs the hardest negative per
-    row (VSE++, 1.0) against the mean violation (VSE0, 0.0); VSE0 first and a share of it afterwards keep
-    max-violation training from collapsing to equal scores when many captions fit many images."""
+    """VSE++ hinge loss (Nikolaus et al., 2019, eq. 14). images, texts [B, J] L2-normalised; excluded [B, B]
+    bool marks pairs that are not negatives (``not_negatives``). ``hardest`` in [0, 1] weighs the hardest
+    negative per row (VSE++, 1.0) against the mean violation (VSE0, 0.0); VSE0 first and a share of it
+    afterwards keep max-violation training from collapsing to equal scores when many captions fit many
+    images."""
     scores = images @ texts.t()  # [B, B]
     positive = scores.diag().unsqueeze(1)
     cost_text = (margin + scores - positive).clamp(min=0).masked_fill(excluded, 0)

@@ -1,5 +1,6 @@
-"""Show, Attend and Tell (seed 000 §4.1): one LSTM with soft attention over the regions, a gating scalar
-on the context, and an initial state from the mean region. State carried by the step: [h, c] → S = 2L.
+"""Show, Attend and Tell (Nikolaus et al., 2019, §4.1): one LSTM with soft attention over the regions, a
+gating scalar on the context, and an initial state from the mean region. State carried by the step:
+[h, c] → S = 2L.
 Shapes: B batch, R regions, D region dim, A attention dim, L hidden, T tokens, V vocabulary."""
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""Fully-attentive captioners (seed 002 §3.3–3.4): a 3-layer Transformer encoder over the regions and a
-3-layer decoder; the M2 variant adds learnable memory slots to the encoder's self-attention keys/values
-(eq. 7) and a meshed decoder whose cross-attention reads every encoder layer through sigmoid gates
-(eqs. 8–9).
+"""Fully-attentive captioners (Cornia et al., 2022, §3.3–3.4): a 3-layer Transformer encoder over the regions
+and a 3-layer decoder; the M2 variant adds learnable memory slots to the encoder's self-attention keys/values
+(eq. 7) and a meshed decoder whose cross-attention reads every encoder layer through sigmoid gates (eqs. 8–9).
 
 Contract (docs/architecture.md): ``init`` gives memory [B, M, d] — the last encoder layer
 (Transformer, M = R) or all

@@ -1,6 +1,6 @@
 """The shared visual encoder: a small CNN over a uint8 image giving grid region features, trained with
 per-cell auxiliary supervision from SceneWorld's scene graphs (noun, colour, size, action) — the
-stand-in for seed 000's bottom-up region features."""
+stand-in for the bottom-up region features of Nikolaus et al. (2019)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""``make models``: the model zoo of seeds 000/001/002 in one Triton repository. BUTD and BUTR for each of
-the 4 held-out groups, SAT, Transformer and M2 for group 1, a FULL BUTD (nothing held out) and a VSE++
+"""``make models``: the model zoo of Nikolaus et al. (2019), Pantazopoulos et al. (2022) and Cornia et al.
+(2022) in one Triton repository. BUTD and BUTR for each of the 4 held-out groups, SAT, Transformer and M2
+for group 1, a FULL BUTD (nothing held out) and a VSE++
 per group (``vsepp_g<group>``: the separately trained ranker that re-ranks BUTD's beams in the report's
 control rows, trained on its group's split like the captioners) — all on one frozen visual encoder (the
 stand-in for bottom-up features, trained on scene graphs, not captions). Every captioner is selected on

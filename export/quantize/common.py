@@ -35,8 +35,8 @@ console = Console(stderr=True)
 @dataclass(frozen=True)
 class Thresholds:
     """The gate: CIDEr-D within ``cider_d_rel_change`` relative, top-1 identical on >= ``top1_agreement``
-    of images, the systematicity mean Recall@5 within ``recall5_points``. The defaults are INT8's (issue
-    31: 2%, 90%, 1 point); each precision has its own (``export.quantize.precisions``: FP16 1%, 95%, 1)."""
+    of images, the systematicity mean Recall@5 within ``recall5_points``. The defaults are INT8's (2%,
+    90%, 1 point); each precision has its own (``export.quantize.precisions``: FP16 1%, 95%, 1)."""
 
     cider_d_rel_change: float = 0.02
     top1_agreement: float = 0.90

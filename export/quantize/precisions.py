@@ -4,12 +4,12 @@ other step (calibration, timing, the gate, the manifest) is the same for all of 
 
 - ``int8`` (the default): a CPU precision. INT8 kernels pay where the CPU has them (VNNI), so a variant
   not faster than its FP32 model on this CPU is dropped. Gate: CIDEr-D within 2% relative, top-1
-  agreement >= 90%, systematicity Recall@5 within 1 point (issue 31).
+  agreement >= 90%, systematicity Recall@5 within 1 point.
 - ``fp16``: a GPU precision (tensor cores). ``convert_float_to_float16`` with FP32 inputs and outputs;
   on a CPU it is no faster than FP32, often slower (onnxruntime casts around the CPU kernels that have
   no FP16 version; 0.82-1.06x on the default repository), so its CPU timing is recorded with the
   device but drops nothing: it says nothing about a GPU. Gate: CIDEr-D within 1% relative, top-1
-  agreement >= 95%, Recall@5 within 1 point (issue 38). Sessions on the CPU provider load it at
+  agreement >= 95%, Recall@5 within 1 point. Sessions on the CPU provider load it at
   ``ORT_ENABLE_EXTENDED``: onnxruntime 1.31's CPU provider crashes (SIGSEGV) creating an FP16 LSTM step
   at ``ORT_ENABLE_ALL``.
 - ``tf32``: FP32 models whose matrix products the CUDA provider may compute in TF32 (its default, off

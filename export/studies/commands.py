@@ -416,17 +416,18 @@ COMMANDS: CommandTable = {
     ),
     "report": Command("evaluate the zoo and write reports/reproduction.md", _report_arguments, _report),
     "substitutivity": Command(
-        "seed 001 substitutivity test: O vs S captions under synonym substitution",
+        "substitutivity test (Pantazopoulos et al., 2022): O vs S captions under synonym substitution",
         _substitutivity_arguments,
         _substitutivity,
     ),
     "productivity": Command(
-        "seed 001 productivity test: BUTD trained without the long/dense tail",
+        "productivity test (Pantazopoulos et al., 2022): BUTD trained without the long/dense tail",
         _productivity_arguments,
         _productivity,
     ),
     "explain-report": Command(
-        "seed 002 grounding study: GroundingScore(δ), pointing game, NW, coverage per captioner × method",
+        "grounding study (Cornia et al., 2022): GroundingScore(δ), pointing game, NW, "
+        "coverage per captioner × method",
         _explain_arguments,
         _explain,
     ),
@@ -436,17 +437,18 @@ COMMANDS: CommandTable = {
         _render,
     ),
     "counterfactual": Command(
-        "issue 41 counterfactual minimal pairs: held-out vs seen hit rates and miss classes, with intervals",
+        "counterfactual minimal pairs: held-out vs seen hit rates and miss classes, with intervals",
         _counterfactual_arguments,
         _counterfactual,
     ),
     "seeds": Command(
-        "issue 43: one group's BUTD, BUTR, VSE++ on more training seeds; the control rows' paired tests",
+        "one group's BUTD, BUTR, VSE++ on more training seeds; the control rows' paired tests",
         _seeds_arguments,
         _seeds,
     ),
     "mad": Command(
-        "seed 003 maximum-discrepancy comparison: NGSM-selected pairwise sets, dominance/Perron ranking",
+        "maximum-discrepancy comparison (Wan et al., 2022): NGSM-selected pairwise sets, "
+        "dominance/Perron ranking",
         _mad_arguments,
         _mad,
     ),

@@ -153,7 +153,7 @@ def _diff(test: dict[str, Any] | None) -> str:
 
 def markdown(report: dict[str, Any]) -> str:
     lines = [
-        "# Counterfactual minimal pairs (issue 41)",
+        "# Counterfactual minimal pairs",
         "",
         f"Repository `{report['repo']}`, probe set `{report['probe_set']}` (SceneWorld probe world seed "
         f"{report['world_seed']}): for each held-out pair of `{report['held_out_of']}`, minimal pairs of a "

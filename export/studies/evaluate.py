@@ -7,7 +7,7 @@ by it: the captioner's own ranker (``captioner.ranker``, e.g. BUTR+RR), or ``vse
 captioner has none and the repository has one. Each run decodes the split's evaluation images with
 beam search, ``n_best = beam_size`` captions per image in final order (ranker order when re-ranked):
 
-- Recall@1..5 of the split's held-out pairs (seed 000 Eq. 1) on the top-K captions, with the
+- Recall@1..5 of the split's held-out pairs (Nikolaus et al., 2019, Eq. 1) on the top-K captions, with the
   "at least b references" buckets and the Table 3 categories (``service.evaluation.recall``) —
   only for splits that hold pairs out (systematicity); otherwise the recall fields are ``null``;
 - BLEU-1/4, METEOR, ROUGE-L, CIDEr-D of the top-1 caption (``service.evaluation.metrics``), CIDEr-D
@@ -163,7 +163,7 @@ def evaluate(
     ``captioners`` restricts the runs to those captioners (default: all); ``runs`` gives the (captioner,
     ranker or None) runs instead, any ranker with any captioner (e.g. BUTD re-ranked by VSE++, the
     report's control); ``meteor=False`` skips METEOR
-    (a Java start per run). Re-ranked runs re-rank ``rerank_beam_size`` beams (100, as the seeds' own
+    (a Java start per run). Re-ranked runs re-rank ``rerank_beam_size`` beams (100, as the authors' own
     BUTR+RR evaluation) by ranker cosine + ``rerank_weight`` × normalised log-prob (0: the ranker alone).
 
     ``url``: decode over HTTP on the gateway there instead of in process from ``repo`` (which is then
@@ -326,7 +326,7 @@ def run_evaluate_cli(
 ) -> int:
     """``compcap evaluate (--repo DIR | --url URL) --data DIR --split KIND [--group N] --json OUT``: evaluate
     and print a summary table (recall R@1, R@5 as fractions in [0, 1], as the API reports it; the caption
-    metrics ×100 as in seed 000's tables, CIDEr-D ×100). Returns the exit code."""
+    metrics ×100 as in the tables of Nikolaus et al., 2019, CIDEr-D ×100). Returns the exit code."""
     from compcap_client import CompCapError
 
     try:

@@ -1,5 +1,6 @@
-"""Rendering of the grounding study (``export.studies.explanations``): ``explanations.md`` with seed 002's
-table shapes and which of its claims hold here, and ``explain_examples.png`` (per-word heat maps)."""
+"""Rendering of the grounding study (``export.studies.explanations``): ``explanations.md`` with the table
+shapes of Cornia et al. (2022) and which of their claims hold here, and ``explain_examples.png``
+(per-word heat maps)."""
 
 from __future__ import annotations
 
@@ -96,7 +97,8 @@ def background_caveat(report: dict[str, Any]) -> list[str]:
 
 
 def claims(report: dict[str, Any]) -> list[str]:
-    """Seed 002's claims, each checked on these figures: holds / does not hold, with the numbers."""
+    """The claims of Cornia et al. (2022), each checked on these figures: holds / does not hold, with the
+    numbers."""
     caps = report["captioners"]
     out = []
     have = [m for m in GRADIENTS if all(m in c["methods"] for c in caps.values())]
@@ -148,7 +150,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     caps = report["captioners"]
     methods = list(next(iter(caps.values()))["methods"]) if caps else []
     lines = [
-        "# Explanations: grounding on SceneWorld (seed 002 §4–5)",
+        "# Explanations: grounding on SceneWorld (Cornia et al., 2022, §4–5)",
         "",
         f"{report['images']} held-out SceneWorld images of `{report['data']}` (none used in training), "
         "each captioner's own beam-search caption explained word by word through the served path "
@@ -266,7 +268,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         " In brackets: the 95% bootstrap interval over nouns (which caption a noun came from is not "
         "stored, so nouns are resampled as independent units)."
     )
-    lines += ["", "## Seed 002's claims, here", "", *claims(report), *background_caveat(report), ""]
+    claimed = [*claims(report), *background_caveat(report)]
+    lines += ["", "## The claims of Cornia et al. (2022), here", "", *claimed, ""]
     lines += ["![per-word heat maps](explain_examples.png)", ""]
     return "\n".join(lines)
 

@@ -1,10 +1,11 @@
-"""Seed 002's grounding study on SceneWorld (``compcap explain-report``): on N held-out images with
-exact scene graphs, every captioner explains its own caption with every method through the served
+"""The grounding study of Cornia et al. (2022) on SceneWorld (``compcap explain-report``): on N held-out
+images with exact scene graphs, every captioner explains its own caption with every method through the served
 path (``service.explain.ExplainService`` on a ``CaptionEngine``), and the study reports
 
-- GroundingScore(δ), δ ∈ {0, 1, 3, 5, ∞}, per captioner × method (seed 002 Table 3's shape);
+- GroundingScore(δ), δ ∈ {0, 1, 3, 5, ∞}, per captioner × method (the shape of Cornia et al., 2022, Table 3);
 - caption quality with noun alignment (Needleman–Wunsch against each reference, averaged) and soft
-  coverage of the scene graph's object classes (seed 002 Table 1's shape; METEOR left out: Java);
+  coverage of the scene graph's object classes (the shape of Cornia et al., 2022, Table 1; METEOR left out:
+  Java);
 - the pointing game: a noun's argmax cell centre inside a box of the object it names, against the chance
   that a random cell's centre is (computed exactly per noun, not sampled);
 - integrated gradients' completeness (mean |δ_conv| / |S_w(x) − S_w(0)|) at ``n_steps`` and at 20;
@@ -100,7 +101,8 @@ def _relative(ig: dict[str, Any]) -> list[float]:
 def quality(
     captions: dict[int, str], references: dict[int, list[str]], scenes: dict[int, dict[str, Any]]
 ) -> dict[str, Any]:
-    """Seed 002 Table 1's columns (BLEU-1/4, ROUGE-L, CIDEr-D; NW; coverage) on these images."""
+    """The columns of Cornia et al. (2022), Table 1 (BLEU-1/4, ROUGE-L, CIDEr-D; NW; coverage) on these
+    images."""
     lex = default_lexicon()
     metrics = caption_metrics({i: references[i] for i in captions}, captions, meteor=False)
     nw, cov = [], []

@@ -1,4 +1,5 @@
-"""Seed 001 §4.2 productivity test: a captioner trained without the long (or dense) tail, evaluated on it.
+"""The productivity test of Pantazopoulos et al. (2022, §4.2): a captioner trained without the long (or dense)
+tail, evaluated on it.
 
 The productivity split of the training world (``export.data.splits``, ``by="length"``: the 10% of images
 with the longest mean reference caption form ``test_rich``; ``by="density"``: the 10% with most objects
@@ -12,8 +13,8 @@ The same kind of split of the evaluation world (a world seed never used in train
 sets: its tail (Test Rich / Test High Density) and its Test Base. That captioner and the zoo's FULL BUTD
 (trained on the training world's "full" split, tail included: the upper reference) decode both sets
 through the served engine (``export.studies.evaluate.evaluate``, beam 5, no re-ranking). The table
-follows seed 001 Tables 3 and 5 (B1, B4, M, R, C; BERTScore is not computed) with the generated mean
-length of its Table 4 (ASL) and the references' mean length beside it.
+follows Pantazopoulos et al. (2022), Tables 3 and 5 (B1, B4, M, R, C; BERTScore is not computed) with the
+generated mean length of its Table 4 (ASL) and the references' mean length beside it.
 
 ``compcap productivity --train-data <training world> --eval-data <eval world> --by length --out reports``
 """
@@ -294,7 +295,8 @@ def _cell(value: float | None, scale: float) -> str:
 
 
 def table(r: dict[str, Any]) -> list[str]:
-    """The markdown table: one row per model × set (tail first, as in seed 001 Tables 3 and 5)."""
+    """The markdown table: one row per model × set (tail first, as in Pantazopoulos et al., 2022, Tables 3
+    and 5)."""
     lines = [
         "| model | set | images | " + " | ".join(label for _, label, _ in COLUMNS) + " |",
         "|---|---|---|" + "---|" * len(COLUMNS),
@@ -365,8 +367,8 @@ def markdown(r: dict[str, Any]) -> str:
     score = r["score"]
     ms_train, ms_eval = r["train_split_mean_score"], r["eval_split_mean_score"]
     lines = [
-        f"# Productivity by {r['by']} (seed 001 §4.2, Table {3 if r['by'] == 'length' else 5} shape) "
-        "on SceneWorld",
+        f"# Productivity by {r['by']} (Pantazopoulos et al., 2022, §4.2, "
+        f"Table {3 if r['by'] == 'length' else 5} shape) on SceneWorld",
         "",
         f"Split of the training world `{r['train_data']}` by {score}: {r['tail']} = the top 10% "
         f"(≥ {r['threshold']['train']}), mean {ms_train[r['tail']]} vs {ms_train['train']} in train; "
@@ -382,7 +384,7 @@ def markdown(r: dict[str, Any]) -> str:
         "Beam 5, no re-ranking, scores ×100; CIDEr-D document frequencies from the evaluation split's "
         "train references; ASL = mean generated length, ref. ASL = mean reference length. "
         + ("" if r["meteor"] else "METEOR was not computed (--no-meteor). ")
-        + "BERTScore (seed's BS column) is not computed.",
+        + "BERTScore (the paper's BS column) is not computed.",
         "",
         *table(r),
         "",

@@ -9,7 +9,7 @@ the plain beam-5 baseline captioner (BUTD) on the same images.
 
 ``choose_weight`` picks the weight on a development world (the training world's held-out halves, which
 no captioner trained or was selected on): the highest Recall@5 among the weights whose in-distribution
-CIDEr-D stays within ``tolerance`` of the baseline's — the quality bound of the issue — else the weight
+CIDEr-D stays within ``tolerance`` of the baseline's — the quality bound — else the weight
 with the best CIDEr-D."""
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ def run_options(
 ) -> dict[str, Any]:
     """The decoding options of one run, the same in process and over HTTP: top ``beam_size`` captions
     per image in final order. A re-ranked run decodes ``rerank_beam_size`` beams and re-ranks all of
-    them (seed 000 §5.4: B candidates, then the ranker's top K; the engine does this for
+    them (Nikolaus et al., 2019, §5.4: B candidates, then the ranker's top K; the engine does this for
     ``n_best < beam_size``), so that re-ranking can change which K captions Recall@K sees."""
     return {
         "beam_size": rerank_beam_size if ranker else beam_size,

@@ -1,5 +1,5 @@
 """The ``ranker_guided`` decoding hook on the default repository: tuned on a development world, reported
-on the test world (issue 41, point 3).
+on the test world.
 
 Worlds (as ``rerank_select``): the **development** world is the training world's held-out halves of the
 systematicity split the default captioner was trained on (its ``test`` — Test Comb — and
@@ -364,7 +364,7 @@ def render(state: Mapping[str, Any]) -> str:
     lines = [
         "# Search hook: decoding toward what the ranker would choose (`ranker_guided`)",
         "",
-        "Issue 41, point 3. The default repository's BUTR (trained on split systematicity/1) decodes with",
+        "The default repository's BUTR (trained on split systematicity/1) decodes with",
         "the `ranker_guided` hook: every `every` words each beam's `pool` most likely next words are",
         "re-scored by log-prob + λ × its ranking head's cosine between the partial caption and the image,",
         "so that the search keeps the beams the ranker favours instead of only re-ranking what a",
@@ -500,7 +500,7 @@ def render(state: Mapping[str, Any]) -> str:
             "  has to pick.",
             f"- Cost: {g['seconds']:.0f} s against {rr['seconds']:.0f} s for BUTR+RR on the same images and",
             "  cores — the ranker's text model embeds beam × (pool + 1) partial captions every second step.",
-            "- The issue's targets were derived from the zoo's mean over four groups (BUTR+RR 11.9, FULL",
+            "- The targets were derived from the zoo's mean over four groups (BUTR+RR 11.9, FULL",
             "  19.8); on the default repository's own group 1 BUTR+RR is at the figure above, and this",
             "  repository has no FULL captioner to measure the gap against.",
         ]

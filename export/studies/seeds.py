@@ -1,4 +1,4 @@
-"""``compcap seeds`` (issue 43): does the reproduction's answer to "re-ranking or joint training?" survive
+"""``compcap seeds``: does the reproduction's answer to "re-ranking or joint training?" survive
 other training seeds? One held-out group's BUTD, BUTR and VSE++ are retrained on more training seeds —
 the same training world, split and frozen visual encoder as the zoo (``build_zoo(train_seed=...)``: only
 initialisation and batch order change) — and each seed's models are evaluated exactly as the

@@ -1,16 +1,17 @@
-"""Seed 001 §4.3 substitutivity test: captions with and without synonym substitution during beam search.
+"""The substitutivity test of Pantazopoulos et al. (2022, §4.3): captions with and without synonym
+substitution during beam search.
 
-A captioner trained on the full split decodes the evaluation world's images (O; a world seed never
-used in training, so every image is a test image). Following the
-seed: the candidate pairs (category, fine-grained word) are kept when both words occur at least
-``min_train`` (200) times in the captioner's training captions; images are kept whose O caption
-contains a fine-grained word (S1) that occurs at least ``min_generated`` (10) times in the O captions.
-Those images are decoded again with the ``synonym_substitution`` hook (S: whenever a hypothesis' most
-likely next word is in S1, its category word from S2 gets probability 1); O is the plain decode (the
-same search without the hook, an ordinary request). Scores (seed 001 Table 6): O vs GT, S vs GT,
-O vs S (O as the reference), and Ot vs St, the sub-captions after the first S1 word of O and after
-the word that replaced it in S (``service.probes.scoring.substitutivity.substituted_tails``). High O-vs-S and
-Ot-vs-St overlap means the model goes on describing the image the same way after the substitution.
+A captioner trained on the full split decodes the evaluation world's images (O; a world seed never used in
+training, so every image is a test image). Following Pantazopoulos et al. (2022): the candidate pairs
+(category, fine-grained word) are kept when both words occur at least ``min_train`` (200) times in the
+captioner's training captions; images are kept whose O caption contains a fine-grained word (S1) that occurs
+at least ``min_generated`` (10) times in the O captions. Those images are decoded again with the
+``synonym_substitution`` hook (S: whenever a hypothesis' most likely next word is in S1, its category word
+from S2 gets probability 1); O is the plain decode (the same search without the hook, an ordinary request).
+Scores (Pantazopoulos et al., 2022, Table 6): O vs GT, S vs GT, O vs S (O as the reference), and Ot vs St, the
+sub-captions after the first S1 word of O and after the word that replaced it in S
+(``service.probes.scoring.substitutivity.substituted_tails``). High O-vs-S and Ot-vs-St overlap means the
+model goes on describing the image the same way after the substitution.
 
 ``compcap substitutivity --repo model_zoo --data <eval world> --train <training world> --out reports``
 """
@@ -210,7 +211,7 @@ def run_substitutivity(
 def markdown(r: dict[str, Any]) -> str:
     words = ", ".join(f"{w} ({n})" for w, n in r["substituted_words"].items()) or "none"
     lines = [
-        "# Substitutivity (seed 001 §4.3, Table 6 shape) on SceneWorld",
+        "# Substitutivity (Pantazopoulos et al., 2022, §4.3, Table 6 shape) on SceneWorld",
         "",
         f"Captioner `{r['captioner']}` (trained on `{r['trained_on']}`), beam 5, no re-ranking, on the "
         f"first {r['eval_images']} images of `{r['eval_data']}` (a world seed never used in training). "

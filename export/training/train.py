@@ -1,10 +1,11 @@
 """Training loops (torch, CPU): the visual encoder with per-cell auxiliary labels, BUTR/BUTD with GradNorm
-loss weighting (seed 000 §5.3), and the VSE++ ranker. Each loop shows a tqdm progress bar.
+loss weighting (Nikolaus et al., 2019, §5.3), and the VSE++ ranker. Each loop shows a tqdm progress bar.
 
-Captioners are selected on their split's validation set as in seed 000 §4–5 ("trained on D_train until
-it converges, as measured on the D_val validation split (BLEU)"): after every epoch the val images are
-decoded greedily and scored by corpus BLEU-4 against their references; the weights of the best epoch
-are kept, and training stops after ``preset.patience`` epochs without improvement or at the epoch cap."""
+Captioners are selected on their split's validation set as in Nikolaus et al. (2019, §4–5) ("trained on
+D_train until it converges, as measured on the D_val validation split (BLEU)"): after every epoch the val
+images are decoded greedily and scored by corpus BLEU-4 against their references; the weights of the best
+epoch are kept, and training stops after ``preset.patience`` epochs without improvement or at the epoch
+cap."""
 
 from __future__ import annotations
 

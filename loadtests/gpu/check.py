@@ -9,7 +9,7 @@ its own with a time budget, one table of figures, targets and verdicts, and a JS
 3. ``bench``: a ``<cap>_step`` call at 16 / 160 / 640 rows on CUDA as served (the image memory
    resident), with host arrays and with nothing copied (``loadtests/steps/breakdown.py``), and on the
    CPU; ``compcap bench`` at 1, 32 and 128 clients with ``COMPCAP_DEVICE=cuda`` and ``cpu``; then 8 API
-   processes and one engine core on CUDA at 256 clients (``--api-processes``; issue 39's 3 500 captions/s);
+   processes and one engine core on CUDA at 256 clients (``--api-processes``; target 3 500 captions/s);
    the same split against one process on the null backend (the gateway's own ceiling on this host's cores).
 4. ``real``: a random-weight ViT-base + GPT-2 of nlpconnect/vit-gpt2-image-captioning's size imported
    with ``compcap import hf``, gated at fp16, benched at 32 clients against the transformers
@@ -60,8 +60,8 @@ STEP_ROWS = (16, 160, 640)
 # <cap>_step at 640 rows on CUDA: 1.15 ms on an H200; the target asks for 1.5x less
 STEP_640_TARGET_MS = 1.15 / 1.5
 PEER_MULTIPLE_TARGET = 10.0  # captions/s at 32 clients over the transformers per-request peer's
-SPLIT_TARGET = 3500.0  # captions/s at 256 clients, one engine core on the GPU (issue 39)
-SPLIT_NULL_TARGET = 1.3  # null backend: API processes and a core against one process (issue 39)
+SPLIT_TARGET = 3500.0  # captions/s at 256 clients, one engine core on the GPU
+SPLIT_NULL_TARGET = 1.3  # null backend: API processes and a core against one process
 H200_BATCHED_GENERATE = 454.0  # transformers' generate at batch 128, FP16, captions/s on an H200
 IMPORTED = "vitgpt2"
 EMULATION_NOTE = (
@@ -85,7 +85,7 @@ class Profile:
     max_rows: int
     clients: tuple[int, ...]
     real_clients: tuple[int, ...]
-    split_clients: int  # compcap bench with --api-processes (issue 39's target: 3 500 captions/s at 256)
+    split_clients: int  # compcap bench with --api-processes (target: 3 500 captions/s at 256)
     api_processes: int
     eval_images: int  # the fp16 gate of the imported model
     calibration_images: int
@@ -534,7 +534,7 @@ def stage_bench(s: Stage) -> None:
 
 def null_split(s: Stage, repo: Path) -> None:
     """The gateway's own ceiling on this host's cores (null backend: no device work): ``api_processes``
-    HTTP processes and an engine core against one process, in paired rounds (issue 39's 1.3× target, set
+    HTTP processes and an engine core against one process, in paired rounds (the 1.3× target, set
     on 2 cores where the load generator shares them, measured where cores are plenty)."""
     n, clients = s.profile.api_processes, s.profile.split_clients
     result = run_bench(

@@ -4,7 +4,7 @@
 on a free port, then alternates phases A (``clients`` closed-loop caption clients alone) and B (the
 same clients while a systematicity probe job runs), ``rounds`` times each (A B A B …, so that drift
 of a shared machine hits both alike). It prints the users' p50/p99 and captions/s per phase, the
-ratio of the B and A p50 medians (the issue's target: ≤ 1.25), and the probe's images/s during B
+ratio of the B and A p50 medians (the target: ≤ 1.25), and the probe's images/s during B
 (from the job's progress), and writes them as JSON with ``--json``."""
 
 from __future__ import annotations

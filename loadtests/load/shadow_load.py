@@ -4,7 +4,7 @@
 free ports — A without a shadow, B with ``COMPCAP_SHADOW_MODEL`` and ``COMPCAP_SHADOW_RATE=1`` — and
 alternates closed-loop phases on them (A B A B …, so drift of a shared machine hits both alike; the
 idle gateway costs nothing). It prints the users' p50/p99 and captions/s per phase, the ratio of the
-B and A p50 medians (the issue's target: ≤ 1.15) and, for B, how many requests the shadow compared,
+B and A p50 medians (the target: ≤ 1.15) and, for B, how many requests the shadow compared,
 skipped as busy, or failed (from ``compcap_shadow_requests_total``), and writes JSON with ``--json``."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""The peer baseline of ``compcap bench --baseline torch``: what a user gets by wrapping the seeds' own
+"""The peer baseline of ``compcap bench --baseline torch``: what a user gets by wrapping the authors' own
 PyTorch code in a web server instead of running CompCap.
 
 One request at a time (a lock around the model), each decoded alone with a per-request beam search
-in torch in the style of the seeds' reference code (sgrvinod's Show-Attend-Tell ``caption_image_
+in torch in the style of the authors' reference code (sgrvinod's Show-Attend-Tell ``caption_image_
 beam_search``): ``k`` live beams, ``topk`` over the flattened scores, a beam leaves when it emits EOS
 and ``k`` shrinks, at most ``max_length`` words; then the finished beams are ordered by the ranker's
 cosine with the image (the CompCap default, ``rerank_weight`` 0). The models are the repository's

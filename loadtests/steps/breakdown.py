@@ -5,7 +5,7 @@ Per row count, the median ms of one call of the default captioner's step, three 
 real encoded images (5 rows per image):
 
 - ``host``: ``session.run`` on host arrays, every output back to the host — what the engine did before
-  this issue (every step uploaded the image memory and the state and downloaded the log-probs);
+  (every step uploaded the image memory and the state and downloaded the log-probs);
 - ``served``: as the engine calls it now — the image memory kept on the device (``ResidentInputs``, I/O
   binding), and for a step of contract v3 the decoder state too (the last call's ``state_out`` left on
   the device, gathered by the graph), the other outputs a whole-row step reads copied back;
@@ -13,8 +13,8 @@ real encoded images (5 rows per image):
   then a synchronisation): the graph's kernels and their launches, no copy.
 
 ``copies = host − device`` is what the transfers cost; ``device`` is the call's floor on that device.
-On the CPU provider the three are one memory space (copies ≈ 0); on a GPU they are the breakdown the
-issue asks for. The GPU check prints it (``loadtests/gpu/check.py``)."""
+On the CPU provider the three are one memory space (copies ≈ 0); on a GPU they show where the time
+goes. The GPU check prints it (``loadtests/gpu/check.py``)."""
 
 from __future__ import annotations
 

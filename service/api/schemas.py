@@ -49,8 +49,8 @@ class CaptionOptions(BaseModel):
     (every finished beam is returned, so the ranker re-orders all of them); ``rerank`` = the
     captioner's jointly trained ranker if it has one, else none (``false`` turns it off, a ranker
     name picks one); ``length_penalty`` = 1.0 (score = logprob / words ** length_penalty). A re-ranked
-    request re-ranks all ``beam_size`` finished beams and returns the best ``n_best`` (seed 000's
-    BUTR+RR: ``beam_size=100, n_best=5``); ``rerank_weight`` = 0.0 (the ranker's order alone).
+    request re-ranks all ``beam_size`` finished beams and returns the best ``n_best`` (BUTR+RR of
+    Nikolaus et al., 2019: ``beam_size=100, n_best=5``); ``rerank_weight`` = 0.0 (the ranker's order alone).
     """
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
@@ -77,7 +77,7 @@ class CaptionOptions(BaseModel):
         ge=0.0,
         le=MAX_RERANK_WEIGHT,
         description="re-ranked order = ranker cosine + rerank_weight × normalized_logprob (0: the ranker "
-        "alone, as seed 000)",
+        "alone, as in Nikolaus et al., 2019)",
     )
     hooks: list[HookSpec] | None = Field(
         default=None,

@@ -1,3 +1,3 @@
-"""Model comparison by maximum discrepancy (seed 003), a feature of the gateway (``feature.install``):
+"""Model comparison by maximum discrepancy (Wan et al., 2022), a feature of the gateway (``feature.install``):
 NGSM, dominance ranking, shadow comparison. The package imports nothing itself, so offline studies
 that use its pure parts do not load the HTTP layer."""

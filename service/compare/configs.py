@@ -29,7 +29,7 @@ _INT_OPTIONS = frozenset({"beam_size", "max_length", "n_best"})
 _FLOAT_OPTIONS = frozenset({"length_penalty", "rerank_weight"})
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.+\-]{1,64}$")
 ARCH_ORDER = ("SAT", "BUTD", "BUTR", "BUTR+RR", "Transformer", "M2", "FULL")
-RERANK_BEAMS = 100  # seed 000's BUTR+RR re-ranks 100 beams
+RERANK_BEAMS = 100  # BUTR+RR (Nikolaus et al., 2019) re-ranks 100 beams
 
 
 class ConfigurationError(ValueError):
@@ -128,9 +128,9 @@ def check_unique(configs: Sequence[Configuration]) -> None:
 
 
 def default_configurations(manifest: Manifest, group: int = 1) -> list[Configuration]:
-    """What a repository has of the seed's line-up: per architecture one captioner (held-out group
-    ``group`` where there is one), BUTR also re-ranked by its own ranker over 100 beams (BUTR+RR), and
-    the captioner trained on everything (FULL, ``*_full``)."""
+    """What a repository has of Nikolaus et al.'s (2019) line-up: per architecture one captioner
+    (held-out group ``group`` where there is one), BUTR also re-ranked by its own ranker over 100 beams
+    (BUTR+RR), and the captioner trained on everything (FULL, ``*_full``)."""
     chosen: dict[str, str] = {}
     full: str | None = None
     for cap in manifest.captioners:

@@ -23,8 +23,8 @@ from service.sections import check_setting, invalid_setting
 
 TAG = {
     "name": "comparison",
-    "description": "Maximum-discrepancy comparison (seed 003): two or more configurations on the same "
-    "images, most discrepant first by NGSM; the live shadow comparison's reservoir.",
+    "description": "Maximum-discrepancy comparison (Wan et al., 2022): two or more configurations on the "
+    "same images, most discrepant first by NGSM; the live shadow comparison's reservoir.",
 }
 
 

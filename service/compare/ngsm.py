@@ -1,4 +1,4 @@
-"""N-gram similarity metric (NGSM) of seed 003, Eqs. 1–4, and the discrepancy order of Eq. 6.
+"""N-gram similarity metric (NGSM) of Wan et al. (2022), Eqs. 1–4, and the discrepancy order of Eq. 6.
 
 NGSM_n(a, b) = Cl_n / (U_n(a) + U_n(b) − Cl_n), a multiset Jaccard of the n-grams of order n, where
 Cl_n = Σ_w min(O_a(w), O_b(w)) (clipped co-counts) and U_n(s) = number of n-grams in s. S(a, b) is the

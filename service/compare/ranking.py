@@ -1,4 +1,4 @@
-"""Pairwise dominance and the global ranking of seed 003 (§3.4, Eq. 7, Algorithms 1–2), numpy only.
+"""Pairwise dominance and the global ranking of Wan et al. (2022, §3.4, Eq. 7, Algorithms 1–2), numpy only.
 
 ``p`` [m, m]: p[i, j] is the score (CIDEr, SPICE, ...) of model i on the pairwise set D_{i,j}; its diagonal
 is never read. F[i, j] = p[i, j] / p[j, i] is the dominance of i over j, and the ranking vector q of

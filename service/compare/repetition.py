@@ -1,4 +1,4 @@
-"""Duplicated captions (seed 003 §4.3): a word appearing ``run`` (3) or more times in a row."""
+"""Duplicated captions (Wan et al., 2022, §4.3): a word appearing ``run`` (3) or more times in a row."""
 
 from __future__ import annotations
 

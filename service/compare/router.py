@@ -96,8 +96,8 @@ async def compare(
     request: Request, runtime: RuntimeDep, engine: EngineDep, comparer: CompareDep
 ) -> dict[str, Any]:
     """Caption every image with every configuration (in the engine's shared batch, at background
-    priority); per image each configuration's caption and the pairwise NGSM (seed 003 Eq. 4), images
-    most discrepant first. The images come as multipart file parts ``image`` (``configurations`` a
+    priority); per image each configuration's caption and the pairwise NGSM (Wan et al., 2022, Eq. 4),
+    images most discrepant first. The images come as multipart file parts ``image`` (``configurations`` a
     JSON form field) or as base64 in JSON. See README, Comparison."""
     settings = runtime.settings
     body, blobs = await BODY.read(request, settings, most=settings.max_images_per_request)

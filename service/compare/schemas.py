@@ -22,11 +22,13 @@ class ComparedConfiguration(BaseModel):
 class PairSimilarity(BaseModel):
     a: str
     b: str
-    ngsm: float = Field(description="NGSM (seed 003 Eq. 4): geometric mean of NGSM_n, n = 1..4; 1 = same")
+    ngsm: float = Field(
+        description="NGSM (Wan et al., 2022, Eq. 4): geometric mean of NGSM_n, n = 1..4; 1 = same"
+    )
     tie_break: float = Field(description="arithmetic mean of the defined NGSM_n (orders pairs at NGSM 0)")
     orders: list[float | None] = Field(
-        description="NGSM_n for n = 1, 2, 3, 4 (seed 003 Eq. 1, a multiset Jaccard: shared n-grams ÷ "
-        "(a's n-grams + b's − shared)), the per-order overlaps ngsm is the geometric mean of; null where "
+        description="NGSM_n for n = 1, 2, 3, 4 (Wan et al., 2022, Eq. 1, a multiset Jaccard: shared n-grams "
+        "÷ (a's n-grams + b's − shared)), the per-order overlaps ngsm is the geometric mean of; null where "
         "neither caption has an n-gram of that order (left out of the mean). One 0 makes ngsm 0: two "
         "captions with no 4-gram in common have ngsm 0 however many words they share",
         min_length=4,

@@ -93,7 +93,7 @@ class ShadowComparer:
         self._tasks: set[asyncio.Task[None]] = set()
         self.similarity = Histogram(
             SHADOW_SIMILARITY,
-            "NGSM (seed 003 Eq. 4) of the primary's best caption against the shadow configuration's",
+            "NGSM (Wan et al., 2022, Eq. 4) of the primary's best caption against the shadow configuration's",
             ["primary", "shadow"],
             buckets=SIMILARITY_BUCKETS,
             registry=registry,

@@ -295,7 +295,8 @@ def _min_length(p: HookParams, vocab: TokenVocabulary, out: ResolvedHooks) -> No
 
 @hook(
     "synonym_substitution",
-    "seed 001 substitutivity: when the most likely word is in S1, emit its S2 synonym instead",
+    "substitutivity (Pantazopoulos et al., 2022): when the most likely word is in S1, emit its S2 synonym "
+    "instead",
     {
         "pairs": "[[from, to], ...] or {from: to} (default: the substitutivity synonym table); on a subword "
         "captioner a word is its tokens after a space: it fires where the most likely token is an S1 "

@@ -65,7 +65,7 @@ class SearchParams:
 
     ``n_best`` captions are returned per image. A re-ranked request (``ranker`` set) keeps all
     ``beam_size`` finished beams for the ranker, orders them by cosine + ``rerank_weight`` ×
-    normalised log-prob, then cuts to ``n_best`` (seed 000's BUTR+RR: beam 100, n-best 5).
+    normalised log-prob, then cuts to ``n_best`` (BUTR+RR of Nikolaus et al., 2019: beam 100, n-best 5).
     ``processors`` run on the request's rows in order; ``hook_names`` are the JSON hooks that asked
     for them (and for ``min_length`` / ``groups``), for the response and the hook counter;
     ``compare_without`` is the index of a hook in the request's ``hooks`` that asks for the same search

@@ -9,14 +9,15 @@ processors, in order, to that request's live rows only, between two passes of th
 constraints (banned ids, no EOS before ``min_length`` words, only EOS at ``max_length``).
 
 * ``BanWords(ids)`` — the words never appear.
-* ``NoRepeatNgram(n)`` — no n-gram twice in a caption (``n=2`` also stops seed 003's "dog dog dog").
+* ``NoRepeatNgram(n)`` — no n-gram twice in a caption (``n=2`` also stops the duplicated captions of
+  Wan et al., 2022: "dog dog dog").
 * ``RankerGuide(every, weight, pool, ranker)`` — the ``ranker_guided`` hook's parameters; its maths
   (``guide_candidates``, ``guide_bonus``, ``apply_guide``) shapes a request's log-probs with a ranker's
   cosine between each partial caption and the image; the ranker calls are the engine's
   (``service.engine.guide``), made before the step's selection.
-* ``SynonymSubstitution(pairs)`` — seed 001 §4.3: per row, when the argmax token starts an S1 word,
-  its S2 synonym's first token gets log-prob 0 and every other token ``-inf``; an S2 word of several
-  tokens is then forced to its end, one token per step (the state keyed on the row's prefix). Which
+* ``SynonymSubstitution(pairs)`` — Pantazopoulos et al., 2022, §4.3: per row, when the argmax token starts
+  an S1 word, its S2 synonym's first token gets log-prob 0 and every other token ``-inf``; an S2 word of
+  several tokens is then forced to its end, one token per step (the state keyed on the row's prefix). Which
   pairs to use (explicit, or the substitutivity word table of ``service.text.synonyms``) is the hook's
   business (``service.engine.hooks``).
 
@@ -177,10 +178,10 @@ def _shown(word: Word) -> int | list[int]:
 
 
 class SynonymSubstitution:
-    """Seed 001 §4.3: per row, if the most likely next token starts an S1 word (a key of ``pairs``), put
-    all the probability on its S2 synonym's first token (log-prob 0, every other token ``-inf``). Ties go
-    to the lowest id. A pair maps a word to a word, each a token id or a sequence of token ids (a subword
-    captioner's word as it follows a space).
+    """Pantazopoulos et al., 2022, §4.3: per row, if the most likely next token starts an S1 word (a key of
+    ``pairs``), put all the probability on its S2 synonym's first token (log-prob 0, every other token
+    ``-inf``). Ties go to the lowest id. A pair maps a word to a word, each a token id or a sequence of
+    token ids (a subword captioner's word as it follows a space).
 
     An S2 word of several tokens is then written whole: its remaining tokens are forced one per step.
     The search reorders rows between steps, so the state is keyed on the row's whole prefix (``tokens``,

@@ -5,7 +5,8 @@ Three steps, in the order a request meets them:
 * ``rank_finished`` (the scheduler) — the ranker scores of finished requests, one batched
   ``<ranker>_image`` + ``<ranker>_text`` call pair per ranker; the only step that calls a model.
 * ``rerank_order`` (pure) — one image's candidates ordered by ranker cosine + ``rerank_weight`` ×
-  length-normalised log-prob (seed 000's BUTR+RR order at weight 0); the offline studies use it too.
+  length-normalised log-prob (the BUTR+RR order of Nikolaus et al., 2019, at weight 0); the offline
+  studies use it too.
 * ``order_captions`` (pure but for ``decode``) — one image's ``n_best`` ``Caption`` records in final
   order: by normalised log-prob (the beam order), or re-ranked when the request has ranker scores.
 
@@ -86,9 +87,9 @@ def rerank_order(
     """Indices of one image's B candidates, best first, by ``ranker_score + weight · normalized_logprob``.
 
     ranker_scores, normalized_logprobs: [B] each, the cosine with the image and the captioner's length-
-    normalised log-probability of each candidate. ``weight = 0`` is seed 000's order (the ranker alone);
-    a small positive weight breaks the ranker's near-ties in favour of fluent captions. Stable: equal
-    scores keep the beam order."""
+    normalised log-probability of each candidate. ``weight = 0`` is Nikolaus et al.'s (2019) order (the
+    ranker alone); a small positive weight breaks the ranker's near-ties in favour of fluent captions.
+    Stable: equal scores keep the beam order."""
     if len(ranker_scores) != len(normalized_logprobs):
         raise ValueError(
             f"ranker_scores has {len(ranker_scores)} values, normalized_logprobs {len(normalized_logprobs)}"

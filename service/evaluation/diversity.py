@@ -1,5 +1,5 @@
-"""Diversity of generated captions (seed 000 Table 4, metrics as defined by van Miltenburg et al. 2018,
-"Measuring the diversity of automatic image descriptions", COLING).
+"""Diversity of generated captions (Nikolaus et al., 2019, Table 4, metrics as defined by van Miltenburg
+et al. 2018, "Measuring the diversity of automatic image descriptions", COLING).
 
 Over one caption per image (tokenised with ``service.text.vocabulary.tokenize``):
 

@@ -1,4 +1,4 @@
-"""Recall@K of held-out concept pairs (seed 000, Eq. 1 and §4).
+"""Recall@K of held-out concept pairs (Nikolaus et al., 2019, Eq. 1 and §4).
 
 For a held-out pair p, the evaluation images of p are the images for which at least one reference
 caption contains p *attached* (adjective → noun, verb → noun, as decided by a pairs function such as

@@ -1,4 +1,4 @@
-"""Grounding and alignment metrics of seed 002 §4.2 and §5.2 (pure; shapes in the docstrings).
+"""Grounding and alignment metrics of Cornia et al. (2022, §4.2 and §5.2) (pure; shapes in the docstrings).
 
 - ``grounding_score``: GroundingScore(δ) = 100 · mean over noun steps t of max over τ ∈ [t−δ, t] of
   sim(w_t, c_τ), c_τ the class under the highest-attributed region at step τ. Monotone in δ by
@@ -8,7 +8,7 @@
 - ``coverage``: Hungarian assignment (maximum total similarity) of caption nouns to ground-truth
   classes; intersection score / number of ground-truth classes.
 
-Similarity is exact class identity (``Lexicon``): seed 002 used GloVe cosine, unavailable offline.
+Similarity is exact class identity (``Lexicon``): Cornia et al. (2022) used GloVe cosine, unavailable offline.
 """
 
 from __future__ import annotations

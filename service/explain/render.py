@@ -16,8 +16,8 @@ LOW_PERCENTILE, HIGH_PERCENTILE = 1.0, 99.0
 
 
 def stretch(values: np.ndarray) -> np.ndarray:
-    """Contrast stretching (seed 002 §4.2): clip to the 1st–99th percentile, scale to [0, 1]. A flat map
-    becomes all zeros. Same shape as ``values``."""
+    """Contrast stretching (Cornia et al., 2022, §4.2): clip to the 1st–99th percentile, scale to [0, 1].
+    A flat map becomes all zeros. Same shape as ``values``."""
     lo, hi = np.percentile(values, [LOW_PERCENTILE, HIGH_PERCENTILE])
     if not hi > lo:
         return np.zeros(values.shape, dtype=np.float32)

@@ -1,5 +1,5 @@
-"""Compositional probes (seeds 000 / 001, issue 41), a client of the engine and a feature of the gateway
-(``feature.install``). One room each:
+"""Compositional probes (Nikolaus et al., 2019; Pantazopoulos et al., 2022; counterfactual minimal
+pairs), a client of the engine and a feature of the gateway (``feature.install``). One room each:
 
 - ``kinds/`` — what a probe kind is (``record.ProbeKind``), the registry and one record per kind
   (``systematicity_kind`` …), with the gauge and table helpers the records use (``bounds``, ``tables``);

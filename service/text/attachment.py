@@ -1,6 +1,6 @@
 """Dependency-attachment checker: which inventory concept pairs a caption mentions *attached*.
 
-The rules are the seeds' (seed 000 §3 and its code; docs/papers.md), on a spaCy parse:
+The rules are those of Nikolaus et al., 2019 (§3 and its code; docs/papers.md), on a spaCy parse:
 
 * an adjective attaches to a noun by ``amod`` (adjective dependent, noun head);
 * by ``nsubj`` from an adjective head (UD copula, "the car is white"). spaCy's English model makes the

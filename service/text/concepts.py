@@ -1,5 +1,5 @@
 """The concept inventory (``concepts.json``): nouns, adjectives, verbs, their synonym sets and the
-held-out concept pairs of seed 000, read by both ``export`` and ``service``."""
+held-out concept pairs of Nikolaus et al. (2019), read by both ``export`` and ``service``."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ class ConceptPair:
 
     @property
     def label(self) -> str:
-        """Human-readable name in the seeds' word order: ``black cat``, ``eat man``."""
+        """Human-readable name in the papers' word order: ``black cat``, ``eat man``."""
         return f"{self.modifier} {self.noun}"
 
 
@@ -61,7 +61,7 @@ class ConceptInventory:
         return [[ConceptPair(*p) for p in group] for group in self.raw["pair_groups"]]
 
     def group(self, number: int) -> list[ConceptPair]:
-        """Pairs of held-out group ``number`` (1-based, as in the seeds)."""
+        """Pairs of held-out group ``number`` (1-based, as in the papers)."""
         groups = self.pair_groups
         within(1, len(groups), group=number)
         return groups[number - 1]

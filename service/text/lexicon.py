@@ -2,7 +2,7 @@
 concept inventory (``service.text.concepts``). Object nouns with their synonyms and plurals map to the
 noun concept (``puppies`` → ``dog``); the words of the background phrases map to the background
 (``field``, ``lawn`` → ``grass``); held props map to themselves (``umbrella``). Exact lemma/synonym-set
-matching stands in for seed 002's GloVe similarity: there are no word vectors offline.
+matching stands in for the GloVe similarity of Cornia et al. (2022): there are no word vectors offline.
 
 A region's labels: an object's noun and its prop (a held prop is drawn with its holder and has no box
 of its own), or the scene's background."""

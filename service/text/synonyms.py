@@ -1,8 +1,8 @@
-"""The substitutivity synonym table (seed 001 §4.3, Table 10), shared by ``export`` (the substitutivity
-split counts both words of each pair in the training captions) and ``service`` (the
+"""The substitutivity synonym table (Pantazopoulos et al., 2022, §4.3, Table 10), shared by ``export``
+(the substitutivity split counts both words of each pair in the training captions) and ``service`` (the
 ``synonym_substitution`` decoding hook replaces one word by the other during beam search).
 
-Pairs are ``(category, fine)``: an object category and a fine-grained word for it. The seed replaces
+Pairs are ``(category, fine)``: an object category and a fine-grained word for it. The paper replaces
 the *fine-grained* word by its category during inference ("During inference, we replace the generated
 fine-grained word with its synonym", Table 10): S1 = fine words, S2 = their categories. That direction
 is ``to_category``; ``to_fine`` maps each category to its first fine word instead (``dog -> puppy``).
@@ -21,7 +21,7 @@ from collections.abc import Container, Iterable
 from service.text.concepts import ConceptInventory
 from service.text.subword import SubwordVocabulary, TokenVocabulary
 
-# Seed 001 Table 10: COCO object category -> fine-grained class used for substitution.
+# Pantazopoulos et al., 2022, Table 10: COCO object category -> fine-grained class used for substitution.
 TABLE_10: tuple[tuple[str, str], ...] = (
     ("person", "man"),
     ("person", "woman"),
@@ -88,7 +88,8 @@ def plural(word: str, concepts: ConceptInventory) -> str:
 
 
 def candidate_table(concepts: ConceptInventory) -> tuple[tuple[str, str], ...]:
-    """The inventory's synonym pairs (SceneWorld) plus seed 001 Table 10, each unordered pair once."""
+    """The inventory's synonym pairs (SceneWorld) plus Table 10 of Pantazopoulos et al. (2022), each
+    unordered pair once."""
     table = list(SCENEWORLD_SYNONYMS)
     for noun, entry in concepts.nouns.items():  # synonyms added to the inventory later
         table += [(noun, w) for w in entry["synonyms"][1:] if (noun, w) not in table]

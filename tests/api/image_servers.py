@@ -1,4 +1,4 @@
-"""Real servers for the image URL tests (issue 40, point 2c): ``ImageServer``, a small HTTP/1.1 server
+"""Real servers for the image URL tests: ``ImageServer``, a small HTTP/1.1 server
 whose paths behave as the cases need (an image, a redirect, an endless body, a slow one, a page), and
 ``Listener``, sockets that listen and never accept, so that a connection anyone made to them is still
 in their accept queue when the test looks (no thread, no wait: the kernel completes the handshake

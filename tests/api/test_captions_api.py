@@ -142,7 +142,8 @@ def test_rerank_off_and_default(client: TestClient, manifest: Manifest) -> None:
 
 
 def test_rerank_reads_every_beam_then_cuts_to_n_best(client: TestClient, manifest: Manifest) -> None:
-    """beam_size=B, n_best=K re-ranks all B finished beams (seed 000 §5.4), not only the K most likely."""
+    """beam_size=B, n_best=K re-ranks all B finished beams (Nikolaus et al., 2019, §5.4), not only the K
+    most likely."""
     cap = next((c for c in manifest.captioners if c.ranker), None)
     if cap is None:
         pytest.skip("no captioner with a jointly trained ranker")
@@ -291,7 +292,8 @@ def test_models(client: TestClient, manifest: Manifest) -> None:
 
 
 def test_models_name_the_pairs_they_never_saw(client: TestClient) -> None:
-    """The default build trains captioners and rankers on systematicity group 1 (seed 000 Table 1)."""
+    """The default build trains captioners and rankers on systematicity group 1 (Nikolaus et al., 2019,
+    Table 1)."""
     body = client.get("/v1/models").json()
     group_1 = {
         ("adjective", "black", "cat"),

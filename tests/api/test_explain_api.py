@@ -72,7 +72,7 @@ def test_a_probe_image_brings_its_scene_graph_and_the_grounding_score(client: Te
     scores = body["grounding_score"]
     assert list(scores) == ["0", "1", "3", "5", "inf"]
     assert all(a <= b for a, b in zip(list(scores.values()), list(scores.values())[1:], strict=False))
-    intervals = body["grounding_score_interval"]  # over the caption's nouns: dog, grass (issue 41)
+    intervals = body["grounding_score_interval"]  # over the caption's nouns: dog, grass
     assert list(intervals) == list(scores)
     for delta, found in intervals.items():
         assert found["nouns"] == 2 and found["low"] <= scores[delta] <= found["high"]

@@ -1,4 +1,4 @@
-"""``ImageURLFetcher`` on its own (issue 40, point 2c), against real servers: over https it connects
+"""``ImageURLFetcher`` on its own, against real servers: over https it connects
 to the address it checked while sending the URL's name as Host and SNI (and checking the certificate
 against that name); a host name is resolved once per hop (a second answer cannot swap the address);
 a name is refused if ANY of its addresses is refused. The resolver is the fetcher's constructor

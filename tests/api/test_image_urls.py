@@ -1,4 +1,4 @@
-"""Image URLs in caption requests (issue 40, point 2c), against real servers on ephemeral ports.
+"""Image URLs in caption requests, against real servers on ephemeral ports.
 
 An allowed URL's caption is the multipart caption of the same image (on ``POST /v1/captions`` and the
 Hugging Face task's ``inputs``). Twelve refused URLs each answer a 4xx naming why, open no connection

@@ -191,7 +191,7 @@ def test_explain_and_compare_document_both_request_bodies(
 
 def test_per_order_overlaps_tokens_and_scene_graphs_are_documented(spec: dict[str, Any]) -> None:
     """What the demo reads and sends: each compared pair's NGSM_n per order, and an explanation's caption
-    as token ids with the uploaded image's scene graph (issue 40, point 6)."""
+    as token ids with the uploaded image's scene graph."""
     schemas = spec["components"]["schemas"]
     orders = schemas["PairSimilarity"]["properties"]["orders"]
     assert orders["minItems"] == orders["maxItems"] == 4 and "geometric mean" in orders["description"]

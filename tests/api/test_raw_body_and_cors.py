@@ -1,7 +1,7 @@
-"""A raw image body on ``/v1/captions`` (issue 40, point 2b) gives the multipart caption of the same
-image, its options from the query; an empty, oversized or non-image body is a clear 4xx. CORS (point
-2d): none by default; with ``COMPCAP_CORS_ORIGINS`` an allowed origin's preflight and request get
-their headers, another origin none."""
+"""A raw image body on ``/v1/captions`` gives the multipart caption of the same image, its options from
+the query; an empty, oversized or non-image body is a clear 4xx. CORS: none by default; with
+``COMPCAP_CORS_ORIGINS`` an allowed origin's preflight and request get their headers, another origin
+none."""
 
 from __future__ import annotations
 

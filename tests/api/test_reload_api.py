@@ -1,4 +1,4 @@
-"""Changes on disk reach a running gateway without a restart (issue 40, point 1): probe sets registered
+"""Changes on disk reach a running gateway without a restart: probe sets registered
 and a captioner added while it serves are picked up by ``POST /v1/admin/reload`` and by the watch
 (``COMPCAP_REPO_WATCH_S``); a repository that cannot be loaded leaves the old one serving; requests in
 flight finish on the engine they started with; registering probe sets leaves manifest.json as it was."""

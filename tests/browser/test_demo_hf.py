@@ -2,7 +2,7 @@
 the network refused into a copy of the tiny repository), in headless Chromium against a real ``compcap
 serve``: "Explain words" sends the caption's token ids as the caption answer has them, so the explanation
 succeeds with one entry per token where re-sending the caption's text may tokenize to other (and more)
-tokens than the captioner decoded (issue 40: ``422 invalid_caption: caption has more than 19 tokens``)."""
+tokens than the captioner decoded (``422 invalid_caption: caption has more than 19 tokens``)."""
 
 from __future__ import annotations
 

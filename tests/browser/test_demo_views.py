@@ -828,7 +828,7 @@ def test_the_compare_view_shows_captions_per_configuration_most_discrepant_first
 def test_the_compare_view_says_which_order_made_ngsm_zero(
     demo_server: str, browser_page: tuple[Any, Watch]
 ) -> None:
-    """Issue 40's case: "a plane over the lake" against "a brown plane flying over the lake" share five
+    """The demo's case: "a plane over the lake" against "a brown plane flying over the lake" share five
     words yet have NGSM 0; the view shows the overlap per order and that no shared 4-gram made it 0.
     The real comparison's answer is rewritten on its way to the page with these two captions, scored by
     the service's own ``compare_captions``."""

@@ -1,4 +1,4 @@
-"""The README's live probe, walked as a user walks it (issue 40, point 1): a gateway serves a repository
+"""The README's live probe, walked as a user walks it: a gateway serves a repository
 without probe sets; the README's polling snippet, run then, stops with the API's error (non-zero, the
 error on stderr, well within its deadline); ``compcap probesets`` (what ``make probesets`` runs) builds
 them in another process while the gateway serves; without a restart, the set is served, the page's

@@ -192,7 +192,7 @@ def test_probe_jobs_and_comparisons_run_through_the_split(tiny_repo: Path, tmp_p
 def test_a_captioner_added_on_disk_is_served_by_every_api_process_and_the_core(
     tiny_repo: Path, tmp_path: Path
 ) -> None:
-    """Issue 40, point 1 across processes: a captioner added to the repository while the split serves is
+    """Across processes: a captioner added to the repository while the split serves is
     listed by every API process and captioned by the core within the watch's period (nobody restarted);
     an admin reload is recorded in the shared store for every replica (its generation)."""
     repo = repo_without_probe_sets(tiny_repo, tmp_path / "repo")

@@ -1,4 +1,4 @@
-"""The clients people already have (issue 40, point 2a): the real ``huggingface_hub`` package's
+"""The clients people already have: the real ``huggingface_hub`` package's
 ``InferenceClient(model=<gateway URL>).image_to_text(...)`` against a real ``compcap serve`` gets
 CompCap's caption — the multipart caption of the same image with one returned sequence; its task's
 JSON form maps generation parameters onto CompCap's options and refuses the others by name."""

@@ -22,9 +22,9 @@ from tests.integration.conftest import ROOT, copy_tracked, find_python, free_por
 
 pytestmark = pytest.mark.integration
 
-# Issue 11 asked for <= 400 MB (the training venv is ~1.7 GB). Measured: ~356 MiB of packages (spaCy's
+# The first bound was <= 400 MB (the training venv is ~1.7 GB). Measured: ~356 MiB of packages (spaCy's
 # compiled modules alone are 109 MiB) plus ~57 MiB of bytecode pip compiles at install = ~413 MiB, so
-# the bound was restated to 450 MiB (docs "Serve-only install"). The shared state (issue 30) adds SQLAlchemy
+# the bound was restated to 450 MiB (docs "Serve-only install"). The shared state adds SQLAlchemy
 # (29 MiB, 11 of them bytecode) and psycopg with its bundled libpq (13 MiB): 469 MiB measured, bound 480.
 SIZE_TARGET_MB = 480
 ABSENT = ("torch", "matplotlib", "pytest", "ruff", "mypy", "onnx", "playwright", "pycocoevalcap", "pip")

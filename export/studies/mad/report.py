@@ -1,6 +1,7 @@
-"""Rendering of the MAD study (``export.studies.mad.study``): ``mad.md`` (seed 003's tables and which of its
-findings hold here), ``mad_discrepant.png`` (the most discrepant images with every configuration's
-caption), ``mad_stability.png`` (SRCC vs k, Fig. 10's shape) and the summary table printed after a run."""
+"""Rendering of the MAD study (``export.studies.mad.study``): ``mad.md`` (the tables of Wan et al., 2022, and
+which of their findings hold here), ``mad_discrepant.png`` (the most discrepant images with every
+configuration's caption), ``mad_stability.png`` (SRCC vs k, Fig. 10's shape) and the summary table printed
+after a run."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 LABEL = {"cider_d": "CIDEr-D", "tuple_f1": "tuple F1"}
-STABLE_SRCC, STABLE_K = 0.9, 46  # seed 003 Fig. 10: SRCC > 0.90 for k > 46
+STABLE_SRCC, STABLE_K = 0.9, 46  # Wan et al. (2022), Fig. 10: SRCC > 0.90 for k > 46
 
 
 def _f(value: float | None, digits: int = 3) -> str:
@@ -220,7 +221,7 @@ def _claims(report: dict[str, Any]) -> list[str]:
             rho = report["iid"]["spearman"][e]
             out.append(
                 f"- {LABEL[e]}: the MAD ranking {'differs from' if f['differs_from_iid'] else 'equals'} "
-                f"the i.i.d. CIDEr-D ranking (ρ = {_f(rho, 2)}) — the seed's claim that MAD reorders "
+                f"the i.i.d. CIDEr-D ranking (ρ = {_f(rho, 2)}) — the paper's claim that MAD reorders "
                 f"models {'holds' if f['differs_from_iid'] else 'does not hold'} here."
                 + _tie_caveat(report, e)
             )
@@ -242,7 +243,7 @@ def _claims(report: dict[str, Any]) -> list[str]:
         out.append(
             f"- Duplicated captions (a word ≥ 3 times in a row): highest {worst} "
             f"({100 * dup[worst]['rate']:.2f}%, {dup[worst]['classes']} word classes), lowest {best} "
-            f"({100 * dup[best]['rate']:.2f}%); the seed's worst model (ORT) had ≥ 6× the others' rate."
+            f"({100 * dup[best]['rate']:.2f}%); the paper's worst model (ORT) had ≥ 6× the others' rate."
         )
     return out
 
@@ -252,7 +253,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     m, k = len(names), report["k"]
     union = len({i for p in report["pairs"] for i in p["indices"]})
     lines = [
-        "# MAD: maximum-discrepancy comparison of captioning configurations (seed 003)",
+        "# MAD: maximum-discrepancy comparison of captioning configurations (Wan et al., 2022)",
         "",
         f"Pool R: {pool['identity']['images']} images, {pool['kind']} (`{pool['root']}`"
         + (f", seed {pool['seed']}" if pool["seed"] is not None else "")
@@ -262,9 +263,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         + (
             "The referee scores the selected images only against the pool's references "
             "(CIDEr-D, document frequencies from all of R's references) and, with scene graphs, the "
-            "scene-graph tuple F1 (a SPICE analogue on the exact graph) — standing in for the seed's "
-            "human annotation. p[i, j] = mean score of configuration i on D_ij; F[i, j] = p[i, j] / "
-            "p[j, i] (scores floored at 1e-3); q = Perron vector of F (Eq. 7). "
+            "scene-graph tuple F1 (a SPICE analogue on the exact graph) — standing in for the human "
+            "annotation of Wan et al. (2022). p[i, j] = mean score of configuration i on D_ij; "
+            "F[i, j] = p[i, j] / p[j, i] (scores floored at 1e-3); q = Perron vector of F (Eq. 7). "
             if report["referee"]
             else "No referee (--no-referee): the study stops after selection. "
         )
@@ -351,7 +352,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines.append("")
     if report["referee"]:
         lines += [
-            "## Seed 003's findings, here",
+            "## The findings of Wan et al. (2022), here",
             "",
             *_claims(report),
             "",

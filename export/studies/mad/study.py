@@ -1,4 +1,4 @@
-"""Seed 003's maximum-discrepancy (MAD) comparison of captioning configurations (``compcap mad``).
+"""The maximum-discrepancy (MAD) comparison of captioning configurations (Wan et al., 2022; ``compcap mad``).
 
 1. Pool R (``export.studies.mad.pool``): a SceneWorld world of its own seed, a COCO-format folder, or a
    folder of images; every configuration captions all of it (best caption per image, resumable).

@@ -1,8 +1,8 @@
 """``compcap report``: evaluate the model zoo on every held-out group of the evaluation world and write
-``reports/reproduction.md`` with its JSON and PNG plots, shaped like seed 000 Tables 2–3 and seed 001
-Table 2. Rows: SAT, BUTD, BUTR, BUTR+RR, Transformer, M2, FULL; Recall@5 on the held-out pairs ("Test
-Comb"), caption metrics on Test Comb and on Test no Comb (in-distribution), and the epoch at which each
-captioner was selected on its validation set with its val BLEU-4.
+``reports/reproduction.md`` with its JSON and PNG plots, shaped like Nikolaus et al. (2019), Tables 2–3 and
+Pantazopoulos et al. (2022), Table 2. Rows: SAT, BUTD, BUTR, BUTR+RR, Transformer, M2, FULL; Recall@5 on the
+held-out pairs ("Test Comb"), caption metrics on Test Comb and on Test no Comb (in-distribution), and the
+epoch at which each captioner was selected on its validation set with its val BLEU-4.
 
 The work is split by job: ``collect`` (evaluations and records), ``tables`` (averages, targets, Markdown
 tables), ``plots`` (PNGs) and ``render`` (the Markdown document); ``write_report`` runs them in order.

@@ -27,7 +27,7 @@ def row_specs() -> list[tuple[str, str, bool]]:
     return specs
 
 
-# The control rows (issue 43): BUTD's beams re-ranked the same way (B = 100, the same weight) by a ranker
+# The control rows: BUTD's beams re-ranked the same way (B = 100, the same weight) by a ranker
 # not trained jointly with it — the separately trained VSE++ of its group, and BUTR's ranking head of its
 # group — so that "re-ranking 100 beams" and "training the ranker jointly with the captioner" separate.
 # (row, captioner architecture, ranker prefix), placed after the row named in CONTROLS_AFTER.

@@ -30,7 +30,7 @@ from service.evaluation.intervals import (
 KS = "12345"
 # (numerator, denominator, target): the targets' ratios of mean Recall@5
 RATIOS = (("BUTR+RR", "BUTD", 2.0), ("FULL", "BUTR+RR", 1.5))
-# (a, b): rows compared image for image (the control rows, issue 43). BUTR+RR against BUTD+VSE++ asks
+# (a, b): rows compared image for image (the control rows). BUTR+RR against BUTD+VSE++ asks
 # whether the jointly trained ranker beats a separately trained one at the same B; BUTD+BUTR head
 # against BUTD+VSE++, which ranker, on the same beams; BUTR+RR against BUTD+BUTR head, which beams, with
 # the same kind of ranker; the others, what re-ranking 100 beams gives at all.
@@ -75,7 +75,7 @@ def row_strata(collected: dict[str, Any], label: str, k: str = "5") -> list[list
 def paired_units(collected: dict[str, Any], a: str, b: str, k: int = 5) -> tuple[list[list[float]], ...]:
     """Rows ``a`` and ``b``'s Test Comb hits at ``k`` on the same cases: two [pair][image] lists, pairs of
     every group both rows have, images in the same order; empty when the evaluations stored no first
-    ranks (reports written before issue 43)."""
+    ranks (older reports)."""
     out_a: list[list[float]] = []
     out_b: list[list[float]] = []
     b_entries = {g: (c, r) for g, c, r in collected["rows"][b]}

@@ -32,7 +32,9 @@ class ProbeRequest(BaseModel):
     rerank: str | bool | None = Field(
         default=None, description="ranker name, or false for plain beam search (default: the captioner's own)"
     )
-    beam_size: int | None = Field(default=None, ge=1, description="beams (BUTR+RR in the seeds: 100)")
+    beam_size: int | None = Field(
+        default=None, ge=1, description="beams (BUTR+RR in Nikolaus et al., 2019: 100)"
+    )
     n_best: int | None = Field(
         default=None, ge=1, description="captions kept per image (Recall@K reads K of them)"
     )

@@ -9,7 +9,7 @@ Format: ``;``-separated ``key=value`` fields, e.g.
 - ``models``: captioner or ``captioner+ranker`` runs (default: the default captioner, plain);
 - ``images``: at most this many images per pair / bucket (default: all);
 - ``beam``: beam size of plain runs (default 5); ``rerank_beam``: beams a re-ranked run decodes and
-  re-ranks (default 100, the seeds' BUTR+RR); both keep ``n_best = 5`` (Recall@1..5).
+  re-ranks (default 100, as BUTR+RR in Nikolaus et al., 2019); both keep ``n_best = 5`` (Recall@1..5).
 Runs go one after another (never more than one scheduled probe at a time)."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""The registry of probe kinds (``service.probes.kinds.record.ProbeKind``): the three of the seeds —
-systematicity (seed 000), productivity and substitutivity (seed 001) —, counterfactual minimal pairs
-(issue 41), and any a deployment or a test registers. The router, the schedule, the job's runner and
-gauges, ``compcap probe``'s tables and ``GET /v1/probe-kinds`` (which the client and the web page
-read) all look kinds up here."""
+"""The registry of probe kinds (``service.probes.kinds.record.ProbeKind``): the three of the papers —
+systematicity (Nikolaus et al., 2019), productivity and substitutivity (Pantazopoulos et al., 2022) —,
+counterfactual minimal pairs, and any a deployment or a test registers. The router, the schedule, the
+job's runner and gauges, ``compcap probe``'s tables and ``GET /v1/probe-kinds`` (which the client and
+the web page read) all look kinds up here."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The counterfactual probe (issue 41): minimal pairs of SceneWorld scenes that differ in exactly one
+"""The counterfactual probe: minimal pairs of SceneWorld scenes that differ in exactly one
 object's held-out attribute or action; hit rates of the held-out and the seen side, every top-1 miss
 classified by the scene graph, held-out − seen as a paired test, all with 95% intervals. The maths is
 ``service.probes.scoring.counterfactual``."""
@@ -228,7 +228,7 @@ def set_details(probe_set: ProbeSet) -> dict[str, Any]:
 
 KIND = ProbeKind(
     name="counterfactual",
-    description="issue 41: minimal pairs (a seen pair's scene with one attribute or action set to the "
+    description="Counterfactual minimal pairs (a seen pair's scene with one attribute or action set to the "
     "held-out value): hit rates held-out vs seen, every miss classified by the scene graph",
     run=run,
     takes_pairs=True,

@@ -1,5 +1,5 @@
-"""The productivity probe (seed 001 §4.2): the top-1 caption's length, nouns, object coverage and
-CIDEr-D per density (objects in the scene) and length bucket; the maths is
+"""The productivity probe (Pantazopoulos et al., 2022, §4.2): the top-1 caption's length, nouns, object
+coverage and CIDEr-D per density (objects in the scene) and length bucket; the maths is
 ``service.probes.scoring.productivity``."""
 
 from __future__ import annotations
@@ -113,7 +113,8 @@ def summary(result: Mapping[str, Any]) -> str:
 
 KIND = ProbeKind(
     name="productivity",
-    description="seed 001: length, nouns, object coverage and CIDEr-D of the top-1 caption per scene density",
+    description="Pantazopoulos et al., 2022: length, nouns, object coverage and CIDEr-D of the top-1 caption "
+    "per scene density",
     run=run,
     check=check,
     gauges=Gauges,

@@ -1,5 +1,5 @@
-"""The substitutivity probe (seed 001 §4.3, Table 6): each image's caption O, and S decoded with the
-``synonym_substitution`` hook on the S1 words O generated; the maths is
+"""The substitutivity probe (Pantazopoulos et al., 2022, §4.3, Table 6): each image's caption O, and S
+decoded with the ``synonym_substitution`` hook on the S1 words O generated; the maths is
 ``service.probes.scoring.substitutivity``."""
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class Gauges:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.bleu4 = BoundedGauge(
             "compcap_probe_substitution_bleu4",
-            "Live substitutivity probe: BLEU-4 of S against O (seed 001 Table 6, O vs S)",
+            "Live substitutivity probe: BLEU-4 of S against O (Pantazopoulos et al., 2022, Table 6, O vs S)",
             ["model", "ranker"],
             registry,
         )
@@ -132,7 +132,8 @@ def summary(result: Mapping[str, Any]) -> str:
 
 KIND = ProbeKind(
     name="substitutivity",
-    description="seed 001: captions O next to S, decoded with fine-grained words replaced by their synonyms",
+    description="Pantazopoulos et al., 2022: captions O next to S, decoded with fine-grained words replaced "
+    "by their synonyms",
     run=run,
     gauges=Gauges,
     table=lines,

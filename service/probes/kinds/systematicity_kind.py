@@ -1,5 +1,6 @@
-"""The systematicity probe (seed 000 §3): Recall@K of each concept pair on its Test-Comb images and
-false composition on its Test-no-Comb images; the maths is ``service.probes.scoring.systematicity``."""
+"""The systematicity probe (Nikolaus et al., 2019, §3): Recall@K of each concept pair on its Test-Comb
+images and false composition on its Test-no-Comb images; the maths is
+``service.probes.scoring.systematicity``."""
 
 from __future__ import annotations
 
@@ -114,7 +115,7 @@ class Gauges:
         r = registry
         self.recall = BoundedGauge(
             "compcap_probe_recall_at_k",
-            "Live systematicity probe: Recall@K of a concept pair (seed 000 Eq. 1)",
+            "Live systematicity probe: Recall@K of a concept pair (Nikolaus et al., 2019, Eq. 1)",
             ["model", "ranker", "pair", "category", "k", "held_out"],
             r,
         )
@@ -267,7 +268,8 @@ def set_details(probe_set: ProbeSet) -> dict[str, Any]:
 
 KIND = ProbeKind(
     name="systematicity",
-    description="seed 000: Recall@K of held-out concept pairs on their Test-Comb images, false composition",
+    description="Nikolaus et al., 2019: Recall@K of held-out concept pairs on their Test-Comb images, false "
+    "composition",
     run=run,
     takes_pairs=True,
     check=check,

@@ -1,10 +1,9 @@
-"""Seed 001 §4.3 substitutivity, scored: the original caption O (a plain search) against the caption S
-decoded with ``synonym_substitution`` (S1 fine-grained words replaced by their S2 category words while
-the search runs), in the shape of seed 001 Table 6 — O vs GT, S vs GT, O vs S (O as the reference) and
-Ot vs St (the sub-captions after the first S1 word of O and after the word that replaced it in S,
-``substituted_tails``) — plus the share
-of images where S is exactly O with the word replaced. Shared by the live probe and
-``compcap substitutivity``."""
+"""Substitutivity (Pantazopoulos et al., 2022, §4.3), scored: the original caption O (a plain search)
+against the caption S decoded with ``synonym_substitution`` (S1 fine-grained words replaced by their S2
+category words while the search runs), in the shape of the paper's Table 6 — O vs GT, S vs GT, O vs S
+(O as the reference) and Ot vs St (the sub-captions after the first S1 word of O and after the word
+that replaced it in S, ``substituted_tails``) — plus the share of images where S is exactly O with the
+word replaced. Shared by the live probe and ``compcap substitutivity``."""
 
 from __future__ import annotations
 

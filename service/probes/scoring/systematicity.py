@@ -1,8 +1,8 @@
-"""Seed 000 §3–4 systematicity, scored on a probe set: Recall@K of every pair (Eq. 1, with the
-attachment checker, lemmas and synonym sets), per Table 3 category, the mean over the pairs the model
-never saw together and over those it did (a control the seeds lack) — or, for an imported captioner
+"""Systematicity (Nikolaus et al., 2019, §3–4), scored on a probe set: Recall@K of every pair (Eq. 1,
+with the attachment checker, lemmas and synonym sets), per Table 3 category, the mean over the pairs the model
+never saw together and over those it did (a control the papers lack) — or, for an imported captioner
 whose training pairs are not known, the mean over every pair — and the false-composition rate on
-Test-no-Comb images (seed 001 §4.1).
+Test-no-Comb images (Pantazopoulos et al., 2022, §4.1).
 
 Recall of a pair is computed over the Test-Comb images of its *group* (the six pairs held out
 together), exactly as ``compcap evaluate --split systematicity --group g`` computes it on the probe

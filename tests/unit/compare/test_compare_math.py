@@ -1,4 +1,5 @@
-"""NGSM (seed 003 Eqs. 1–4), dominance/Perron ranking (Eq. 7, Algorithm 2), Spearman, duplicated captions."""
+"""NGSM (Wan et al., 2022, Eqs. 1–4), dominance/Perron ranking (Eq. 7, Algorithm 2), Spearman,
+duplicated captions."""
 
 from __future__ import annotations
 
@@ -120,7 +121,7 @@ def test_empty_captions_and_max_n_validation() -> None:
 
 
 def test_per_order_overlaps_are_what_ngsm_is_the_geometric_mean_of() -> None:
-    # the demo's case (issue 40): five shared words, yet no shared 4-gram -> S = 0
+    # the demo's case: five shared words, yet no shared 4-gram -> S = 0
     a, b = "a plane over the lake", "a brown plane flying over the lake"
     # n=1: 5 shared of 5 + 7 -> 5/7; n=2: {over the, the lake} -> 2/(4+6-2); n=3: {over the lake} -> 1/(3+5-1)
     assert ngsm_orders(a, b) == [5 / 7, 2 / 8, 1 / 7, 0.0]

@@ -342,8 +342,8 @@ def chain_search(**kwargs):
 
 
 def test_synonym_substitution_turns_the_word_into_its_synonym() -> None:
-    # O/S (seed 001 Table 6): S is the search with the SynonymSubstitution processor, O the same search
-    # without it (the request's other hooks, here none)
+    # O/S (Pantazopoulos et al., 2022, Table 6): S is the search with the SynonymSubstitution processor,
+    # O the same search without it (the request's other hooks, here none)
     resolved = resolve_hooks(
         [{"name": "synonym_substitution", "params": {"pairs": [["dog", "puppy"]]}}], SYN_VOCAB
     )

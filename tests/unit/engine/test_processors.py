@@ -92,7 +92,7 @@ def test_no_repeat_bigram() -> None:
     lp = logprobs()
     toks = tokens(
         [1, A, BIG, A],  # "a big" seen and the row ends with "a": "big" would repeat it
-        [1, DOG, DOG, DOG],  # "dog dog" seen: a third "dog" would repeat it (seed 003's duplicates)
+        [1, DOG, DOG, DOG],  # "dog dog" seen: a third "dog" would repeat it (duplicates, Wan et al., 2022)
         [1, A, BIG, DOG],  # nothing to repeat
     )
     out = NoRepeatNgram(2)(toks, lp)
@@ -440,7 +440,8 @@ def test_no_substitution_hook_asks_for_no_original() -> None:
 
 
 def test_default_table_follows_the_seed_and_is_restricted_to_the_vocabulary() -> None:
-    # seed 001 Table 10: "we replace the generated fine-grained word with its synonym" (puppy -> dog)
+    # Pantazopoulos et al., 2022, Table 10: "we replace the generated fine-grained word with its synonym"
+    # (puppy -> dog)
     default = resolve_hooks([spec("synonym_substitution")], VOCAB)
     assert substitution_of(default) == {"puppy": "dog", "guy": "man"}
     assert default.compare_without == 0  # return_original defaults to true: O is the request without it

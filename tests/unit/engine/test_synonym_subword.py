@@ -1,6 +1,6 @@
 """``synonym_substitution`` with words of several tokens (a subword captioner's words): the processor's
 trigger on an S1 word's first token and its forced continuation of a longer S2 word across steps whose
-rows the search reorders; one-token words exactly as the seed's rule; the hook on a real subword
+rows the search reorders; one-token words exactly as the paper's rule; the hook on a real subword
 tokenizer (``tests/hf_tiny.py``), its refusals and its default table; the pairs the substitutivity
 probe keeps for a captioner."""
 
@@ -112,7 +112,8 @@ def test_one_token_pairs_are_the_seed_rule_with_no_state() -> None:
             [np.zeros((8, 1), dtype=np.int64), rng.choice([5, 6, X, T_ONE], (8, step))], axis=1
         )
         want = lp.copy()
-        for r in range(8):  # seed 001 §4.3: the argmax word in S1 -> its synonym has probability 1
+        # Pantazopoulos et al., 2022, §4.3: the argmax word in S1 -> its synonym has probability 1
+        for r in range(8):
             best = int(lp[r].argmax())
             if best in table and np.isfinite(lp[r].max()):
                 want[r], want[r, table[best]] = NEG, 0.0

@@ -1,4 +1,5 @@
-"""Diversity metrics of seed 000 Table 4 (van Miltenburg et al. 2018) on a hand-computed example."""
+"""Diversity metrics of Nikolaus et al., 2019, Table 4 (van Miltenburg et al. 2018) on a hand-computed
+example."""
 
 from __future__ import annotations
 

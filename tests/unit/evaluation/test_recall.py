@@ -1,4 +1,4 @@
-"""Recall@K (seed 000 Eq. 1) on a hand-computed example.
+"""Recall@K (Nikolaus et al., 2019, Eq. 1) on a hand-computed example.
 
 These tests use a FAKE pairs function instead of the spaCy attachment checker: an adjective pair is
 found when the caption contains the words "<adjective> <noun>" in a row ("black cat"), a verb pair when it

@@ -153,7 +153,7 @@ def test_render_stretches_colours_and_encodes_png() -> None:
 
 
 def test_the_interval_is_over_the_caption_nouns() -> None:
-    """Issue 41: GroundingScore(δ) averages the caption's nouns; its interval resamples them."""
+    """GroundingScore(δ) averages the caption's nouns; its interval resamples them."""
     sim = np.zeros((4, 4))
     sim[1, 1] = 1.0  # the first noun grounded at its own step, the second never
     nouns = np.array([False, True, False, True])

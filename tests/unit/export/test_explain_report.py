@@ -32,7 +32,7 @@ def test_the_study_runs_on_the_served_path_and_writes_tables_and_a_figure(
     for summary in entry["methods"].values():
         scores = [v for v in summary["grounding_score"].values() if v is not None]
         assert scores == sorted(scores)  # monotone in δ, averaged too
-        for delta, found in summary["grounding_score_interval"].items():  # over captions (issue 41)
+        for delta, found in summary["grounding_score_interval"].items():  # over captions
             value = summary["grounding_score"][delta]
             assert found is None or found["low"] <= value <= found["high"]
     written = json.loads((tmp_path / "explanations.json").read_text())

@@ -1,5 +1,5 @@
-"""Seed 003's MAD study (``compcap mad``): selection, refereeing and ranking on constructed captions,
-Algorithm 2 (``--add``) against all at once, the ties at S = 0 and the ranking's sensitivity to the
+"""The MAD study (Wan et al., 2022; ``compcap mad``): selection, refereeing and ranking on constructed
+captions, Algorithm 2 (``--add``) against all at once, the ties at S = 0 and the ranking's sensitivity to the
 tie-break, the resumable caption checkpoints, the CLI's input errors, and one end-to-end run on the tiny
 repository."""
 

@@ -1,5 +1,5 @@
-"""The pure parts of the productivity test (seed 001 §4.2): the visual encoder rebuilt from its ONNX graph,
-reference lengths, tail-minus-base gaps and the table."""
+"""The pure parts of the productivity test (Pantazopoulos et al., 2022, §4.2): the visual encoder rebuilt from
+its ONNX graph, reference lengths, tail-minus-base gaps and the table."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 43: the reproduction's control rows (BUTD's beams re-ranked by a ranker not trained with it) and
+"""The reproduction's control rows (BUTD's beams re-ranked by a ranker not trained with it) and
 the paired tests between rows, computed from the first rank each evaluation stores per (pair, image);
 and the seeds study built on them (``compcap seeds``), on small hand-made evaluations."""
 

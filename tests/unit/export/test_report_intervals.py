@@ -1,4 +1,4 @@
-"""The reproduction's intervals (issue 41, point 1): recomputed from the committed per-group evaluations
+"""The reproduction's intervals: recomputed from the committed per-group evaluations
 (``reports/systematicity_<g>_test.json``, per pair its images and hits per K), they are the ones the
 committed report states, near those an independent bootstrap found, and the targets hold — or not —
 on the intervals' bounds as the report says."""

@@ -1,6 +1,6 @@
-"""``compcap render-reports`` (issue 41): every study's committed Markdown is its committed JSON
+"""``compcap render-reports``: every study's committed Markdown is its committed JSON
 re-rendered — so the reports' intervals and qualifications come from the code, not from hand edits —
-and the qualifications the issue asks for are there: the explanations' verdicts against the pointing
+and the qualifications are there: the explanations' verdicts against the pointing
 game, the MAD verdicts against the tie-break, and the units each report's figures could be bootstrapped
 over."""
 
@@ -64,7 +64,7 @@ def test_the_mad_verdicts_carry_the_tie_break() -> None:
 def test_the_substitutivity_reports_say_what_their_figures_rest_on() -> None:
     zoo = (REPORTS / "substitutivity.md").read_text(encoding="utf-8")
     assert "How often S follows O up to the substituted word is not known for this run" in zoo
-    assert "Note (issue 26)" in zoo
+    assert "the Ot vs St row above was computed with the earlier cut" in zoo
     default = (REPORTS / "substitutivity_default/substitutivity.md").read_text(encoding="utf-8")
     assert "S follows O word for word up to the substituted word" in default
     assert "| Ot vs St, S follows O up to the word |" in default

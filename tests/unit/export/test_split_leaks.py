@@ -1,4 +1,4 @@
-"""Issue 26: no held-out pair leaks into a systematicity split's training set. SceneWorld records every
+"""No held-out pair leaks into a systematicity split's training set. SceneWorld records every
 caption's true pairs; the split uses them (not the parser, which misses e.g. "a red pony eating grass")."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The pure parts of the substitutivity test (seed 001 §4.3): which pairs are kept, and the sub-captions
-after the substituted word."""
+"""The pure parts of the substitutivity test (Pantazopoulos et al., 2022, §4.3): which pairs are kept, and the
+sub-captions after the substituted word."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def test_sub_captions_after_the_substituted_word() -> None:
 
 
 def test_st_starts_after_the_substitute_not_after_a_category_word_the_model_wrote_itself() -> None:
-    """Issue 26 D1: O holds the category word before its S1 word; S's first "dog" is the model's own."""
+    """O holds the category word before its S1 word; S's first "dog" is the model's own."""
     o, s = "a dog and a puppy on the grass", "a dog and a dog on the grass"
     assert substituted_tails(o.split(), s.split(), {"puppy": "dog"}) == (
         ["on", "the", "grass"],
@@ -51,7 +51,7 @@ def test_st_starts_after_the_substitute_not_after_a_category_word_the_model_wrot
 
 
 def test_s_follows_o_up_to_the_word_only_when_every_earlier_word_and_the_substitute_match() -> None:
-    """Issue 41, point 4a: the premise of Ot vs St, checked per image."""
+    """The premise of Ot vs St, checked per image."""
     m = {"puppy": "dog", "ship": "boat"}
     assert follows_up_to_the_word(["a", "puppy", "on", "grass"], ["a", "dog", "in", "a", "field"], m) is True
     assert follows_up_to_the_word(["a", "brown", "puppy"], ["a", "small", "dog"], m) is False  # left earlier

@@ -320,7 +320,7 @@ def _signed(text: str) -> float:
 
 
 def test_reproduction_headline_names_the_control_with_its_paired_test() -> None:
-    """Issue 43: the README's headline names the control (BUTD re-ranked by VSE++) with the paired
+    """The README's headline names the control (BUTD re-ranked by VSE++) with the paired
     difference, its interval and p-value, and docs/benchmarks.md gives it in points with the control
     rows' means and BUTD+VSE++ against BUTD — all ``reports/reproduction.json``'s."""
     report = _report("reports/reproduction.json")
@@ -361,7 +361,7 @@ def test_reproduction_headline_names_the_control_with_its_paired_test() -> None:
 
 
 def test_the_seeds_sentence_is_the_seeds_report() -> None:
-    """Issue 43, point 2: the README's spread over training seeds and the pooled paired test of BUTR+RR
+    """The README's spread over training seeds and the pooled paired test of BUTR+RR
     against the control are ``reports/seeds.json``'s, over at least 3 seeds."""
     report = _report("reports/seeds.json")
     text = _paragraph("It decodes each held-out concept pair's images")
@@ -414,7 +414,7 @@ def test_reproduction_targets_in_the_docs_are_stated_on_their_intervals() -> Non
 
 
 def test_default_substitutivity_agreement_is_the_reports() -> None:
-    """How often S follows O up to the substituted word (issue 41, point 4a), with its interval, and the
+    """How often S follows O up to the substituted word, with its interval, and the
     Ot vs St row on those images only."""
     report = _report("reports/substitutivity_default/substitutivity.json")
     text = _flat(README)
@@ -446,7 +446,7 @@ INT8_ROWS = {
 
 
 def test_int8_figures_are_the_committed_bench_report() -> None:
-    """Issue 41, point 4d: the INT8 speed table and its summary row come from
+    """The INT8 speed table and its summary row come from
     ``reports/perf/bench_int8_auto_threads.json``; no INT8 gate or speed figure without a committed
     source is quoted (the 1.39× step limit and the gate's per-run FP32 → INT8 table are gone)."""
     comparison = _report("reports/perf/bench_int8_auto_threads.json")["comparison"]
