@@ -128,10 +128,10 @@ triton: $(STAMP) $(TSTAMP) $(REPO)/manifest.json
 		--grpc-port $(TRITON_GRPC_PORT) --metrics-port $(TRITON_METRICS_PORT)
 
 $(REPO)/manifest.json: | $(STAMP)
-	$(VENV)/bin/compcap build --preset $(PRESET) --out $(REPO)
+	$(VENV)/bin/compcap-lab build --preset $(PRESET) --out $(REPO)
 
 build: $(STAMP)
-	$(VENV)/bin/compcap build --preset $(PRESET) --out $(REPO)
+	$(VENV)/bin/compcap-lab build --preset $(PRESET) --out $(REPO)
 
 # the probe sets of the live probes (~81 MB, ~90 s; not shipped in git with the default repository)
 probesets: $(STAMP) $(REPO)/manifest.json
@@ -166,16 +166,16 @@ clean:
 ZOO ?= model_zoo
 
 models: $(STAMP)
-	$(VENV)/bin/compcap models --preset $(PRESET) --out $(ZOO)
+	$(VENV)/bin/compcap-lab models --preset $(PRESET) --out $(ZOO)
 
 report: $(STAMP)
-	$(VENV)/bin/compcap report --repo $(ZOO) --out reports --rerank-sweep
+	$(VENV)/bin/compcap-lab report --repo $(ZOO) --out reports --rerank-sweep
 
 # group 1's BUTD, BUTR and VSE++ on two more training seeds, evaluated as the report (after it)
 seeds: $(STAMP)
-	$(VENV)/bin/compcap seeds --repo $(ZOO) --seeds 1 2 --out reports
+	$(VENV)/bin/compcap-lab seeds --repo $(ZOO) --seeds 1 2 --out reports
 
 # the grounding study of Cornia et al. (2022) on the zoo (explanations per captioner x method;
 # reports/explanations.md)
 explain-report: $(STAMP)
-	$(VENV)/bin/compcap explain-report --repo $(ZOO) --out reports
+	$(VENV)/bin/compcap-lab explain-report --repo $(ZOO) --out reports

@@ -1,4 +1,4 @@
-"""Build presets: dataset size, model widths and training lengths for ``compcap build``."""
+"""Build presets: dataset size, model widths and training lengths for ``compcap-lab build``."""
 
 from __future__ import annotations
 

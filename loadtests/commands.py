@@ -1,5 +1,6 @@
-"""The load tests' ``compcap`` commands: bench, probe-load, shadow-load. Light at import; each command
-imports its module only when it is chosen."""
+"""The load tests' ``compcap`` command: bench (an operator's). The load studies (probe-load, shadow-load)
+are the lab's, ``loadtests.lab_commands``. Light at import; each command imports its module only when it
+is chosen."""
 
 from __future__ import annotations
 
@@ -32,42 +33,8 @@ def _bench(args: argparse.Namespace) -> int:
     return bench(args)
 
 
-def _probe_load_arguments(parser: argparse.ArgumentParser) -> None:
-    from loadtests.load.probe_load import add_arguments
-
-    add_arguments(parser)
-
-
-def _probe_load(args: argparse.Namespace) -> int:
-    from loadtests.load.probe_load import probe_load
-
-    return probe_load(args)
-
-
-def _shadow_load_arguments(parser: argparse.ArgumentParser) -> None:
-    from loadtests.load.shadow_load import add_arguments
-
-    add_arguments(parser)
-
-
-def _shadow_load(args: argparse.Namespace) -> int:
-    from loadtests.load.shadow_load import shadow_load
-
-    return shadow_load(args)
-
-
 COMMANDS: CommandTable = {
     "bench": Command(
         "benchmark the engine and the gateway (loadtests/bench/bench.py)", _bench_arguments, _bench
-    ),
-    "probe-load": Command(
-        "caption latency with and without a live probe (loadtests/load/probe_load.py)",
-        _probe_load_arguments,
-        _probe_load,
-    ),
-    "shadow-load": Command(
-        "caption latency with and without live shadow comparison (loadtests/load/shadow_load.py)",
-        _shadow_load_arguments,
-        _shadow_load,
     ),
 }

@@ -1,7 +1,7 @@
 """The generated pages of the documentation site, written from the code: ``reference/settings.md``
 (every ``COMPCAP_*`` setting of ``service.settings``, by section), ``reference/cli.md`` (every
-command's ``--help``), ``reference/hooks.md`` (the hook registry), ``reference/api.md`` (the
-gateway's OpenAPI document, endpoint by endpoint, plus the document itself as
+command's ``--help``, ``compcap``'s then ``compcap-lab``'s), ``reference/hooks.md`` (the hook registry),
+``reference/api.md`` (the gateway's OpenAPI document, endpoint by endpoint, plus the document itself as
 ``reference/openapi.json``), and the report figures the pages show, as ``assets/*.png``.
 
 It is a MkDocs hook (``hooks:`` in ``mkdocs.yml``): ``mkdocs build`` and ``mkdocs serve`` add these
@@ -144,15 +144,19 @@ def settings_page() -> str:
 
 
 def cli_page() -> str:
-    from service.cli import all_commands, build_parser
+    from export.lab_cli import LAB
+    from service.cli import PRODUCT, all_commands, build_parser
 
-    commands = all_commands()
-    top = build_parser(["--help"], commands)
-    out = ["# Command-line reference\n", GENERATED, "```text", top.format_help().rstrip(), "```\n"]
-    for name in commands:
-        parser = build_parser([name], commands)
-        assert parser.chosen is not None
-        out += [f"## compcap {name}\n", "```text", parser.chosen.format_help().rstrip(), "```\n"]
+    out = ["# Command-line reference\n", GENERATED]
+    for program in (PRODUCT, LAB):
+        commands = all_commands(program)
+        top = build_parser(["--help"], commands, program)
+        out += [f"## {program.name}\n", "```text", top.format_help().rstrip(), "```\n"]
+        for name in commands:
+            parser = build_parser([name], commands, program)
+            assert parser.chosen is not None
+            heading = f"### {program.name} {name}\n"
+            out += [heading, "```text", parser.chosen.format_help().rstrip(), "```\n"]
     return "\n".join(out)
 
 

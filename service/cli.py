@@ -1,8 +1,11 @@
-"""``compcap``: one entry point over the command tables of the installed packages. The service's own
-commands (serve, triton, probe, caption) come from ``service.commands``; every other package registers
-its table in the ``compcap.commands`` entry-point group (``pyproject.toml``), so this module names no
-package above ``service``. Listing the commands imports only those light tables; a command's arguments
-and its heavy modules are imported only when it is chosen, so ``compcap serve`` runs without torch.
+"""``compcap`` (the product: serve, caption, probe, and prepare model repositories) and, through the same
+machinery, ``compcap-lab`` (the research lab, whose ``main`` lives above ``service``), each one entry
+point over command tables. The service's own commands (serve, triton, probe, caption) come from
+``service.commands``; every other package registers its tables in a program's entry-point group
+(``compcap.commands``, ``compcap_lab.commands``; ``pyproject.toml``), so this module names no package
+above ``service``. Listing the commands imports only those light tables; a command's arguments and its
+heavy modules are imported only when it is chosen, so ``compcap serve`` runs without torch. A command of
+the other program is not listed; given here, it is one line saying where it went, and exit 2.
 
 Failures are reported here, once for every command (``service.cli_errors``): a mistake of the user's is
 one line ``compcap COMMAND: what is wrong`` and exit 2, anything else one line and exit 1, Ctrl-C exit
@@ -15,40 +18,100 @@ import difflib
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, entry_points
 from importlib.metadata import version as installed_version
 from pathlib import Path
 from typing import Any, NoReturn
 
 from service.cli_errors import INTERRUPTED, USAGE, describe, one_line
-from service.cli_table import ENTRY_POINT_GROUP, Command, CommandTable
+from service.cli_table import ENTRY_POINT_GROUP, LAB_ENTRY_POINT_GROUP, Command, CommandTable
 from service.commands import COMMANDS as SERVICE_COMMANDS
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    """Another program, for the line that points one of its commands given here at it: its name, the
+    entry-point group of its tables (read only when such a name is given), its built-in table, and what
+    the line calls it."""
+
+    name: str
+    group: str
+    said: str
+    builtin: CommandTable = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Program:
+    """One command line: its name as typed, the description its ``--help`` opens with, the entry-point
+    group its packages register their tables in, the service's own table (the product's alone), and the
+    programs whose commands it points at."""
+
+    name: str
+    description: str
+    group: str
+    builtin: CommandTable = field(default_factory=dict)
+    elsewhere: tuple[Neighbour, ...] = ()
+
+
+PRODUCT = Program(
+    name="compcap",
+    description="CompCap: serve, caption and probe image captioners, and prepare their model repositories "
+    "(`compcap COMMAND --help` for a command's options; SceneWorld, training, the model zoo and the "
+    "studies are compcap-lab's).",
+    group=ENTRY_POINT_GROUP,
+    builtin=SERVICE_COMMANDS,
+    elsewhere=(Neighbour("compcap-lab", LAB_ENTRY_POINT_GROUP, "moved to the lab"),),
+)
 
 DEBUG_HELP = "on a failure, print the traceback too"
 
 
-def command_tables() -> list[tuple[str, CommandTable]]:
-    """(owner, table): the service's own, then each table of the entry-point group, by entry-point name.
-    A table that cannot be imported (its package is not installed) is skipped with a warning."""
-    tables: list[tuple[str, CommandTable]] = [("service", SERVICE_COMMANDS)]
-    for entry in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+def group_tables(group: str, warn: str | None = None) -> list[tuple[str, CommandTable]]:
+    """(entry-point name, table) of each table of an entry-point group, by name. A table that cannot be
+    imported (its package is not installed) is skipped, with a warning from program ``warn`` if given."""
+    tables: list[tuple[str, CommandTable]] = []
+    for entry in sorted(entry_points(group=group), key=lambda e: e.name):
         try:
             tables.append((entry.name, entry.load()))
         except ImportError as exc:
-            print(f"compcap: skipping the {entry.name} commands ({entry.value}): {exc}", file=sys.stderr)
+            if warn:
+                print(f"{warn}: skipping the {entry.name} commands ({entry.value}): {exc}", file=sys.stderr)
     return tables
 
 
-def all_commands() -> dict[str, Command]:
-    """Every command by name; two tables defining one name is an error."""
+def command_tables(program: Program = PRODUCT) -> list[tuple[str, CommandTable]]:
+    """(owner, table): the service's own (the product's), then each table of the program's group."""
+    builtin = [("service", program.builtin)] if program.builtin else []
+    return [*builtin, *group_tables(program.group, warn=program.name)]
+
+
+def all_commands(program: Program = PRODUCT) -> dict[str, Command]:
+    """Every command of a program by name; two tables defining one name is an error."""
     commands: dict[str, Command] = {}
     owners: dict[str, str] = {}
-    for owner, table in command_tables():
+    for owner, table in command_tables(program):
         for name, command in table.items():
             if name in commands:
-                raise RuntimeError(f"compcap: command {name!r} is defined by both {owners[name]} and {owner}")
+                raise RuntimeError(
+                    f"{program.name}: command {name!r} is defined by both {owners[name]} and {owner}"
+                )
             commands[name], owners[name] = command, owner
     return commands
+
+
+def neighbour_of(name: str, program: Program = PRODUCT) -> Neighbour | None:
+    """The other program that has command ``name``, found through its entry-point group, else None."""
+    for neighbour in program.elsewhere:
+        tables = [neighbour.builtin, *(table for _, table in group_tables(neighbour.group))]
+        if any(name in table for table in tables):
+            return neighbour
+    return None
+
+
+def script_module(script: str) -> str | None:
+    """The module an installed console script runs (``compcap`` → ``service.cli``), else None."""
+    return next((entry.module for entry in entry_points(group="console_scripts", name=script)), None)
 
 
 def version() -> str:
@@ -101,22 +164,19 @@ class Parser(argparse.ArgumentParser):
     chosen: Parser | None = None  # the subparser of the command chosen (``build_parser``)
 
     def error(self, message: str) -> NoReturn:
-        hint = " (compcap --help lists the commands)" if self.prog == "compcap" else ""
+        hint = f" ({self.prog} --help lists the commands)" if " " not in self.prog else ""
         self.exit(USAGE, f"{self.prog}: {one_line(message)}{hint}\n")
 
 
-def build_parser(argv: Sequence[str], commands: Mapping[str, Command] | None = None) -> Parser:
-    """The parser for ``argv``: every command listed with its help, and the arguments of the command
-    ``argv`` chooses (its first word) added, so that no other command's modules are imported."""
-    commands = all_commands() if commands is None else commands
+def build_parser(
+    argv: Sequence[str], commands: Mapping[str, Command] | None = None, program: Program = PRODUCT
+) -> Parser:
+    """The program's parser for ``argv``: every command listed with its help, and the arguments of the
+    command ``argv`` chooses (its first word) added, so that no other command's modules are imported."""
+    commands = all_commands(program) if commands is None else commands
     chosen = _chosen(argv)
-    parser = Parser(
-        prog="compcap",
-        description="CompCap: build, serve and study image captioners (`compcap COMMAND --help` for a "
-        "command's options).",
-        formatter_class=HelpFormatter,
-    )
-    parser.add_argument("--version", action="version", version=f"compcap {version()}")
+    parser = Parser(prog=program.name, description=program.description, formatter_class=HelpFormatter)
+    parser.add_argument("--version", action="version", version=f"{program.name} {version()}")
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, command in commands.items():
@@ -140,10 +200,19 @@ def _words_before_separator(argv: Sequence[str]) -> list[str]:
     return words[: words.index("--")] if "--" in words else words
 
 
-def _unknown_command(name: str, commands: Mapping[str, Command]) -> NoReturn:
+def _unknown_command(name: str, commands: Mapping[str, Command], program: Program) -> NoReturn:
+    neighbour = neighbour_of(name, program)
+    if neighbour is not None:
+        module = script_module(neighbour.name)
+        runs = f" (python -m {module} {name})" if module else ""
+        print(f"{program.name} {name}: {neighbour.said}: run {neighbour.name} {name}{runs}", file=sys.stderr)
+        raise SystemExit(USAGE)
     close = difflib.get_close_matches(name, list(commands), n=1)
     hint = f" (did you mean {close[0]}?)" if close else ""
-    print(f"compcap: unknown command {name!r}{hint}; compcap --help lists the commands", file=sys.stderr)
+    print(
+        f"{program.name}: unknown command {name!r}{hint}; {program.name} --help lists the commands",
+        file=sys.stderr,
+    )
     raise SystemExit(USAGE)
 
 
@@ -152,25 +221,27 @@ def _unrecognized(parser: Parser, command: str, extras: Sequence[str]) -> NoRetu
     flags = [word.split("=")[0] for word in extras if word.startswith("--")]
     close = difflib.get_close_matches(flags[0], options, n=1) if flags else []
     hint = f" (did you mean {close[0]}?)" if close else ""
-    print(f"compcap {command}: unrecognized arguments: {' '.join(extras)}{hint}", file=sys.stderr)
+    print(f"{parser.prog} {command}: unrecognized arguments: {' '.join(extras)}{hint}", file=sys.stderr)
     raise SystemExit(USAGE)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``compcap`` on ``argv`` (default: ``sys.argv[1:]``). Returns the command's exit code (2 for
-    a mistake found while it ran); raises ``SystemExit`` for a mistake on the command line itself (2,
-    as argparse does), an interrupt (130) or a crash (1, chained to the exception)."""
+def main(argv: Sequence[str] | None = None, program: Program = PRODUCT) -> int:
+    """Run ``compcap`` (or another program) on ``argv`` (default: ``sys.argv[1:]``). Returns the
+    command's exit code (2 for a mistake found while it ran); raises ``SystemExit`` for a mistake on the
+    command line itself (2, as argparse does), an interrupt (130) or a crash (1, chained to the
+    exception)."""
     words = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in _words_before_separator(words)
     name = _chosen(words)
-    return guarded(lambda: _parse_and_run(words, name), f"compcap {name}" if name else "compcap", debug)
+    prog = f"{program.name} {name}" if name else program.name
+    return guarded(lambda: _parse_and_run(words, name, program), prog, debug)
 
 
-def _parse_and_run(words: list[str], name: str | None) -> int:
-    commands = all_commands()
+def _parse_and_run(words: list[str], name: str | None, program: Program) -> int:
+    commands = all_commands(program)
     if name is not None and name not in commands:
-        _unknown_command(name, commands)
-    parser = build_parser(words, commands)
+        _unknown_command(name, commands, program)
+    parser = build_parser(words, commands, program)
     args, extras = parser.parse_known_args(words)
     if extras:
         _unrecognized(parser, args.command, extras)

@@ -1,7 +1,7 @@
 """Argument types every ``compcap`` command shares (the ``type=`` of ``add_argument``), so that each value
 is checked the same way while the command line is parsed, before any work. A refused value raises
 ``ArgumentTypeError`` saying what is wrong; argparse names the argument in front of it
-(``compcap world: argument --images: must be >= 1, got 0``). Also: ``ListAction`` (one spelling of a
+(``compcap-lab world: argument --images: must be >= 1, got 0``). Also: ``ListAction`` (one spelling of a
 list), ``add_renamed`` (a flag's old spelling kept, hidden) and the re-ranking vocabulary. Standard
 library only at import: the command tables import it."""
 

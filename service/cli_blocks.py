@@ -52,7 +52,7 @@ def repository(
 
 
 def zoo_repository(
-    parser: Parser, help: str = "the model zoo (compcap models)", default: str | Path = "model_zoo"
+    parser: Parser, help: str = "the model zoo (compcap-lab models)", default: str | Path = "model_zoo"
 ) -> argparse.Action:
     """``--repo DIR`` of the studies, a zoo by default (their old spelling ``--zoo`` still works)."""
     return add_renamed(parser, "--repo", "--zoo", type=existing_dir, default=default, help=help)

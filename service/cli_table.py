@@ -1,6 +1,7 @@
-"""The shape of a ``compcap`` command table. Each package owns its commands as a ``CommandTable`` (name →
-``Command``) in a light module that imports only the standard library (and this module) at top level;
-the package registers that table in the ``compcap.commands`` entry-point group of ``pyproject.toml``,
+"""The shape of a command table of ``compcap`` (the product) and ``compcap-lab`` (the research lab). Each
+package owns its commands as a ``CommandTable`` (name → ``Command``) in a light module that imports only
+the standard library (and this module) at top level; the package registers that table in the
+entry-point group of its program in ``pyproject.toml`` (``compcap.commands``, ``compcap_lab.commands``),
 and ``service.cli`` discovers it there, so the CLI names no package above ``service``."""
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ import argparse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-ENTRY_POINT_GROUP = "compcap.commands"
+ENTRY_POINT_GROUP = "compcap.commands"  # the product's tables: compcap
+LAB_ENTRY_POINT_GROUP = "compcap_lab.commands"  # the research lab's: compcap-lab
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,7 @@ def check_repo(given: str | None) -> Path:
     if repo.is_dir():
         raise UsageError(
             f"{repo} ({source}) is not a model repository: it has no manifest.json (give --repo a built "
-            f"one, or build it: compcap build --out {repo})"
+            f"one, or build it: compcap-lab build --out {repo})"
         )
     raise UsageError(
         f"no model repository at {repo} ({source}): give --repo DIR (or COMPCAP_REPO), e.g. the "

@@ -1,7 +1,7 @@
 """Repositories and data for the tests of imported models: a snapshot imported into a repository with
 the network refused (the import itself offline, not only the tests after it), and a small COCO-format
 folder (SceneWorld images and captions, instance annotations, no scene graphs: what a
-user's own COCO-style data gives ``compcap probeset`` and ``compcap mad``)."""
+user's own COCO-style data gives ``compcap probeset`` and ``compcap-lab mad``)."""
 
 from __future__ import annotations
 

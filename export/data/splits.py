@@ -409,7 +409,7 @@ def check_disjoint(split: Split) -> None:
 
 def split_dir_for(data: Path, kind: str, group: int | None) -> Path:
     """The one place a split of ``data`` lives by default: ``<data>/splits/<kind>[_<group>]``. ``compcap
-    splits`` writes there unless given ``--out``, and ``compcap evaluate`` (and every study) reads from
+    splits`` writes there unless given ``--out``, and ``compcap-lab evaluate`` (and every study) reads from
     there unless given ``--split-file``, so the two compose."""
     name = kind if group is None else f"{kind}_{group}"
     return Path(data) / "splits" / name
@@ -480,8 +480,8 @@ def run_splits_cli(
     cache: Path | None = None,
     **options: Any,
 ) -> dict[str, Any]:
-    """What ``compcap splits`` calls: load ``data``, build the split, write ``out/split.json`` (default
-    ``out``: ``split_dir_for(data, kind, group)``, where ``compcap evaluate`` looks), print and return a
+    """What ``compcap-lab splits`` calls: load ``data``, build the split, write ``out/split.json`` (default
+    ``out``: ``split_dir_for(data, kind, group)``, where ``compcap-lab evaluate`` looks), print and return a
     summary. ``cache``: caption-pairs cache file (default: next to the dataset if writable, else
     ``out/caption_pairs.json``)."""
     out = split_dir_for(data, kind, group) if out is None else Path(out)
@@ -499,8 +499,8 @@ def run_splits_cli(
     if path.resolve() != split_path_for(data, kind, group).resolve():
         group_flag = "" if group is None else f" --group {group}"
         print(
-            f"compcap evaluate reads this split only when told where it is: "
-            f"compcap evaluate --data {data} --split {kind}{group_flag} --split-file {path} ...",
+            f"compcap-lab evaluate reads this split only when told where it is: "
+            f"compcap-lab evaluate --data {data} --split {kind}{group_flag} --split-file {path} ...",
             file=sys.stderr,
         )
     return result

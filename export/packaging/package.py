@@ -1,6 +1,6 @@
 """Package trained models as a Triton repository: export every contract graph to ONNX, check parity
 (torch vs onnxruntime ≤ 1e-4 on random and real inputs), and write configs, vocabulary and manifest.
-Shared by ``compcap build`` (the default repository) and the model zoo."""
+Shared by ``compcap-lab build`` (the default repository) and the model zoo."""
 
 from __future__ import annotations
 

@@ -1,2 +1,2 @@
 """The pipeline's two entry points, each world → splits → training → packaging: ``build`` (the default
-repository, ``compcap build``) and ``zoo`` (every architecture on every split, ``compcap models``)."""
+repository, ``compcap-lab build``) and ``zoo`` (every architecture on every split, ``compcap-lab models``)."""

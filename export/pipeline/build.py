@@ -1,4 +1,4 @@
-"""``compcap build``: SceneWorld data → trained encoder, BUTD, BUTR and VSE++ → ONNX (parity-checked) →
+"""``compcap-lab build``: SceneWorld data → trained encoder, BUTD, BUTR and VSE++ → ONNX (parity-checked) →
 Triton repository with ``manifest.json`` and the probe sets (``probes/<kind>/``, from a world seed of
 their own, ``export.probesets``). Writes ``build_report.json`` beside the manifest."""
 
@@ -85,7 +85,7 @@ def label_sizes() -> dict[str, int]:
 
 
 def train_models(data: Path, preset: str, out: Path, seed: int = 0) -> dict[str, Any]:
-    """``compcap train``: train every model on a SceneWorld dataset folder (captioners and rankers on the
+    """``compcap-lab train``: train every model on a SceneWorld dataset folder (captioners and rankers on the
     preset's held-out split of it, captioners selected on its val set) and save torch checkpoints."""
     p = get_preset(preset)
     images, captions, graphs, ids = load_dataset(data)

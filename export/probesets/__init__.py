@@ -3,9 +3,9 @@
 
 * ``sceneworld`` — from a SceneWorld world of its own: seed ``probe_seed(seed)`` = training seed +
   ``PROBE_SEED_OFFSET``, never the training world (seed), the build's test world (seed + 7919) or the
-  zoo's evaluation world (``export.pipeline.zoo.EVAL_SEED``). Written by ``compcap build``,
-  ``compcap models`` and ``compcap probesets --repo`` (an existing repository, no retraining).
-* ``coco`` — from any COCO-format folder through the split code of ``compcap splits``
+  zoo's evaluation world (``export.pipeline.zoo.EVAL_SEED``). Written by ``compcap-lab build``,
+  ``compcap-lab models`` and ``compcap probesets --repo`` (an existing repository, no retraining).
+* ``coco`` — from any COCO-format folder through the split code of ``compcap-lab splits``
   (``compcap probeset --data DIR --kind K --out DIR``).
 * ``counterfactual`` — minimal pairs for the default captioner's held-out pairs (a seen-pair scene and
   the same scene with the held-out value), written on demand only (``compcap probesets --kind

@@ -1,5 +1,5 @@
 """Probe sets from any COCO-format folder (``compcap probeset --data DIR --kind K --out DIR``), chosen
-through the split code of ``compcap splits`` (``export.data.splits.build_split``, seeded):
+through the split code of ``compcap-lab splits`` (``export.data.splits.build_split``, seeded):
 
 * systematicity — per group 1..4 the group's systematicity split (spaCy ``AttachmentChecker``, its
   caption-pairs cache next to the data when writable): comb images of a pair are ``test`` images a

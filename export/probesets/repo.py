@@ -1,4 +1,4 @@
-"""The SceneWorld probe sets of a model repository: written by ``compcap build`` / ``compcap models``
+"""The SceneWorld probe sets of a model repository: written by ``compcap-lab build`` / ``compcap-lab models``
 into the staging repository, or by ``compcap probesets --repo DIR`` into an already built one (no
 retraining). The training references (CIDEr-D document frequencies, synonym counts) are the ``train``
 set of the split the repository's default captioner was trained on (``systematicity/<g>`` or ``full``

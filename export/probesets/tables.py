@@ -38,9 +38,9 @@ def systematicity_splits(
     pairs: Sequence[dict[str, Any]], mentions: Mapping[int, Mapping[ConceptPair, int]], info: dict[str, Any]
 ) -> list[Split]:
     """One split per group over the probe images: no training images, ``test`` = the union of the
-    group's comb images, ``test_no_comb`` = the union of its no_comb images, so ``compcap evaluate
+    group's comb images, ``test_no_comb`` = the union of its no_comb images, so ``compcap-lab evaluate
     --data <probe folder> --split systematicity --group g`` decodes exactly those. ``mentions``: image ->
-    pair -> number of references mentioning it (``info["mentions"]``, as ``compcap splits`` writes)."""
+    pair -> number of references mentioning it (``info["mentions"]``, as ``compcap-lab splits`` writes)."""
     out = []
     for group in sorted({int(p["group"]) for p in pairs}):
         members = [p for p in pairs if int(p["group"]) == group]
@@ -63,7 +63,7 @@ def systematicity_splits(
 
 
 def full_split(ids: Sequence[int], info: dict[str, Any]) -> Split:
-    """Every probe image as ``test`` (``compcap evaluate --data <probe folder> --split full``)."""
+    """Every probe image as ``test`` (``compcap-lab evaluate --data <probe folder> --split full``)."""
     sets: dict[str, list[int]] = {"train": [], "val": [], "test": sorted(int(i) for i in ids)}
     return Split("full", None, [], sets, {**info, "counts": {k: len(v) for k, v in sets.items()}})
 

@@ -134,7 +134,7 @@ def open_backend(repo: Path, manifest: Manifest, precision: str) -> OnnxRuntimeB
 
 
 def runs(manifest: Manifest) -> list[tuple[str, str | None]]:
-    """Each captioner plain, then re-ranked by its own ranker or vsepp (``compcap evaluate``'s runs)."""
+    """Each captioner plain, then re-ranked by its own ranker or vsepp (``compcap-lab evaluate``'s runs)."""
     from export.studies.runs import runs_for
 
     return runs_for(manifest)

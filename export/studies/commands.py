@@ -1,5 +1,6 @@
-"""The studies' ``compcap`` commands: evaluate, report, substitutivity, productivity. Light at import
-(argparse only); each command imports its study when it runs."""
+"""The studies' ``compcap-lab`` commands: evaluate, report, substitutivity, productivity, explain-report,
+render-reports, counterfactual, seeds, mad. Light at import (argparse only); each command imports its
+study when it runs."""
 
 from __future__ import annotations
 
@@ -30,13 +31,14 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
     )
     blocks.dataset(parser, "the dataset folder (captions.json, images)", required=True)
-    blocks.split_kind(parser, "--split", "which split (compcap splits)")
+    blocks.split_kind(parser, "--split", "which split (compcap-lab splits)")
     blocks.held_out_group_choice(parser, "--split systematicity without --split-file")
     parser.add_argument(
         "--split-file",
         type=existing_file,
         default=None,
-        help="split.json (default: <data>/splits/<kind>[_<group>]/split.json, where compcap splits writes)",
+        help="split.json (default: <data>/splits/<kind>[_<group>]/split.json, where compcap-lab splits "
+        "writes)",
     )
     blocks.json_output(parser, "the results JSON")
     parser.add_argument(
@@ -71,7 +73,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     split_path = Path(args.split_file) if args.split_file else None
     json_out = Path(args.json) if args.json else None
     if args.repo and (args.checkpoint or args.concurrency):
-        print("compcap evaluate: --checkpoint and --concurrency need --url", file=sys.stderr)
+        print("compcap-lab evaluate: --checkpoint and --concurrency need --url", file=sys.stderr)
         return 2
     if split_path is None:
         blocks.require_group(args.split, args.group, "--split")
@@ -131,7 +133,7 @@ def _report(args: argparse.Namespace) -> int:
     if args.reuse:
         if not (Path(args.out) / "reproduction.json").is_file():
             print(
-                f"compcap report: --reuse: {Path(args.out) / 'reproduction.json'} is not there",
+                f"compcap-lab report: --reuse: {Path(args.out) / 'reproduction.json'} is not there",
                 file=sys.stderr,
             )
             return 2
@@ -143,7 +145,8 @@ def _report(args: argparse.Namespace) -> int:
         return 0
     if not Path(repo).is_dir():
         print(
-            f"compcap report: --repo {repo}: no such folder (without it only --reuse works)", file=sys.stderr
+            f"compcap-lab report: --repo {repo}: no such folder (without it only --reuse works)",
+            file=sys.stderr,
         )
         return 2
     from export.pipeline.zoo import EVAL_SEED, ensure_eval_world
@@ -297,6 +300,7 @@ def _mad(args: argparse.Namespace) -> int:
     from export.studies.mad.report import summary_table
     from export.studies.mad.study import MadError, run_mad
 
+    given = sys.argv[2:] if sys.argv[1:2] == ["mad"] else []  # the command line, for the report to show
     try:
         report = run_mad(
             Path(args.repo),
@@ -312,10 +316,10 @@ def _mad(args: argparse.Namespace) -> int:
             iid_data=Path(args.iid_data) if args.iid_data else None,
             iid_images=args.iid_images,
             referee=not args.no_referee,
-            command="compcap mad " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["mad"] else "compcap mad",
+            command=" ".join(["compcap-lab mad", *given]),
         )
     except MadError as exc:
-        print(f"compcap mad: {exc}", file=sys.stderr)
+        print(f"compcap-lab mad: {exc}", file=sys.stderr)
         return 2
     if report["referee"]:
         print(summary_table(report))
@@ -363,7 +367,7 @@ def _counterfactual(args: argparse.Namespace) -> int:
             Path(args.repo), Path(args.out), runs, beam_size=args.beam_size, images=args.images
         )
     except (FileNotFoundError, ValueError) as exc:
-        print(f"compcap counterfactual: {exc}", file=sys.stderr)
+        print(f"compcap-lab counterfactual: {exc}", file=sys.stderr)
         return 2
     for name, r in report["runs"].items():
         held, seen = r["held_out"]["recall"]["1"], r["seen"]["recall"]["1"]
@@ -397,7 +401,7 @@ def _seeds(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if not (out / "reproduction.json").is_file():
         missing = out / "reproduction.json"
-        print(f"compcap seeds: {missing} is missing: run compcap report first", file=sys.stderr)
+        print(f"compcap-lab seeds: {missing} is missing: run compcap-lab report first", file=sys.stderr)
         return 2
     report = run_seeds(Path(args.repo), list(args.seeds), out, group=args.group, data=args.data)
     for name, test in report["pooled"].items():

@@ -4,7 +4,7 @@ captions parsed by the attachment checker, and the live kind's result
 (``service.probes.scoring.counterfactual``) per run, written as ``counterfactual.json``, ``counterfactual.md``
 and a bar plot of the top-1 outcome shares, held-out against seen, with 95% intervals.
 
-``compcap counterfactual --repo model_repo --runs butr butr+butr butd --out reports``
+``compcap-lab counterfactual --repo model_repo --runs butr butr+butr butd --out reports``
 """
 
 from __future__ import annotations

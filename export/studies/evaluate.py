@@ -1,4 +1,4 @@
-"""``compcap evaluate``: compositional generalisation, caption quality and diversity of every captioner
+"""``compcap-lab evaluate``: compositional generalisation, caption quality and diversity of every captioner
 of a model repository on one split, decoded through the service's own engine on the embedded
 onnxruntime backend (what users get).
 
@@ -18,7 +18,7 @@ beam search, ``n_best = beam_size`` captions per image in final order (ranker or
 Data layout: ``--data DIR`` is a COCO-format dataset folder (``export.data.coco_captions.load_folder``); the
 split is read from ``<data>/splits/<kind>/split.json``, or ``<data>/splits/<kind>_<group>/split.json``
 when a group is given (e.g. ``splits/systematicity_1/split.json``; ``export.data.splits.split_path_for``,
-where ``compcap splits`` writes by default), unless a split path is passed.
+where ``compcap-lab splits`` writes by default), unless a split path is passed.
 Images are decoded and resized to the manifest's input size with ``service.images.decode_image``.
 
 Decoding is pluggable: in process from ``--repo`` (``export.packaging.decoding``), or over HTTP by a deployed
@@ -324,9 +324,10 @@ def run_evaluate_cli(
     checkpoint: Path | None = None,
     api_key: str | None = None,
 ) -> int:
-    """``compcap evaluate (--repo DIR | --url URL) --data DIR --split KIND [--group N] --json OUT``: evaluate
-    and print a summary table (recall R@1, R@5 as fractions in [0, 1], as the API reports it; the caption
-    metrics ×100 as in the tables of Nikolaus et al., 2019, CIDEr-D ×100). Returns the exit code."""
+    """``compcap-lab evaluate (--repo DIR | --url URL) --data DIR --split KIND [--group N] --json OUT``:
+    evaluate and print a summary table (recall R@1, R@5 as fractions in [0, 1], as the API reports it; the
+    caption metrics ×100 as in the tables of Nikolaus et al., 2019, CIDEr-D ×100). Returns the exit
+    code."""
     from compcap_client import CompCapError
 
     try:
@@ -348,11 +349,11 @@ def run_evaluate_cli(
             api_key=api_key,
         )
     except (FileNotFoundError, KeyError, ValueError, EngineError) as exc:
-        print(f"compcap evaluate: {exc}", file=sys.stderr)
+        print(f"compcap-lab evaluate: {exc}", file=sys.stderr)
         return 2
     except CompCapError as exc:
         resume = f"; {checkpoint} keeps what was done: run again to resume" if checkpoint else ""
-        print(f"compcap evaluate: the gateway at {url}: {exc}{resume}", file=sys.stderr)
+        print(f"compcap-lab evaluate: the gateway at {url}: {exc}{resume}", file=sys.stderr)
         return 1
     title = f"{kind}" + (f" group {group}" if group is not None else "") + f", {out['images']} images"
     print(title)

@@ -159,7 +159,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         "scene-graph object covering ≥ 25% of its grid cell (else the background, or the backdrop above "
         "the horizon). Integrated gradients: zero region features as baseline, "
         f"n_steps = {report['n_steps']}. "
-        f"Regenerate: `{report.get('command', 'compcap explain-report --repo model_zoo')}`.",
+        f"Regenerate: `{report.get('command', 'compcap-lab explain-report --repo model_zoo')}`.",
         "",
         "## GroundingScore(δ) (Table 3's shape)",
         "",
@@ -183,7 +183,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             "In brackets its 95% bootstrap interval over captions."
             if stored
             else "This run's JSON holds only the means, not each caption's score, so they have no "
-            "interval: a rerun of `compcap explain-report` stores the per-caption scores' interval."
+            "interval: a rerun of `compcap-lab explain-report` stores the per-caption scores' interval."
         ),
     ]
     lines += [

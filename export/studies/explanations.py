@@ -1,4 +1,4 @@
-"""The grounding study of Cornia et al. (2022) on SceneWorld (``compcap explain-report``): on N held-out
+"""The grounding study of Cornia et al. (2022) on SceneWorld (``compcap-lab explain-report``): on N held-out
 images with exact scene graphs, every captioner explains its own caption with every method through the served
 path (``service.explain.ExplainService`` on a ``CaptionEngine``), and the study reports
 
@@ -13,7 +13,7 @@ path (``service.explain.ExplainService`` on a ``CaptionEngine``), and the study 
   (the same images captioned with and without it, interleaved);
 - a figure of per-word heat maps for one image per captioner.
 
-``compcap explain-report --repo model_zoo [--images 500] [--out reports]``"""
+``compcap-lab explain-report --repo model_zoo [--images 500] [--out reports]``"""
 
 from __future__ import annotations
 
@@ -203,7 +203,7 @@ async def _run(
     service = ExplainService(
         zoo, manifest, vocab, max_concurrent=1, max_ig_steps=max(n_steps, 20), torch_threads=2
     )
-    command = f"compcap explain-report --repo {zoo} --data {data} --images {images} --n-steps {n_steps}"
+    command = f"compcap-lab explain-report --repo {zoo} --data {data} --images {images} --n-steps {n_steps}"
     if captioners:
         command += f" --model {' '.join(captioners)}"
     if tuple(methods) != METHODS:

@@ -16,7 +16,7 @@ through the served engine (``export.studies.evaluate.evaluate``, beam 5, no re-r
 follows Pantazopoulos et al. (2022), Tables 3 and 5 (B1, B4, M, R, C; BERTScore is not computed) with the
 generated mean length of its Table 4 (ASL) and the references' mean length beside it.
 
-``compcap productivity --train-data <training world> --eval-data <eval world> --by length --out reports``
+``compcap-lab productivity --train-data <training world> --eval-data <eval world> --by length --out reports``
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``compcap evaluate --url``: the evaluation's captions decoded by a deployed gateway over HTTP
+"""``compcap-lab evaluate --url``: the evaluation's captions decoded by a deployed gateway over HTTP
 (``compcap_client.AsyncCompCapClient``), then scored by the same code as in process
 (``export.studies.evaluate``).
 

@@ -1,6 +1,6 @@
-"""``compcap render-reports``: every study's Markdown re-rendered from the JSON it wrote beside it, so a
+"""``compcap-lab render-reports``: every study's Markdown re-rendered from the JSON it wrote beside it, so a
 change to a report's wording or its intervals reaches the committed reports without the models or the
-data (the reproduction has its own ``compcap report --reuse``)."""
+data (the reproduction has its own ``compcap-lab report --reuse``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The runs of an evaluation and their decoding options, shared by the in-process and the remote
-(``compcap evaluate --url``) paths: which (captioner, ranker) pairs run, from a repository's manifest or a
+(``compcap-lab evaluate --url``) paths: which (captioner, ranker) pairs run, from a repository's manifest or a
 gateway's ``GET /v1/models``, and the search options each decodes with."""
 
 from __future__ import annotations

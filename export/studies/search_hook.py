@@ -312,7 +312,8 @@ def public(rows: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 
 def ensure_worlds(repo: Path, work: Path, group: int) -> None:
     """Render the repository's training world (with its systematicity split of ``group``) and the
-    evaluation world under ``work/data`` where missing, as ``compcap build`` and ``compcap report`` do."""
+    evaluation world under ``work/data`` where missing, as ``compcap-lab build`` and ``compcap-lab report``
+    do."""
     from export.data.coco_captions import load_folder
     from export.data.splits import build_split, split_dir_for, write_split
     from export.pipeline.build import training_worlds

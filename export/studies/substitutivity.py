@@ -13,7 +13,7 @@ sub-captions after the first S1 word of O and after the word that replaced it in
 (``service.probes.scoring.substitutivity.substituted_tails``). High O-vs-S and Ot-vs-St overlap means the
 model goes on describing the image the same way after the substitution.
 
-``compcap substitutivity --repo model_zoo --data <eval world> --train <training world> --out reports``
+``compcap-lab substitutivity --repo model_zoo --data <eval world> --train <training world> --out reports``
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Resumable zoo training: every trained model's weights and training log are saved under
 ``<work>/checkpoints/<name>.pt`` as soon as it is trained, with a fingerprint of what it was trained
-from (preset, seed, data sizes, vocabulary). A rerun of ``compcap models`` with the same fingerprint
+from (preset, seed, data sizes, vocabulary). A rerun of ``compcap-lab models`` with the same fingerprint
 loads them instead of training again, so a run cut off after hours loses one model, not all of them;
 and while a captioner trains, its state after every epoch is kept beside them
 (``export.training.train.EpochSnapshot``, ``<name>.epoch.pt``), so it loses at most one epoch.

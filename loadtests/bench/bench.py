@@ -370,8 +370,9 @@ def plan_run(args: argparse.Namespace) -> Plan:
             )
         if missing := missing_programs(repo, model, args.rerank is not False):
             raise SystemExit(
-                f"--baseline torch: {repo} has no torch programs for {missing}; `compcap build --out {repo}` "
-                "writes them (a fresh clone's model_repo has the ONNX files only)"
+                f"--baseline torch: {repo} has no torch programs for {missing}; "
+                f"`compcap-lab build --out {repo}` writes them (a fresh clone's model_repo has the ONNX "
+                "files only)"
             )
     if args.baseline == "transformers" and not args.snapshot:
         raise SystemExit(
@@ -667,7 +668,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["none", "torch", "transformers"],
         default="none",
         help="also load a per-request peer server at the same client counts: torch "
-        "(loadtests.peers.torch_baseline; needs the repository's torch programs, written by `compcap build`) "
+        "(loadtests.peers.torch_baseline; needs the repository's torch programs, written by "
+        "`compcap-lab build`) "
         "or transformers (loadtests.peers.transformers_baseline: generate() on --snapshot, the snapshot the "
         "imported --model came from)",
     )

@@ -1,6 +1,6 @@
 """Users first: caption latency with and without a live probe running, in one run.
 
-``compcap probe-load --repo model_repo --clients 8 --seconds 20 --rounds 2`` starts ``compcap serve``
+``compcap-lab probe-load --repo model_repo --clients 8 --seconds 20 --rounds 2`` starts ``compcap serve``
 on a free port, then alternates phases A (``clients`` closed-loop caption clients alone) and B (the
 same clients while a systematicity probe job runs), ``rounds`` times each (A B A B …, so that drift
 of a shared machine hits both alike). It prints the users' p50/p99 and captions/s per phase, the

@@ -1,6 +1,6 @@
 """Users first: caption latency with and without live shadow comparison, in one run.
 
-``compcap shadow-load --repo model_repo --clients 8 --seconds 20 --rounds 2`` starts two gateways on
+``compcap-lab shadow-load --repo model_repo --clients 8 --seconds 20 --rounds 2`` starts two gateways on
 free ports — A without a shadow, B with ``COMPCAP_SHADOW_MODEL`` and ``COMPCAP_SHADOW_RATE=1`` — and
 alternates closed-loop phases on them (A B A B …, so drift of a shared machine hits both alike; the
 idle gateway costs nothing). It prints the users' p50/p99 and captions/s per phase, the ratio of the

@@ -71,7 +71,7 @@ class TorchCaptioner:
         program = self.manifest.model(name).program
         if program is None or not (self.repo / program).is_file():
             raise FileNotFoundError(
-                f"{self.repo} has no torch program for {name}: `compcap build` writes them "
+                f"{self.repo} has no torch program for {name}: `compcap-lab build` writes them "
                 f"(a fresh clone's model_repo has the ONNX files only)"
             )
         return torch.export.load(str(self.repo / program)).module()

@@ -56,7 +56,7 @@ class SceneObject(BaseModel):
 
 
 class SceneGraph(BaseModel):
-    """The uploaded image's scene graph, in SceneWorld's form (``compcap world`` writes them; other keys
+    """The uploaded image's scene graph, in SceneWorld's form (``compcap-lab world`` writes them; other keys
     of its graphs, e.g. colour or relations, are ignored): with it an explanation has the grounding
     score and the pointing game, as a probe-set image (``image_ref``) has."""
 

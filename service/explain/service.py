@@ -178,7 +178,7 @@ class ExplainService:
                     501,
                     "programs_missing",
                     f"this repository has no torch programs for {missing}: the build writes them "
-                    "(make build / compcap build) and so does compcap import hf; git does not carry them",
+                    "(make build / compcap-lab build) and so does compcap import hf; git does not carry them",
                     field="method",
                 )
         if spec.tokens is not None:

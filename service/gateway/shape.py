@@ -27,7 +27,9 @@ class CaptionerListing(CaptionerInfo):
     (the web page's notice): where it came from, the images it reads, whether its captions say if an
     image is like those it was made for."""
 
-    source: str = Field(description="'' when trained here (compcap build), else the snapshot it came from")
+    source: str = Field(
+        description="'' when trained here (compcap-lab build), else the snapshot it came from"
+    )
     image: ImageShape = Field(description="the size its encoder reads: images are resized to it")
     domain_calibration: str | None = Field(
         description="the images its in_domain flag was calibrated on (compcap calibrate); null: not "

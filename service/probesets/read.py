@@ -1,5 +1,5 @@
 """Probe sets on disk: the images, references and (SceneWorld) scene graphs the live probes decode,
-written by ``compcap build`` / ``compcap models`` / ``compcap probesets`` into
+written by ``compcap-lab build`` / ``compcap-lab models`` / ``compcap probesets`` into
 ``<repo>/probes/<name>/`` and listed in the manifest (``Manifest.probe_sets``, by a build) or the
 repository's probe index (``<repo>/probes/index.json``, by ``compcap probesets``), or by ``compcap
 probeset`` from any COCO-format folder. This module only reads them (numpy, PIL and ``service.*``);
@@ -14,7 +14,7 @@ Layout of ``<repo>/probes/<name>/``::
     images/...         the image files, ``file_name`` relative to the probe folder
     cider_df.json      CIDEr-D document frequencies of the training references (productivity,
                        substitutivity; ``CiderD.save``)
-    splits/<kind>[_<g>]/split.json   splits over the probe images (``compcap evaluate --data <folder>``)
+    splits/<kind>[_<g>]/split.json   splits over the probe images (``compcap-lab evaluate --data <folder>``)
 
 The kind-specific keys of ``probe.json`` are each format's (``SetFormat``, ``service.probesets.format``):
 the built-in four are documented in ``service.probesets.builtin``; a probe kind may bring its own.

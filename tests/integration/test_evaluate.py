@@ -1,4 +1,4 @@
-"""``compcap splits`` and ``compcap evaluate`` end to end on the real tiny repository, a SceneWorld
+"""``compcap-lab splits`` and ``compcap-lab evaluate`` end to end on the real tiny repository, a SceneWorld
 dataset written by the test, the real spaCy attachment checker and onnxruntime."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from export.data.splits import load_split, split_path_for
+from export.lab_cli import main
 from export.pipeline.zoo import ensure_eval_world
 from export.presets import get_preset
 from export.studies.evaluate import evaluate
 from export.studies.rerank_select import Entry, weight_sweep
 from export.world.dataset import write_dataset
-from service.cli import main
 from service.manifest import load_manifest
 
 
@@ -70,7 +70,7 @@ def test_splits_cli_then_evaluate_json_shape(world: Path, tiny_repo: Path, tmp_p
 def test_splits_then_evaluate_compose_without_a_split_file(
     world: Path, tiny_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``compcap splits`` without ``--out`` writes where ``compcap evaluate`` looks: the README's two
+    """``compcap-lab splits`` without ``--out`` writes where ``compcap-lab evaluate`` looks: the README's two
     commands compose with no ``--split-file``."""
     data = tmp_path / "world"
     shutil.copytree(world, data, ignore=shutil.ignore_patterns("splits"))  # no split yet

@@ -1,4 +1,4 @@
-"""``compcap evaluate --url`` against a real ``compcap serve`` on the tiny repository: the same JSON as
+"""``compcap-lab evaluate --url`` against a real ``compcap serve`` on the tiny repository: the same JSON as
 the in-process evaluation (every caption and every score), and a run killed mid-way (SIGKILL) and
 restarted from its JSON-lines checkpoint holds every (run, image) exactly once and ends with the same
 JSON. METEOR is skipped (a Java start per run, ~12 s each here): it is a function of the same top-1
@@ -21,9 +21,9 @@ import pytest
 
 from export.data.coco_captions import load_folder
 from export.data.splits import load_split, split_path_for
+from export.lab_cli import main
 from export.studies.evaluate import _decode_all, evaluate, load_images, runs_for
 from export.world.dataset import write_dataset
-from service.cli import main
 from service.manifest import load_manifest
 from tests.integration.conftest import ROOT, free_port, serving
 
@@ -123,7 +123,7 @@ def test_killed_run_resumes_without_duplicate_or_missing_image(
     cmd = [
         sys.executable,
         "-m",
-        "service.cli",
+        "export.lab_cli",
         *_remote_args(world, gateway),
         "--concurrency",
         "2",

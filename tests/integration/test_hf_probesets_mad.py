@@ -1,5 +1,5 @@
 """Every feature on an imported captioner: live probes on probe sets built from a COCO-format folder,
-and ``compcap mad``.
+and ``compcap-lab mad``.
 
 A tiny random ViT + GPT-2 snapshot is imported twice into a copy of the tiny repository: once plainly
 (its training data is not known here) and once with ``--held-out-pairs``. ``compcap probeset --repo``
@@ -7,7 +7,7 @@ builds a systematicity and a productivity set from a small COCO-format folder (i
 scene graphs) into the repository and lists them in its manifest; the gateway's probe jobs decode the
 imported captioners on them (``probe_set`` of ``POST /v1/probes``). A systematicity result splits the
 pairs into held out and seen only for the import that declared its held-out pairs; for the other it
-reports per-pair recall and their mean over every pair (``held_out`` unknown). ``compcap mad`` ranks the
+reports per-pair recall and their mean over every pair (``held_out`` unknown). ``compcap-lab mad`` ranks the
 imported captioner against a built-in one in one run, its hooks checked against its own tokenizer.
 
 The captioners are random, so no figure is pinned: each is checked against what the scoring functions
@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from export.lab_cli import main as lab
 from export.studies.mad.pool import coco_pool, iid_scores, pool_from_state
 from export.studies.mad.scoring import Referee
 from export.studies.mad.study import run_study
@@ -293,7 +294,7 @@ def test_mad_ranks_an_imported_captioner_against_a_builtin_one(
     configs = [NAME, "butd", "BAN=" + json.dumps(ban)]
     out = tmp_path / "mad"
     pool = ["--images", "16", "--k", "4", "--iid-data", str(coco), "--iid-images", "6"]
-    assert main(["mad", "--repo", str(repo), "--configs", *configs, *pool, "--out", str(out)]) == 0
+    assert lab(["mad", "--repo", str(repo), "--configs", *configs, *pool, "--out", str(out)]) == 0
     report = json.loads((out / "mad.json").read_text())
     state = json.loads((out / "mad_work" / "state.json").read_text())
     names = [NAME, "butd", "BAN"]
@@ -318,6 +319,6 @@ def test_mad_ranks_an_imported_captioner_against_a_builtin_one(
     bad = {"model": NAME, "hooks": [{"name": "ban_words", "params": {"ids": [tokens.size]}}]}
     refused = tmp_path / "refused"
     argv = ["mad", "--repo", str(repo), "--configs", "butd", "BAD=" + json.dumps(bad), *pool]
-    assert main([*argv, "--out", str(refused)]) == 2
+    assert lab([*argv, "--out", str(refused)]) == 2
     err = capsys.readouterr().err
     assert "configuration BAD" in err and f"id {tokens.size}" in err and not refused.exists()

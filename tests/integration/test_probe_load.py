@@ -1,4 +1,4 @@
-"""``compcap probe-load`` runs end to end on the tiny repository: a gateway, A/B phases, a probe job
+"""``compcap-lab probe-load`` runs end to end on the tiny repository: a gateway, A/B phases, a probe job
 started, measured and cancelled; every request sent was answered. (The figures themselves are the
 benchmark's business, README "Live probes": a 2-core CI machine makes them noise.)"""
 

@@ -1,7 +1,7 @@
 """Live probes against a real ``compcap serve`` on the tiny repository:
 
 - same path, same numbers: the live systematicity probe gives, pair for pair, the Recall@1..5 that
-  ``compcap evaluate`` computes on the probe set's group splits with the same parameters — plain beam
+  ``compcap-lab evaluate`` computes on the probe set's group splits with the same parameters — plain beam
   search and re-ranked by the captioner's own ranker;
 - a scheduled probe's gauges appear on ``/metrics`` within one interval, and a restarted gateway (no
   schedule) serves them again from its history file."""

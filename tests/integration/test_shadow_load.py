@@ -1,4 +1,4 @@
-"""``compcap shadow-load`` runs end to end on the tiny repository: two gateways (without and with a
+"""``compcap-lab shadow-load`` runs end to end on the tiny repository: two gateways (without and with a
 shadow at rate 1), A/B phases, every request sent answered, and the shadow really compared requests in B
 (its counter moved; the latency ratio itself is the benchmark's business, README "Comparison")."""
 

@@ -1,4 +1,4 @@
-"""The MAD study's raw image pool R and its captions (``compcap mad``, ``export.studies.mad.study``).
+"""The MAD study's raw image pool R and its captions (``compcap-lab mad``, ``export.studies.mad.study``).
 
 A pool is a SceneWorld world of its own seed (written once under the work directory), any COCO-format
 folder (references; scene graphs when it has ``scene_graphs.json``), or a plain folder of images (no
@@ -317,7 +317,7 @@ def validate_configurations(repo: Path, configs: Sequence[Configuration]) -> Non
 
 
 def default_iid(repo: Path) -> tuple[Path, list[int] | None] | None:
-    """Where ``compcap report`` evaluates: ``<repo>.work/data/eval_<EVAL_SEED>`` (its full split's test
+    """Where ``compcap-lab report`` evaluates: ``<repo>.work/data/eval_<EVAL_SEED>`` (its full split's test
     set), else the build's test world ``<repo>.work/data/test`` (all of it); None when neither exists."""
     from export.pipeline.zoo import EVAL_SEED
 

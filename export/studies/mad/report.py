@@ -358,7 +358,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             "",
             "No figure here has an interval: p_ij is the mean of the referee's per-image scores over the k "
             "images of D_ij, but those scores are not stored in mad.json (a bootstrap over each D_ij's "
-            "images, re-ranking every resample, needs `compcap mad` to store them)"
+            "images, re-ranking every resample, needs `compcap-lab mad` to store them)"
             + (
                 "; the tie-break sensitivity above is the spread that can be shown."
                 if (report.get("tie_break") or {}).get("summary")

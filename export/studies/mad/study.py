@@ -1,4 +1,5 @@
-"""The maximum-discrepancy (MAD) comparison of captioning configurations (Wan et al., 2022; ``compcap mad``).
+"""The maximum-discrepancy (MAD) comparison of captioning configurations (Wan et al., 2022;
+``compcap-lab mad``).
 
 1. Pool R (``export.studies.mad.pool``): a SceneWorld world of its own seed, a COCO-format folder, or a
    folder of images; every configuration captions all of it (best caption per image, resumable).
@@ -202,7 +203,7 @@ def run_mad(
     iid_images: int = 1000,
     referee: bool = True,
     chunk: int = CHUNK,
-    command: str = "compcap mad",
+    command: str = "compcap-lab mad",
 ) -> dict[str, Any]:
     """The whole study (module docstring); every input is checked before any captioning. Returns the
     report written to ``<out>/mad.json``."""
@@ -262,7 +263,8 @@ def run_mad(
             iid = iid_pool(repo, iid_data, iid_images)
         if iid is None:
             print(
-                "compcap mad: no i.i.d. test set found (--iid-data); skipping that ranking", file=sys.stderr
+                "compcap-lab mad: no i.i.d. test set found (--iid-data); skipping that ranking",
+                file=sys.stderr,
             )
 
     from service.manifest import load_manifest

@@ -1,4 +1,5 @@
-"""The MAD study (Wan et al., 2022; ``compcap mad``, ``export.studies.mad.study``), step 8: the ties at S = 0.
+"""The MAD study (Wan et al., 2022; ``compcap-lab mad``, ``export.studies.mad.study``), step 8: the ties at
+S = 0.
 
 Short captions rarely share a 4-gram, so S = 0 for many images and the k-th image of D_ij is often one of
 many at S = 0: then the tie-break, not S, decides D_ij. Per pair, the images at S = 0 (count and share of

@@ -1,4 +1,4 @@
-"""``compcap report``: evaluate the model zoo on every held-out group of the evaluation world and write
+"""``compcap-lab report``: evaluate the model zoo on every held-out group of the evaluation world and write
 ``reports/reproduction.md`` with its JSON and PNG plots, shaped like Nikolaus et al. (2019), Tables 2–3 and
 Pantazopoulos et al. (2022), Table 2. Rows: SAT, BUTD, BUTR, BUTR+RR, Transformer, M2, FULL; Recall@5 on the
 held-out pairs ("Test Comb"), caption metrics on Test Comb and on Test no Comb (in-distribution), and the

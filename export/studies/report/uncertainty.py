@@ -9,7 +9,7 @@ draws the pairs jointly for both and the images within each row independently: w
 is not stored, so this is not a paired test (``ratio_interval``). Per category there is one pair per
 group: the category's pairs are resampled together (``bootstrap_interval``).
 
-Nothing here needs the model zoo: ``compcap report --reuse`` recomputes every interval from
+Nothing here needs the model zoo: ``compcap-lab report --reuse`` recomputes every interval from
 ``reproduction.json``.
 """
 

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 async def run(
     engine: EngineClient, spec: ProbeSpec, probe_set: ProbeSet, parser: PairParser, progress: Progress
 ) -> dict[str, Any]:
-    """Group by group: decode its Test-Comb images (every pair of the group, as ``compcap evaluate``
+    """Group by group: decode its Test-Comb images (every pair of the group, as ``compcap-lab evaluate``
     does) and the Test-no-Comb images of the reported pairs, parse, score; partial result after each
     (without intervals), the final one with them (``with_intervals``)."""
     entries = probe_set.pairs()

@@ -2,7 +2,7 @@
 caption grows with the scene — per density bucket (objects in the scene) and per reference-length
 bucket: mean caption length (tokens), nouns per caption, object coverage against the scene's objects,
 and CIDEr-D against the references with document frequencies from the *training* references (as
-``compcap evaluate`` scores; a DF from the probe's own references would score each image against
+``compcap-lab evaluate`` scores; a DF from the probe's own references would score each image against
 itself).
 
 Nouns and coverage use the concept inventory's noun lexicon (every synonym and plural form of every

@@ -3,7 +3,7 @@ against the caption S decoded with ``synonym_substitution`` (S1 fine-grained wor
 category words while the search runs), in the shape of the paper's Table 6 — O vs GT, S vs GT, O vs S
 (O as the reference) and Ot vs St (the sub-captions after the first S1 word of O and after the word
 that replaced it in S, ``substituted_tails``) — plus the share of images where S is exactly O with the
-word replaced. Shared by the live probe and ``compcap substitutivity``."""
+word replaced. Shared by the live probe and ``compcap-lab substitutivity``."""
 
 from __future__ import annotations
 

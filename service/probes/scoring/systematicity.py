@@ -5,7 +5,7 @@ whose training pairs are not known, the mean over every pair — and the false-c
 Test-no-Comb images (Pantazopoulos et al., 2022, §4.1).
 
 Recall of a pair is computed over the Test-Comb images of its *group* (the six pairs held out
-together), exactly as ``compcap evaluate --split systematicity --group g`` computes it on the probe
+together), exactly as ``compcap-lab evaluate --split systematicity --group g`` computes it on the probe
 set's ``splits/systematicity_<g>``: same images, same references, same parser, so the live probe and
 the offline command give the same numbers.
 """
@@ -125,7 +125,7 @@ def systematicity_result(
     chosen for that pair when a job caps the images per pair — each pair is then scored on its own
     images only, so that it counts at most that many (on the group's images, a pair would also count
     the images chosen for its group's other pairs whose references mention it); None: every pair on its
-    group's Test-Comb images, as ``compcap evaluate``."""
+    group's Test-Comb images, as ``compcap-lab evaluate``."""
     ks = tuple(sorted(set(ks)))
     known = held_out is not None
     held = set(held_out or ())

@@ -1,4 +1,4 @@
-"""``compcap evaluate``'s table prints recall as the API reports it: a fraction in [0, 1] (three
+"""``compcap-lab evaluate``'s table prints recall as the API reports it: a fraction in [0, 1] (three
 decimals), never a percentage."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``compcap explain-report`` end to end on the tiny repository (its productivity probe set brings scene
+"""``compcap-lab explain-report`` end to end on the tiny repository (its productivity probe set brings scene
 graphs), and the claim checks on hand-made figures."""
 
 from __future__ import annotations

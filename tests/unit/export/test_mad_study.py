@@ -1,4 +1,4 @@
-"""The MAD study (Wan et al., 2022; ``compcap mad``): selection, refereeing and ranking on constructed
+"""The MAD study (Wan et al., 2022; ``compcap-lab mad``): selection, refereeing and ranking on constructed
 captions, Algorithm 2 (``--add``) against all at once, the ties at S = 0 and the ranking's sensitivity to the
 tie-break, the resumable caption checkpoints, the CLI's input errors, and one end-to-end run on the tiny
 repository."""
@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from export.lab_cli import main
 from export.studies.mad.pool import MadError, Pool, caption_pool, image_dir_pool
 from export.studies.mad.report import render_markdown, tie_statement
 from export.studies.mad.scoring import Referee, pair_profiles
@@ -31,7 +32,6 @@ from export.studies.mad.ties import (
     ties_from_selection,
 )
 from export.world.dataset import generate_graphs
-from service.cli import main
 from service.compare.configs import Configuration
 from service.compare.ngsm import ngsm_profile
 
@@ -345,7 +345,7 @@ def test_bad_input_is_a_clean_error_that_writes_nothing(
     out = tmp_path / "out"
     assert main(["mad", "--repo", str(tiny_repo), "--out", str(out), *argv]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("compcap mad: ") and message in err
+    assert err.startswith("compcap-lab mad: ") and message in err
     assert not out.exists()
 
 

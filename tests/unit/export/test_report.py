@@ -1,4 +1,4 @@
-"""``compcap report --reuse``: the report re-rendered from its committed JSON has the committed report's
+"""``compcap-lab report --reuse``: the report re-rendered from its committed JSON has the committed report's
 headings and tables (the parts that do not depend on the zoo's build report), and its plots."""
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ def test_report_rerendered_from_its_json_matches_the_committed_one(tmp_path: Pat
 def test_the_report_command_rerenders_without_the_zoo(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``compcap report --reuse`` needs only the report's JSON (the zoo is not there); without
+    """``compcap-lab report --reuse`` needs only the report's JSON (the zoo is not there); without
     ``--reuse`` a missing zoo is refused by name."""
-    from service.cli import main
+    from export.lab_cli import main
 
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "reports"

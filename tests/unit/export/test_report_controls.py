@@ -1,6 +1,6 @@
 """The reproduction's control rows (BUTD's beams re-ranked by a ranker not trained with it) and
 the paired tests between rows, computed from the first rank each evaluation stores per (pair, image);
-and the seeds study built on them (``compcap seeds``), on small hand-made evaluations."""
+and the seeds study built on them (``compcap-lab seeds``), on small hand-made evaluations."""
 
 from __future__ import annotations
 

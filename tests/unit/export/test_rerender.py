@@ -1,4 +1,4 @@
-"""``compcap render-reports``: every study's committed Markdown is its committed JSON
+"""``compcap-lab render-reports``: every study's committed Markdown is its committed JSON
 re-rendered — so the reports' intervals and qualifications come from the code, not from hand edits —
 and the qualifications are there: the explanations' verdicts against the pointing
 game, the MAD verdicts against the tie-break, and the units each report's figures could be bootstrapped
@@ -9,8 +9,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from export.lab_cli import main
 from export.studies.rerender import rerender
-from service.cli import main
 
 REPORTS = Path(__file__).resolve().parents[3] / "reports"
 STUDIES = [

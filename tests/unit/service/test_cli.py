@@ -1,5 +1,7 @@
-"""``compcap``: one entry point over the packages' command tables; listing them imports nothing heavy;
-``compcap serve`` takes its settings from ``COMPCAP_*`` and a flag overrides one only when given."""
+"""``compcap``: the product's entry point over the packages' command tables, a user's or an operator's
+commands only (the lab's are ``compcap-lab``'s: tests/unit/service/test_lab_cli.py); listing them imports
+nothing heavy; ``compcap serve`` takes its settings from ``COMPCAP_*`` and a flag overrides one only when
+given."""
 
 from __future__ import annotations
 
@@ -18,21 +20,16 @@ from service.cli_table import Command
 from service.commands import serve_settings
 
 ROOT = Path(__file__).resolve().parents[3]
-EVERY_COMMAND = {
-    "world", "train", "build", "splits", "evaluate", "models", "report", "serve", "triton", "substitutivity",
-    "productivity", "explain-report", "bench", "probeset", "probesets", "probe", "probe-load", "shadow-load",
-    "mad", "import", "calibrate", "caption", "quantize", "upgrade", "render-reports", "counterfactual",
-    "seeds",
+PRODUCT_COMMANDS = {
+    "serve", "triton", "probe", "caption", "calibrate", "import", "quantize", "upgrade", "probeset",
+    "probesets", "bench",
 }  # fmt: skip
 HEAVY = ("numpy", "torch", "onnxruntime", "fastapi", "uvicorn", "pydantic", "matplotlib", "PIL", "spacy")
-COMMAND_TABLES = {
-    "export", "export.commands", "export.studies", "export.studies.commands", "loadtests",
-    "loadtests.commands",
-}  # fmt: skip
+COMMAND_TABLES = {"export", "export.commands", "loadtests", "loadtests.commands"}  # the product's, no lab's
 
 
-def test_every_command_is_in_some_table() -> None:
-    assert set(cli.all_commands()) == EVERY_COMMAND
+def test_the_product_has_its_commands_and_no_more_than_twelve() -> None:
+    assert set(cli.all_commands()) == PRODUCT_COMMANDS and len(PRODUCT_COMMANDS) <= 12
 
 
 HELP_AND_MODULES = """
@@ -47,8 +44,8 @@ print(json.dumps({"code": code, "modules": sorted(sys.modules)}), file=sys.stder
 
 
 def test_help_lists_every_command_and_imports_nothing_heavy() -> None:
-    """``compcap --help`` (``python -m service.cli --help`` in a fresh interpreter) lists each command with
-    its help, importing the command tables and nothing heavy."""
+    """``compcap --help`` (``python -m service.cli --help`` in a fresh interpreter) lists each of its
+    commands with its help, importing its command tables (not the lab's) and nothing heavy."""
     result = subprocess.run(
         [sys.executable, "-c", HELP_AND_MODULES],
         cwd=ROOT,
@@ -83,7 +80,7 @@ def test_only_the_chosen_command_gets_its_arguments() -> None:
 
 def test_two_tables_defining_one_command_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     same = Command("h", lambda parser: None, lambda args: 0)
-    monkeypatch.setattr(cli, "command_tables", lambda: [("a", {"x": same}), ("b", {"x": same})])
+    monkeypatch.setattr(cli, "command_tables", lambda *_: [("a", {"x": same}), ("b", {"x": same})])
     with pytest.raises(RuntimeError, match="'x' is defined by both a and b"):
         cli.all_commands()
 
@@ -159,8 +156,8 @@ def test_serve_exits_naming_a_bad_setting(
 def test_command_tables_offer_the_split_kinds_of_the_pipeline() -> None:
     import argparse
 
-    from export.commands import COMMANDS as EXPORT
     from export.data.splits import KINDS
+    from export.lab_commands import COMMANDS as EXPORT
     from export.studies.commands import COMMANDS as STUDIES
 
     offered = []

@@ -1,7 +1,8 @@
-"""``compcap`` fails politely: a wrong invocation of any command exits 2 with one line on stderr,
-``compcap COMMAND: ...``, naming the argument at fault, checked before any work and without a
-traceback (in process and in a fresh interpreter); a traceback only with ``--debug``; ``--version``;
-every flag with help and its default; one vocabulary with the old spellings still parsed."""
+"""``compcap`` and ``compcap-lab`` fail politely: a wrong invocation of any command exits 2 with one line
+on stderr, ``compcap COMMAND: ...`` (``compcap-lab COMMAND: ...``), naming the argument at fault, checked
+before any work and without a traceback (in process and in a fresh interpreter); a traceback only with
+``--debug``; ``--version``; every flag with help and its default; one vocabulary with the old spellings
+still parsed."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from export.lab_cli import LAB
 from service import cli
 from service.cli_table import Command
 from service.logs import JsonFormatter, TextFormatter, resolve_format
@@ -24,8 +26,8 @@ from service.logs import JsonFormatter, TextFormatter, resolve_format
 ROOT = Path(__file__).resolve().parents[3]
 MISSING = "/nonexistent/compcap-test"
 
-# (argv, what the one line must name); TMP: an existing folder, OUT: a folder that may be created,
-# FILE: an existing plain file. Every one of them must be refused before any work.
+# (argv, what the one line must name; a lab command runs in compcap-lab); TMP: an existing folder, OUT: a
+# folder that may be created, FILE: an existing plain file. Every one of them must be refused before any work.
 # fmt: off
 WRONG: list[tuple[list[str], str]] = [
     (["world", "--out", "OUT", "--images", "0"], "--images"),
@@ -87,7 +89,7 @@ WRONG: list[tuple[list[str], str]] = [
     (["caption", MISSING], "IMAGE"),
     (["caption", "FILE", "--url", "localhost:8080"], "--url"),
     (["caption", "FILE", "--beam-size", "0"], "--beam-size"),
-    (["wrld"], "world?"),  # did you mean
+    (["serv"], "serve?"),  # did you mean
     ([], "COMMAND"),
 ]
 # fmt: on
@@ -103,9 +105,17 @@ def _argv(argv: list[str], places: dict[str, str]) -> list[str]:
     return [places.get(word, word) for word in argv]
 
 
+LAB_NAMES = frozenset(cli.all_commands(LAB))
+
+
+def _program(argv: list[str]) -> cli.Program:
+    """compcap-lab for a lab command, else compcap."""
+    return LAB if argv and argv[0] in LAB_NAMES else cli.PRODUCT
+
+
 def _run(argv: list[str]) -> int:
     try:
-        return cli.main(argv)
+        return cli.main(argv, _program(argv))
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 1
 
@@ -127,8 +137,9 @@ def test_a_wrong_invocation_is_one_line_naming_the_argument(
     monkeypatch.chdir(tmp_path)  # no model_repo here: a default repository is not there either
     assert _run(_argv(argv, places)) == 2
     out, err = capsys.readouterr()
-    command = argv[0] if argv and argv[0] in cli.all_commands() else None
-    prefix = f"compcap {command}: " if command else "compcap: "
+    program = _program(argv)
+    command = argv[0] if argv and argv[0] in cli.all_commands(program) else None
+    prefix = f"{program.name} {command}: " if command else f"{program.name}: "
     assert err.startswith(prefix) and err.count("\n") == 1, err
     assert named in err and "Traceback" not in err, err
     assert out == ""
@@ -147,8 +158,10 @@ SUBPROCESS = [
 @pytest.mark.parametrize("argv", SUBPROCESS, ids=[" ".join(a) for a in SUBPROCESS])
 def test_no_traceback_reaches_stderr_of_the_process(argv: list[str], places: dict[str, str]) -> None:
     env = {k: v for k, v in os.environ.items() if k != "COMPCAP_REPO"}
+    program = _program(argv)
+    module = "export.lab_cli" if program is LAB else "service.cli"
     result = subprocess.run(
-        [sys.executable, "-m", "service.cli", *_argv(argv, places)],
+        [sys.executable, "-m", module, *_argv(argv, places)],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -156,7 +169,9 @@ def test_no_traceback_reaches_stderr_of_the_process(argv: list[str], places: dic
         timeout=120,
     )
     assert result.returncode == 2, result.stderr
-    assert result.stderr.startswith(f"compcap {argv[0]}: ") and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"{program.name} {argv[0]}: ") and result.stderr.count("\n") == 1, (
+        result.stderr
+    )
     assert "Traceback" not in result.stderr
 
 
@@ -191,7 +206,7 @@ def test_a_crash_is_one_line_pointing_at_debug(
     def crash(args: argparse.Namespace) -> int:
         raise RuntimeError("boom\nsecond line")
 
-    monkeypatch.setattr(cli, "all_commands", lambda: _commands(crash))
+    monkeypatch.setattr(cli, "all_commands", lambda *_: _commands(crash))
     with pytest.raises(SystemExit) as exit_:
         cli.main(["boom"])
     assert exit_.value.code == 1 and isinstance(exit_.value.__cause__, RuntimeError)
@@ -222,7 +237,7 @@ def test_ordinary_failures_map_to_their_exit(
     def fail(args: argparse.Namespace) -> int:
         raise raised
 
-    monkeypatch.setattr(cli, "all_commands", lambda: _commands(fail))
+    monkeypatch.setattr(cli, "all_commands", lambda *_: _commands(fail))
     assert _run(["boom"]) == code
     err = capsys.readouterr().err
     assert err.startswith(line) and err.count("\n") == (1 if line else 0), err
@@ -231,21 +246,22 @@ def test_ordinary_failures_map_to_their_exit(
 
 
 def test_every_flag_has_help_and_shows_its_default() -> None:
-    commands = cli.all_commands()
-    for name in commands:
-        parser = cli.build_parser([name], commands).chosen
-        assert parser is not None
-        undocumented = [a.option_strings or a.dest for a in parser._actions if a.help is None]
-        assert undocumented == [], f"compcap {name}: {undocumented}"
-        parser.format_help()  # every help string formats
-    world = cli.build_parser(["world"], commands).chosen
+    for program in (cli.PRODUCT, LAB):
+        commands = cli.all_commands(program)
+        for name in commands:
+            parser = cli.build_parser([name], commands, program).chosen
+            assert parser is not None
+            undocumented = [a.option_strings or a.dest for a in parser._actions if a.help is None]
+            assert undocumented == [], f"{program.name} {name}: {undocumented}"
+            parser.format_help()  # every help string formats
+    world = cli.build_parser(["world"], program=LAB).chosen
     assert world is not None
     text = " ".join(world.format_help().split())
     assert "images to generate (default: 1000)" in text and "(default: None)" not in text
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
-    return cli.build_parser(argv).parse_args(argv)
+    return cli.build_parser(argv, program=_program(argv)).parse_args(argv)
 
 
 @pytest.mark.parametrize(
@@ -288,15 +304,16 @@ def tiny_like(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_one_vocabulary_in_help() -> None:
     """The old spellings parse but are not offered; no re-ranking is spelled 'none' everywhere."""
-    commands = cli.all_commands()
     texts = {}
-    for name in commands:
-        parser = cli.build_parser([name], commands).chosen
-        assert parser is not None
-        texts[name] = " ".join(parser.format_help().split())
+    for program in (cli.PRODUCT, LAB):
+        commands = cli.all_commands(program)
+        for name in commands:
+            parser = cli.build_parser([name], commands, program).chosen
+            assert parser is not None
+            texts[name] = " ".join(parser.format_help().split())
     for name, text in texts.items():
         for old in ("--zoo", "--duration", "--captioners", "--captioner "):
-            assert old not in text, f"compcap {name} --help offers {old}"
+            assert old not in text, f"{name} --help offers {old}"
     assert (
         "'none' for plain beam search" in texts["bench"] and "'none' for plain beam search" in texts["probe"]
     )
