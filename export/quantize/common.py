@@ -112,9 +112,26 @@ def world_images(n: int, seed: int, size: int) -> tuple[np.ndarray, list[list[st
     return images, captions
 
 
-def engine_settings(repo: Path, **overrides: Any) -> EngineSettings:
-    """The engine's settings (``COMPCAP_*``) with the precision left to the backend each run builds."""
-    return EngineSettings(repo=repo, precision="fp32", max_beam_size=RERANK_BEAM, **overrides)
+def engine_settings(repo: Path, manifest: Manifest | None = None, **overrides: Any) -> EngineSettings:
+    """The engine's settings (``COMPCAP_*``) with the precision left to the backend each run builds;
+    with ``manifest``, step calls of at most ``gate_rows(manifest)`` rows."""
+    settings = EngineSettings(repo=repo, precision="fp32", max_beam_size=RERANK_BEAM, **overrides)
+    if manifest is None:
+        return settings
+    rows = min(settings.max_rows_per_step, gate_rows(manifest))
+    return settings.model_copy(update={"max_rows_per_step": rows})
+
+
+GATE_STATE_BYTES = 512 * 2**20  # a gate's step call: its rows' states in and out, at most
+
+
+def gate_rows(manifest: Manifest) -> int:
+    """The most rows a step call of the gate or the calibration holds: as many as keep the widest
+    captioner's states in and out (2 × rows × ``state_dim`` floats) within ``GATE_STATE_BYTES``, but at
+    least a re-ranked run's beam. A real-size import's kv state is 1.5 MB a row: at the engine's 512
+    rows, 100 images' calls held 22 GB and the gate was killed for memory; at 100 rows, 7.7 GB."""
+    widest = max((cap.state_dim for cap in manifest.captioners), default=1)
+    return max(RERANK_BEAM, GATE_STATE_BYTES // (2 * 4 * max(widest, 1)))
 
 
 def open_backend(repo: Path, manifest: Manifest, precision: str) -> OnnxRuntimeBackend:
@@ -162,7 +179,7 @@ async def record_calls(
     """Inputs of every FP32 model's calls while the engine captions ``images`` in every run."""
     vocab = Vocabulary.load(repo / manifest.vocabulary.file)
     recorder = RecordingBackend(await asyncio.to_thread(open_backend, repo, manifest, "fp32"))
-    engine = CaptionEngine(recorder, manifest, vocab, engine_settings(repo))
+    engine = CaptionEngine(recorder, manifest, vocab, engine_settings(repo, manifest))
     try:
         await caption_runs(engine, images, runs(manifest))
     finally:

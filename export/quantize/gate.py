@@ -164,7 +164,7 @@ async def _systematicity(
     loaded = load_probe_set(repo / entry.path)
     vocab = Vocabulary.load(repo / manifest.vocabulary.file)
     backend = await asyncio.to_thread(open_backend, repo, manifest, precision)
-    engine = CaptionEngine(backend, manifest, vocab, engine_settings(repo))
+    engine = CaptionEngine(backend, manifest, vocab, engine_settings(repo, manifest))
     parser = PairParser()
     out: dict[str, dict[str, float | None]] = {}
     try:

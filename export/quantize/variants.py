@@ -214,7 +214,7 @@ async def engine_captions(
 ) -> dict[str, list[str]]:
     vocab = Vocabulary.load(repo / manifest.vocabulary.file)
     backend = await asyncio.to_thread(open_backend, repo, manifest, precision)
-    engine = CaptionEngine(backend, manifest, vocab, engine_settings(repo))
+    engine = CaptionEngine(backend, manifest, vocab, engine_settings(repo, manifest))
     try:
         return await caption_runs(engine, images, runs(manifest) if todo is None else todo)
     finally:

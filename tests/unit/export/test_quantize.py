@@ -304,3 +304,20 @@ def test_recording_keeps_within_its_budget_the_largest_calls() -> None:
         asyncio.run(recorder.infer("m", {"x": np.zeros(kb * 256, dtype=np.float32)}))
     assert sorted(c["x"].nbytes // 1024 for c in recorder.calls["m"]) == [2, 3]
     assert inner.calls == 4 and recorder.seen["m"] == 4
+
+
+def test_the_gate_holds_its_step_calls_to_a_state_budget(tiny_repo: Path) -> None:
+    """A real-size kv state (1.5 MB a row) caps the gate's step calls far below the engine's 512 rows;
+    light states keep the engine's cap; a re-ranked run's beam always fits."""
+    from export.quantize.common import GATE_STATE_BYTES, RERANK_BEAM, engine_settings, gate_rows
+
+    manifest = load_manifest(tiny_repo)
+    light = engine_settings(tiny_repo, manifest)
+    assert light.max_rows_per_step == engine_settings(tiny_repo).max_rows_per_step == 512
+    caps = [c.model_copy(update={"state_dim": 12 * 2 * 12 * 20 * 64}) for c in manifest.captioners]
+    heavy = manifest.model_copy(update={"captioners": caps})
+    rows = gate_rows(heavy)
+    assert rows == GATE_STATE_BYTES // (8 * 368_640) == 182
+    assert engine_settings(tiny_repo, heavy).max_rows_per_step == rows
+    huge = [c.model_copy(update={"state_dim": 10**8}) for c in manifest.captioners]
+    assert gate_rows(manifest.model_copy(update={"captioners": huge})) == RERANK_BEAM
