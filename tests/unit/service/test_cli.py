@@ -6,11 +6,6 @@ given."""
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,13 +13,13 @@ import pytest
 from service import cli
 from service.cli_table import Command
 from service.commands import serve_settings
+from tests.cli_help import HEAVY, help_of
 
 ROOT = Path(__file__).resolve().parents[3]
 PRODUCT_COMMANDS = {
     "serve", "triton", "probe", "caption", "calibrate", "import", "quantize", "upgrade", "probeset",
     "probesets", "bench",
 }  # fmt: skip
-HEAVY = ("numpy", "torch", "onnxruntime", "fastapi", "uvicorn", "pydantic", "matplotlib", "PIL", "spacy")
 COMMAND_TABLES = {"export", "export.commands", "loadtests", "loadtests.commands"}  # the product's, no lab's
 
 
@@ -32,33 +27,11 @@ def test_the_product_has_its_commands_and_no_more_than_twelve() -> None:
     assert set(cli.all_commands()) == PRODUCT_COMMANDS and len(PRODUCT_COMMANDS) <= 12
 
 
-HELP_AND_MODULES = """
-import json, runpy, sys
-sys.argv = ["compcap", "--help"]
-try:
-    runpy.run_module("service.cli", run_name="__main__")
-except SystemExit as exc:
-    code = exc.code
-print(json.dumps({"code": code, "modules": sorted(sys.modules)}), file=sys.stderr)
-"""
-
-
 def test_help_lists_every_command_and_imports_nothing_heavy() -> None:
     """``compcap --help`` (``python -m service.cli --help`` in a fresh interpreter) lists each of its
     commands with its help, importing its command tables (not the lab's) and nothing heavy."""
-    result = subprocess.run(
-        [sys.executable, "-c", HELP_AND_MODULES],
-        cwd=ROOT,
-        env={**os.environ, "COLUMNS": "250"},  # one line per command
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    report = json.loads(result.stderr.splitlines()[-1])
-    assert report["code"] == 0, result.stderr
-    listed = {m.group(1): m.group(2) for m in re.finditer(r"^ {4}(\S+) +(.+)$", result.stdout, re.M)}
+    _, listed, imported = help_of("service.cli")
     assert listed == {name: command.help for name, command in cli.all_commands().items()}
-    imported = set(report["modules"])
     assert [m for m in imported if m.split(".")[0] in HEAVY] == []
     assert {m for m in imported if m.split(".")[0] in ("export", "loadtests")} == COMMAND_TABLES
 

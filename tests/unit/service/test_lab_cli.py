@@ -5,9 +5,6 @@ own description; a command of the other given to either exits 2 with one line sa
 
 from __future__ import annotations
 
-import json
-import os
-import re
 import subprocess
 import sys
 from importlib.metadata import entry_points
@@ -19,40 +16,13 @@ from export.lab_cli import LAB
 from export.lab_cli import main as lab_main
 from service import cli
 from service.cli_table import ENTRY_POINT_GROUP, LAB_ENTRY_POINT_GROUP
+from tests.cli_help import HEAVY, help_of
 
 ROOT = Path(__file__).resolve().parents[3]
 LAB_COMMANDS = {
     "world", "train", "build", "splits", "models", "evaluate", "report", "substitutivity", "productivity",
     "explain-report", "render-reports", "counterfactual", "seeds", "mad", "probe-load", "shadow-load",
 }  # fmt: skip
-HEAVY = ("numpy", "torch", "onnxruntime", "fastapi", "uvicorn", "pydantic", "matplotlib", "PIL", "spacy")
-
-HELP = """
-import json, runpy, sys
-sys.argv = [sys.argv[1], "--help"]
-try:
-    runpy.run_module(sys.argv[0], run_name="__main__")
-except SystemExit as exc:
-    code = exc.code
-print(json.dumps({"code": code, "modules": sorted(sys.modules)}), file=sys.stderr)
-"""
-
-
-def _help(module: str) -> tuple[str, dict[str, str], set[str]]:
-    """``python -m MODULE --help`` in a fresh interpreter: its output, the commands it lists (name →
-    help) and the modules it imported."""
-    result = subprocess.run(
-        [sys.executable, "-c", HELP, module],
-        cwd=ROOT,
-        env={**os.environ, "COLUMNS": "250"},  # one line per command
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    report = json.loads(result.stderr.splitlines()[-1])
-    assert report["code"] == 0, result.stderr
-    listed = {m.group(1): m.group(2) for m in re.finditer(r"^ {4}(\S+) +(.+)$", result.stdout, re.M)}
-    return result.stdout, listed, set(report["modules"])
 
 
 def test_the_lab_has_its_commands_and_the_two_tables_share_none() -> None:
@@ -70,14 +40,14 @@ def test_each_group_and_script_is_installed() -> None:
 
 
 def test_lab_help_lists_only_the_labs_commands_and_imports_nothing_heavy() -> None:
-    out, listed, imported = _help("export.lab_cli")
+    out, listed, imported = help_of("export.lab_cli")
     assert out.startswith("usage: compcap-lab ") and "CompCap's research lab: SceneWorld data" in out
     assert listed == {name: command.help for name, command in cli.all_commands(LAB).items()}
     assert [m for m in imported if m.split(".")[0] in HEAVY] == []
 
 
 def test_product_help_names_no_lab_command() -> None:
-    out, listed, imported = _help("service.cli")
+    out, listed, imported = help_of("service.cli")
     assert "CompCap: serve, caption and probe image captioners" in out
     assert set(listed) & LAB_COMMANDS == set()
     assert not {"export.lab_cli", "export.lab_commands", "export.studies.commands"} & imported
