@@ -44,13 +44,14 @@ TRITON_METRICS_PORT ?= 8002
 .PHONY: optimum-venv optimum-lock seeds docs probesets install serve-venv serve-test-tools triton-venv ort-gpu triton run build models report explain-report test test-unit lint clean locks test-tools gpu-check
 
 # torch: from local disk where the machine keeps its wheel (no index asked), else PyTorch's CPU index
-$(STAMP): requirements.lock requirements-torch.lock requirements-models.lock pyproject.toml
+$(STAMP): requirements.lock requirements-torch.lock requirements-models.lock pyproject.toml lab/pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --disable-pip-version-check --no-deps --no-index -r requirements-torch.lock \
 		2>/dev/null || $(VPY) -m pip install -q --disable-pip-version-check --no-deps -r requirements-torch.lock
 	$(VPY) -m pip install -q --disable-pip-version-check -r requirements.lock
 	$(VPY) -m pip install -q --disable-pip-version-check --no-deps --require-hashes -r requirements-models.lock
 	$(VPY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(VPY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e ./lab
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -156,9 +157,9 @@ test-unit: $(STAMP)
 	$(VPY) -m pytest -q tests/unit
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check service export tests loadtests client
-	$(VENV)/bin/ruff format --check service export tests loadtests client
-	$(VENV)/bin/mypy service export loadtests client/compcap_client
+	$(VENV)/bin/ruff check service export tests loadtests client lab
+	$(VENV)/bin/ruff format --check service export tests loadtests client lab
+	$(VENV)/bin/mypy service export loadtests client/compcap_client lab/compcap_lab
 
 clean:
 	rm -rf $(VENV) $(TVENV) $(OVENV) $(SVENV) .venv-serve .venv-serve-3* $(ORTGPU) build site docs/reference docs/assets .pytest_cache .mypy_cache .ruff_cache

@@ -1,7 +1,7 @@
 """The product's ``compcap`` commands of ``export``: what a user or operator does to a model repository
 (calibrate, import, quantize, upgrade) and its probe sets (probeset, probesets). The lab's (SceneWorld,
-training, the zoo) are ``export.lab_commands``. Light at import (argparse only); each command imports its
-module when it runs."""
+training, the zoo) are ``compcap_lab.commands.pipeline``. Light at import (argparse only); each command
+imports its module when it runs."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ import json
 import sys
 from pathlib import Path
 
-from service import cli_blocks as blocks
-from service.cli_args import (
+from service.cli import blocks
+from service.cli.args import (
     existing_dir,
     existing_file,
     fraction,
     one_of,
     positive_int,
 )
-from service.cli_errors import UsageError
-from service.cli_table import Command, CommandTable
+from service.cli.errors import UsageError
+from service.cli.table import Command, CommandTable
 
 PRESETS = ("tiny", "default")
 PROBE_KINDS = ("systematicity", "productivity", "substitutivity")
@@ -134,22 +134,17 @@ def _import_arguments(parser: argparse.ArgumentParser) -> None:
         "each row's self-attention keys and values in the state and reads one new token per row (model "
         "contract v3; ViT + GPT-2 and BLIP); auto times them and keeps the fastest",
     )
-    parser.add_argument(
-        "--top-k",
-        choices=["auto", "on", "off"],
-        default="auto",
-        help="the step graph also returns each row's best words, so that a GPU hands beam search k + 1 "
-        "numbers per row instead of the whole vocabulary; auto: for a vocabulary of 4 096 words or more",
-    )
-    parser.add_argument(
-        "--fuse",
-        choices=["auto", "on", "off"],
-        default="auto",
-        help="run the encoder and step graphs (ViT + GPT-2, BLIP) through onnxruntime's transformer "
+    switches = {  # auto: the importer decides
+        "--top-k": "the step graph also returns each row's best words, so that a GPU hands beam search "
+        "k + 1 numbers per row instead of the whole vocabulary; auto: for a vocabulary of 4 096 words or "
+        "more",
+        "--fuse": "run the encoder and step graphs (ViT + GPT-2, BLIP) through onnxruntime's transformer "
         "optimizer (attention, layer-norm, GELU and bias fusions), check them against the unfused graphs "
         "and time both: auto keeps the fused graph where it is at least 3%% faster, on wherever it is "
         "correct, off does not try (default: auto)",
-    )
+    }
+    for flag, text in switches.items():
+        parser.add_argument(flag, choices=["auto", "on", "off"], default="auto", help=text)
     parser.add_argument(
         "--no-programs",
         action="store_true",

@@ -1,12 +1,12 @@
 """The load tests' ``compcap`` command: bench (an operator's). The load studies (probe-load, shadow-load)
-are the lab's, ``loadtests.lab_commands``. Light at import; each command imports its module only when it
+are the lab's, ``compcap_lab.commands.load``. Light at import; each command imports its module only when it
 is chosen."""
 
 from __future__ import annotations
 
 import argparse
 
-from service.cli_table import Command, CommandTable
+from service.cli.table import Command, CommandTable
 
 
 def _bench_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,5 +1,5 @@
 """The generated pages of the documentation site, written from the code: ``reference/settings.md``
-(every ``COMPCAP_*`` setting of ``service.settings``, by section), ``reference/cli.md`` (every
+(every ``COMPCAP_*`` setting of ``service.settings``, by section: ``SECTIONS``), ``reference/cli.md`` (every
 command's ``--help``, ``compcap``'s then ``compcap-lab``'s), ``reference/hooks.md`` (the hook registry),
 ``reference/api.md`` (the gateway's OpenAPI document, endpoint by endpoint, plus the document itself as
 ``reference/openapi.json``), and the report figures the pages show, as ``assets/*.png``.
@@ -112,7 +112,7 @@ def human_default(field: FieldInfo) -> str:
 
 
 def settings_page() -> str:
-    from service.settings import FEATURE_SECTIONS, EngineSettings, GatewaySettings, ServedFeatures, Settings
+    from service.settings import SECTIONS, Settings
 
     out = [
         "# Settings reference\n",
@@ -123,10 +123,7 @@ def settings_page() -> str:
     ]
     seen: set[str] = set()
     sections: list[tuple[str, type[Any]]] = [
-        ("Engine", EngineSettings),
-        ("Gateway", GatewaySettings),
-        ("Features", ServedFeatures),
-        *((section.title, section) for section in FEATURE_SECTIONS),  # each in its feature's package
+        *((section.title, section) for section in SECTIONS),  # each in the package that owns it
         ("Other", Settings),  # a field of Settings in none of the sections
     ]
     for title, section in sections:
@@ -144,7 +141,7 @@ def settings_page() -> str:
 
 
 def cli_page() -> str:
-    from export.lab_cli import LAB
+    from compcap_lab.cli import LAB
     from service.cli import PRODUCT, all_commands, build_parser
 
     out = ["# Command-line reference\n", GENERATED]

@@ -45,7 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadtests.gpu.check import main
+from compcap_lab.gpu.check import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -28,7 +28,7 @@ api_on() {
     echo "$python, $svenv" > "$log"
     env -u MAKEFLAGS -u MFLAGS make -s serve-test-tools PY="$python" SVENV="$svenv" >> "$log" 2>&1 || return 1
     if [ ! -f "$out/tiny/model_repo/manifest.json" ]; then
-        "$PY" -c "import sys; from pathlib import Path; from export.pipeline.build import build_repo
+        "$PY" -c "import sys; from pathlib import Path; from compcap_lab.pipeline.build import build_repo
 build_repo(Path(sys.argv[1]), preset='tiny', seed=0)" "$out/tiny/model_repo" > "$out/tiny.log" 2>&1 \
             || { cat "$out/tiny.log" >> "$log"; return 1; }
     fi

@@ -3,7 +3,10 @@
 
 A record's ``extra`` fields become keys of its JSON object (``key=value`` after a text line); the
 request log (``compcap.access``, written by ``service.api.requestlog``) uses that for request id, route,
-status, latency and model."""
+status, latency and model.
+
+``LogSettings`` is the logs' section of the settings (``COMPCAP_LOG_FORMAT``, ``COMPCAP_LOG_LEVEL``): every
+process reads it, the gateway's and the engine core's."""
 
 from __future__ import annotations
 
@@ -16,7 +19,11 @@ import signal
 import sys
 import time
 from types import FrameType
-from typing import Any, TextIO
+from typing import Any, ClassVar, Literal, TextIO
+
+from pydantic import Field
+
+from service.sections import Section
 
 # attributes every LogRecord has; anything else on a record came from ``extra=``
 # (uvicorn adds ``color_message``, its message with terminal colour codes: not for a JSON log)
@@ -125,4 +132,19 @@ def configure_logging(fmt: str = "auto", level: str = "info", queued: bool = Fal
         logging.getLogger(name).propagate = True
 
 
-__all__ = ["JsonFormatter", "TextFormatter", "configure_logging", "resolve_format"]
+class LogSettings(Section):
+    """The logs' section: their format and least level, read by every process (``configure_logging``)."""
+
+    title: ClassVar[str] = "Logs"
+
+    log_format: Literal["auto", "json", "text"] = Field(
+        default="auto",
+        description="json: one JSON object per log line (one per request from compcap.access); text: "
+        "human-readable lines; auto: text when stderr is a terminal, else json",
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="the least severe log lines written"
+    )
+
+
+__all__ = ["JsonFormatter", "LogSettings", "TextFormatter", "configure_logging", "resolve_format"]

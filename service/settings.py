@@ -1,38 +1,39 @@
-"""Gateway settings: one ``Settings`` object (env prefix ``COMPCAP_``), validated at start-up, made of
-sections — the engine's and the gateway's (``service.sections``: ``EngineSettings``,
-``GatewaySettings``) and each feature's own, which lives in its package (``ProbeSettings`` in
-``service/probes/settings.py``, ``ExplainSettings`` in ``service/explain/settings.py``,
-``CompareSettings`` in ``service/compare/settings.py``) — whose fields keep the flat names
-(``COMPCAP_MAX_BEAM_SIZE`` is ``max_beam_size`` of the engine's section and of ``Settings``).
+"""Gateway settings: one ``Settings`` object (env prefix ``COMPCAP_``), validated at start-up, collected
+from sections, each owned by its package (``service.sections`` is their base): the engine's
+(``service/engine/settings.py``), each backend's (``service/backends/onnxruntime/settings.py``,
+``service/backends/triton/settings.py``, joined in ``service/backends/settings.py``), the HTTP kit's
+(``service/api/settings.py``), the shared state's (``service/state/settings.py``), the gateway's
+(``service/gateway/settings.py``), the logs' (``service/logs.py``) and each feature's own
+(``ProbeSettings`` in ``service/probes/settings.py``, ``ExplainSettings`` in
+``service/explain/settings.py``, ``CompareSettings`` in ``service/compare/settings.py``) — whose fields
+keep the flat names (``COMPCAP_MAX_BEAM_SIZE`` is ``max_beam_size`` of the engine's section and of
+``Settings``). ``SECTIONS`` lists them in the order of the settings reference (``scripts/gen_docs.py``).
 
 ``FeatureSettings``' bases are the one list of features: ``FEATURES`` (their names, in the order the
 gateway installs them, ``service.gateway.features``) is read off them. Adding a feature is its package
 with its ``settings.py`` section and its ``feature.py`` install, and its section among these bases.
 
-The engine takes only its section, and every feature parses its own settings when it installs
-(``check_setting``); only the command line and the gateway, above the features, import this module."""
+The engine takes only its section (and the backends'), and every feature parses its own settings when
+it installs (``check_setting``); only the command line and the gateway, above the features, import this
+module."""
 
 from __future__ import annotations
 
-from typing import Self
+from typing import ClassVar, Self
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
+from service.api.settings import HttpSettings, ServiceSettings
+from service.backends.settings import BACKEND_SECTIONS
+from service.cli.errors import UsageError
 from service.compare.settings import CompareSettings
+from service.engine.settings import EngineSettings
 from service.explain.settings import ExplainSettings
+from service.gateway.settings import GatewaySettings
+from service.logs import LogSettings
 from service.probes.settings import ProbeSettings
-from service.sections import (
-    MAX_BEAM_SIZE,
-    EngineSettings,
-    FeatureSection,
-    GatewaySettings,
-    Section,
-    ServiceSettings,
-    check_setting,
-    invalid_setting,
-    load,
-    settings_error,
-)
+from service.sections import FeatureSection, Section, settings_problems
+from service.state.settings import StateSettings
 
 
 class FeatureSettings(CompareSettings, ExplainSettings, ProbeSettings):
@@ -46,6 +47,8 @@ FEATURES = tuple(section.feature for section in FEATURE_SECTIONS)  # the feature
 
 class ServedFeatures(Section):
     """Which features the gateway serves."""
+
+    title: ClassVar[str] = "Features"
 
     features: str = Field(
         default=",".join(FEATURES),
@@ -70,11 +73,11 @@ class ServedFeatures(Section):
         return tuple(name for name in self.features.split(",") if name)
 
 
-class Settings(ServedFeatures, FeatureSettings, ServiceSettings):
+class Settings(ServedFeatures, FeatureSettings, LogSettings, GatewaySettings, ServiceSettings):
     """Every knob of the gateway, section by section (the bases are listed last section first: the
-    fields come engine, gateway, probes, explain, compare, features). Environment variables are
-    ``COMPCAP_<FIELD>``, e.g. ``COMPCAP_PORT``; ``settings.engine`` and ``settings.gateway`` are those
-    sections, ``ProbeSettings.of(settings)`` a feature's (each feature reads its own so)."""
+    fields come engine, backends, shared state, HTTP, gateway, logs, probes, explain, compare, features).
+    Environment variables are ``COMPCAP_<FIELD>``, e.g. ``COMPCAP_PORT``; ``settings.engine`` is the
+    engine's section, ``ProbeSettings.of(settings)`` a feature's (each reads its own so)."""
 
     @model_validator(mode="after")
     def _feature_settings_served(self) -> Self:
@@ -86,26 +89,41 @@ class Settings(ServedFeatures, FeatureSettings, ServiceSettings):
         return self
 
 
+# every section of Settings, in the order of the settings reference
+SECTIONS: tuple[type[Section], ...] = (
+    EngineSettings,
+    *BACKEND_SECTIONS,
+    GatewaySettings,
+    HttpSettings,
+    StateSettings,
+    LogSettings,
+    ServedFeatures,
+    *FEATURE_SECTIONS,
+)
+
+
+def settings_error(exc: ValidationError) -> UsageError:
+    """``compcap serve``'s one line for invalid settings (``compcap serve: invalid settings: ...``, exit
+    2): every problem, each naming its field."""
+    return UsageError(settings_problems(exc))
+
+
 def load_settings(**overrides: object) -> Settings:
-    """Settings from the environment plus ``overrides``; invalid values exit naming the field."""
-    return load(Settings, **overrides)
+    """Settings from the environment plus ``overrides``; invalid values exit naming the field
+    (``settings_error``)."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise settings_error(exc) from None
 
 
 __all__ = [
     "FEATURES",
     "FEATURE_SECTIONS",
-    "MAX_BEAM_SIZE",
-    "CompareSettings",
-    "EngineSettings",
-    "ExplainSettings",
-    "GatewaySettings",
-    "ProbeSettings",
-    "Section",
+    "SECTIONS",
+    "FeatureSettings",
     "ServedFeatures",
-    "ServiceSettings",
     "Settings",
-    "check_setting",
-    "invalid_setting",
     "load_settings",
     "settings_error",
 ]

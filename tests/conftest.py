@@ -18,7 +18,7 @@ def tiny_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     existing = os.environ.get("COMPCAP_TEST_REPO")
     if existing and (Path(existing) / "manifest.json").is_file():
         return Path(existing)
-    from export.pipeline.build import build_repo
+    from compcap_lab.pipeline.build import build_repo
 
     out = tmp_path_factory.mktemp("tiny") / "model_repo"
     build_repo(out, preset="tiny", seed=0)

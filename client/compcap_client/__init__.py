@@ -26,7 +26,16 @@ Calls (each returns a frozen dataclass of ``compcap_client.results``):
 - ``models()``, ``hooks()``, ``health()``, ``ready()``, ``wait_ready()``, ``metrics_text()``;
 - live probes: ``start_probe(kind, **fields) -> ProbeJob``, ``probe(id)``, ``probes()``,
   ``cancel_probe(id)``, ``wait_probe(id, poll_s, timeout_s, on_progress)``, ``probe_sets()``,
-  ``probe_kinds()``.
+  ``probe_kinds()``, ``probe_kind(name) -> ProbeKindInfo`` (read once per client).
+
+A probe job's result is its kind's JSON; the client names no kind. ``job.interval(*path)`` and
+``job.figures()`` read any result offline (a job saved as JSON too), by the results' convention (every
+figure ``X`` beside its ``X_interval``); ``job.figures(client.probe_kind(job.kind))`` gives the kind's
+own headline figures under its labels, as ``GET /v1/probe-kinds`` declares them::
+
+    job = client.wait_probe(client.start_probe("systematicity", images=20).id)
+    for label, figure in job.figures(client.probe_kind(job.kind)).items():
+        print(label, figure.value, figure.interval)        # "held-out Recall@5 0.2 Interval(...)"
 
 Failures: a 4xx/5xx answer raises ``CompCapError(status, code, message)`` read from the gateway's
 error body (``{"error": {"code", "message", "details"?}}``); a request that never got an answer
@@ -53,6 +62,7 @@ The main distribution ships the same package.
 
 from __future__ import annotations
 
+from compcap_client import results
 from compcap_client.api import DEFAULT_URL, AsyncCompCapClient, CompCapClient
 from compcap_client.calls import Request, Rerank
 from compcap_client.errors import (
@@ -65,32 +75,8 @@ from compcap_client.errors import (
     parse_retry_after,
 )
 from compcap_client.images import ImageFile, ImageFileNotFoundError, ImageInput, ImagesInput, ProbeImage
-from compcap_client.results import (
-    TERMINAL_STATUSES,
-    Caption,
-    CaptionerInfo,
-    CaptionResult,
-    ComparedConfiguration,
-    ComparedImage,
-    Comparison,
-    ExplainedWord,
-    Explanation,
-    GroundingInterval,
-    GuidedBackpropInfo,
-    ImageCaptions,
-    IntegratedGradientsInfo,
-    Interval,
-    ModelsInfo,
-    PairedTest,
-    PairSimilarity,
-    ProbeComparison,
-    ProbeJob,
-    RankerInfo,
-    ReadyStatus,
-    ResolvedConfiguration,
-    Timings,
-    UnderArgmax,
-)
+from compcap_client.results import *  # noqa: F403  (the answers' dataclasses: its __all__)
+from compcap_client.results import TERMINAL_STATUSES
 
 __all__ = [
     "DEFAULT_URL",
@@ -98,40 +84,18 @@ __all__ = [
     "RETRY_STATUSES",
     "TERMINAL_STATUSES",
     "AsyncCompCapClient",
-    "Caption",
-    "CaptionResult",
-    "CaptionerInfo",
     "CompCapClient",
     "CompCapError",
     "CompCapTransportError",
-    "ComparedConfiguration",
-    "ComparedImage",
-    "Comparison",
-    "ExplainedWord",
-    "Explanation",
-    "GroundingInterval",
-    "GuidedBackpropInfo",
-    "ImageCaptions",
     "ImageFile",
     "ImageFileNotFoundError",
     "ImageInput",
     "ImagesInput",
-    "IntegratedGradientsInfo",
-    "Interval",
-    "ModelsInfo",
-    "PairSimilarity",
-    "PairedTest",
-    "ProbeComparison",
     "ProbeImage",
-    "ProbeJob",
-    "RankerInfo",
-    "ReadyStatus",
     "Request",
     "Rerank",
-    "ResolvedConfiguration",
     "RetryPolicy",
-    "Timings",
-    "UnderArgmax",
     "error_from_response",
     "parse_retry_after",
 ]
+__all__ += results.__all__  # the answers' dataclasses

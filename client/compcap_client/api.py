@@ -44,6 +44,7 @@ from compcap_client.results import (
     ModelsInfo,
     ProbeComparison,
     ProbeJob,
+    ProbeKindInfo,
     ReadyStatus,
 )
 
@@ -121,6 +122,7 @@ class _Api:
         self.timeout = httpx.Timeout(timeout, connect=connect_timeout)
         self.retry = retry if retry is not None else RetryPolicy()
         self.retries = 0  # requests tried again so far (503/429 or connect failures)
+        self._kinds: dict[str, ProbeKindInfo] = {}  # GET /v1/probe-kinds, read by probe_kind()
 
     def _counted(self) -> None:
         self.retries += 1
@@ -339,9 +341,27 @@ class _Api:
 
     @operation
     def probe_kinds(self) -> Flow[list[dict[str, Any]]]:
-        """``GET /v1/probe-kinds``: the kinds of probe the gateway runs (name, description, the format of
-        the probe sets each reads, whether it takes pairs)."""
+        """``GET /v1/probe-kinds``: the kinds of probe the gateway runs, each its record's description as
+        JSON (name, description, the format of the probe sets it reads, whether it takes pairs, its
+        result's fields, figures and gauges, how the web page draws it); ``probe_kind(name)`` types one."""
         return (yield from self._parsed(Request("GET", "/v1/probe-kinds"), lambda body: list(body["kinds"])))
+
+    @operation
+    def probe_kind(self, name: str) -> Flow[ProbeKindInfo]:
+        """The kind ``name`` as its record describes it (``ProbeKindInfo``), to label a job's figures
+        with: ``job.figures(client.probe_kind(job.kind))``. Read lazily — ``GET /v1/probe-kinds`` on the
+        first call, kept by the client, and read again for a name it did not list (a gateway restarted
+        with more kinds); ``KeyError`` for a kind the gateway does not run. Reading a result needs no
+        request: ``ProbeJob.figures()`` and ``interval()`` work on a job read back from JSON."""
+        if name not in self._kinds:
+            request = Request("GET", "/v1/probe-kinds")
+            kinds = yield from self._parsed(
+                request, lambda body: [ProbeKindInfo.from_json(k) for k in body["kinds"]]
+            )
+            self._kinds = {k.name: k for k in kinds}
+        if name not in self._kinds:
+            raise KeyError(f"the gateway runs no probe kind {name!r} (it runs {', '.join(self._kinds)})")
+        return self._kinds[name]
 
     @operation
     def cancel_probe(self, job_id: str) -> Flow[ProbeJob]:

@@ -1,7 +1,15 @@
 """Typed answers of the gateway: frozen dataclasses mirroring the response schemas of
-``service.api.schemas`` (captions, models), ``service.explain.schemas`` (``Explanation``) and
-``service.compare.schemas`` (``Comparison``), read with ``from_json`` — tolerant of fields a newer
-gateway adds. Plain dataclasses, so that the client imports neither pydantic nor the server.
+``service.api.schemas`` (captions, models), ``service.explain.schemas`` (``Explanation``),
+``service.compare.schemas`` (``Comparison``) and the probes' (``ProbeJob``, ``ProbeKindInfo``), read
+with ``from_json`` — tolerant of fields a newer gateway adds. Plain dataclasses, so that the client
+imports neither pydantic nor the server.
+
+A probe job's ``result`` stays the kind's own JSON: the client knows no kind. It reads any result the
+same way, offline too (a job saved as JSON and read back with ``ProbeJob.from_json``): ``interval(*path)``
+finds a figure's 95% interval by the results' naming convention, and ``figures()`` lists every figure
+that has one. With the kind's record (``ProbeKindInfo``, from ``GET /v1/probe-kinds``: the client's
+``probe_kind(name)`` fetches it once), ``figures(kind)`` gives the kind's own headline figures under
+their labels, with the intervals where the record says they are.
 """
 
 from __future__ import annotations
@@ -23,12 +31,14 @@ def _known(cls: type[D], d: Mapping[str, Any], **converted: Any) -> D:
 
 @dataclass(frozen=True)
 class Caption:
+    """One caption of an answer."""
+
     text: str
     tokens: list[int]
     logprob: float
     normalized_logprob: float
     ranker_score: float | None
-    beam_rank: int
+    beam_rank: int  # 1 = best by normalised log-prob
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Caption:
@@ -256,32 +266,162 @@ def _interval_at(result: Mapping[str, Any] | None, path: tuple[str | int, ...]) 
     """The ``Interval`` of the figure at ``path`` of a probe result (its ``X_interval`` sibling)."""
     if not path:
         raise ValueError("path must name a figure, e.g. ('held_out', 'recall', '5')")
-
-    def walk(node: Any, keys: tuple[str | int, ...]) -> Any:
-        for key in keys:
-            if isinstance(node, Mapping):
-                node = node.get(key if isinstance(key, str) else str(key))
-            elif isinstance(node, list) and isinstance(key, int) and -len(node) <= key < len(node):
-                node = node[key]
-            else:
-                return None
-        return node
-
     for i in range(len(path) - 1, -1, -1):  # the deepest figure first: X_interval beside X
-        owner, key = walk(result, path[:i]), path[i]
+        owner, key = _walk(result, path[:i]), path[i]
         if not isinstance(owner, Mapping) or not isinstance(key, str):
             continue
-        # ``outcomes`` has ``outcome_intervals`` (counterfactual), every other X its ``X_interval``
+        # the convention: X_interval beside X, and for a mapping named in the plural (Xs) X_intervals
         sibling = next((n for n in (f"{key}_interval", f"{key[:-1]}_intervals") if n in owner), None)
         if sibling is not None:
-            found = walk(owner[sibling], path[i + 1 :])
+            found = _walk(owner[sibling], path[i + 1 :])
             if isinstance(found, Mapping) and "low" in found and "high" in found:
-                estimate = walk(owner.get(key), path[i + 1 :])
+                estimate = _walk(owner.get(key), path[i + 1 :])
                 if "estimate" not in found and isinstance(estimate, (int, float)):
                     found = {**found, "estimate": estimate}
                 return Interval.from_json(found) if "estimate" in found else None
             return None
     return None
+
+
+def _walk(node: Any, keys: tuple[str | int, ...]) -> Any:
+    """``node[k1][k2]...`` through mappings (string keys) and lists (indices); None where it ends."""
+    for key in keys:
+        if isinstance(node, Mapping):
+            node = node.get(str(key))
+        elif isinstance(node, list) and isinstance(key, int) and -len(node) <= key < len(node):
+            node = node[key]
+        else:
+            return None
+    return node
+
+
+def _expand(node: Any, pattern: tuple[str, ...]) -> list[tuple[str | int, ...]]:
+    """Every path of ``node`` that ``pattern`` names, ``*`` standing for each key (or index) there."""
+    if not pattern:
+        return [()]
+    head, rest = pattern[0], pattern[1:]
+    if head != "*":
+        return [(head, *tail) for tail in _expand(_walk(node, (head,)), rest)]
+    if isinstance(node, Mapping):
+        keys: list[str | int] = [str(k) for k in node]
+    elif isinstance(node, list):
+        keys = list(range(len(node)))
+    else:
+        return []
+    return [(key, *tail) for key in keys for tail in _expand(_walk(node, (key,)), rest)]
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class ProbeFigure:
+    """One figure of a probe result: where it is (``path``), its ``label`` (the kind's, or the dotted
+    path), its ``value`` (None: not defined, e.g. no images) and its 95% ``interval`` (None: none)."""
+
+    path: tuple[str | int, ...]
+    label: str
+    value: float | None
+    interval: Interval | None = None
+
+
+@dataclass(frozen=True)
+class FigureInfo:
+    """A kind's headline figure as its record declares it: ``path``, dotted keys into the result with
+    ``*`` for every key (or index) there; ``label``, one ``{}`` per ``*``; ``interval``, the path of its
+    interval object (the same ``*``)."""
+
+    path: str
+    label: str
+    interval: str = ""
+
+
+@dataclass(frozen=True)
+class SetFormatInfo:
+    """The format of the probe sets a kind reads: its keys of ``probe.json``, whether its sets carry
+    scene graphs, and what a loaded set of it offers (``service.probesets``)."""
+
+    name: str
+    keys: str = ""
+    scene_graphs: bool = False
+    readers: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ProbeKindInfo:
+    """A probe kind as its record describes it (``GET /v1/probe-kinds``; ``client.probe_kind(name)``):
+    what it measures, the probe sets it reads and their ``set_format``, whether a request may name
+    pairs, its result's ``fields`` (key -> what it holds), its headline ``figures`` (which
+    ``ProbeJob.figures(kind)`` reads), the ``gauges`` its results set (name, help) and ``view``, how the
+    web page draws a result (``service.probes.kinds.view``)."""
+
+    name: str
+    description: str = ""
+    probe_sets: str = ""
+    takes_pairs: bool = False
+    set_format: SetFormatInfo | None = None
+    fields: dict[str, str] = field(default_factory=dict)
+    figures: list[FigureInfo] = field(default_factory=list)
+    gauges: list[dict[str, str]] = field(default_factory=list)
+    view: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ProbeKindInfo:
+        fmt = d.get("set_format")
+        return _known(
+            cls,
+            d,
+            set_format=None if fmt is None else _known(SetFormatInfo, fmt),
+            fields={str(k): str(v) for k, v in (d.get("fields") or {}).items()},
+            figures=[_known(FigureInfo, f) for f in d.get("figures") or []],
+            gauges=[dict(g) for g in d.get("gauges") or []],
+            view=dict(d.get("view") or {}),
+        )
+
+
+def _declared_figures(result: Mapping[str, Any], kind: ProbeKindInfo) -> dict[str, ProbeFigure]:
+    """``kind``'s headline figures found in ``result``, by label."""
+    out: dict[str, ProbeFigure] = {}
+    for figure in kind.figures:
+        pattern = tuple(figure.path.split("."))
+        where = tuple(figure.interval.split(".")) if figure.interval else ()
+        for path in _expand(result, pattern):
+            stars = [key for key, part in zip(path, pattern) if part == "*"]
+            value = _walk(result, path)
+            if value is not None and _number(value) is None:
+                continue
+            label = figure.label
+            for key in stars:
+                label = label.replace("{}", str(key), 1)
+            found = iter(stars)
+            iv_path = tuple(next(found, "*") if part == "*" else part for part in where)
+            iv = _walk(result, iv_path) if iv_path else None
+            interval = None
+            if (
+                isinstance(iv, Mapping)
+                and _number(iv.get("low")) is not None
+                and _number(iv.get("high")) is not None
+            ):
+                estimate = iv.get("estimate", value)
+                if _number(estimate) is not None:
+                    interval = Interval.from_json({**iv, "estimate": estimate})
+            out[label] = ProbeFigure(path, label, _number(value), interval)
+    return out
+
+
+def _every_figure(result: Any, path: tuple[str | int, ...] = ()) -> list[tuple[str | int, ...]]:
+    """The paths of every number of ``result`` outside the intervals themselves."""
+    if isinstance(result, Mapping):
+        return [
+            p
+            for k, v in result.items()
+            if not str(k).endswith(("_interval", "_intervals"))
+            for p in _every_figure(v, (*path, str(k)))
+        ]
+    if isinstance(result, list):
+        return [p for n, v in enumerate(result) for p in _every_figure(v, (*path, n))]
+    return [path] if _number(result) is not None else []
 
 
 @dataclass(frozen=True)
@@ -361,6 +501,26 @@ class ProbeJob:
         ``None`` where the result has no interval there (no result yet, a running job's partial
         figures, a figure without units)."""
         return _interval_at(self.result, path)
+
+    def figures(self, kind: ProbeKindInfo | None = None) -> dict[str, ProbeFigure]:
+        """The result's figures, by label (empty without a result).
+
+        With ``kind`` (``client.probe_kind(job.kind)``): the kind's headline figures as its record
+        declares them, labelled in its words ("held-out Recall@5"), each with its interval where the
+        record says it is — a figure the result lacks is left out. Without (offline, no request): every
+        number of the result that has an interval by the results' convention (``interval``), labelled
+        by its dotted path ("held_out.recall.5", "pairs.0.recall.5")."""
+        if not isinstance(self.result, Mapping):
+            return {}
+        if kind is not None:
+            return _declared_figures(self.result, kind)
+        out = {}
+        for path in _every_figure(self.result):
+            interval = _interval_at(self.result, path)
+            if interval is not None:
+                label = ".".join(str(key) for key in path)
+                out[label] = ProbeFigure(path, label, _number(_walk(self.result, path)), interval)
+        return out
 
     def to_json(self) -> dict[str, Any]:
         """The job in the gateway's JSON shape."""
@@ -594,6 +754,7 @@ __all__ = [
     "Comparison",
     "ExplainedWord",
     "Explanation",
+    "FigureInfo",
     "GroundingInterval",
     "GuidedBackpropInfo",
     "ImageCaptions",
@@ -603,10 +764,13 @@ __all__ = [
     "PairSimilarity",
     "PairedTest",
     "ProbeComparison",
+    "ProbeFigure",
     "ProbeJob",
+    "ProbeKindInfo",
     "RankerInfo",
     "ReadyStatus",
     "ResolvedConfiguration",
+    "SetFormatInfo",
     "Timings",
     "UnderArgmax",
 ]

@@ -36,10 +36,13 @@ class DecoderLayers(nn.Module):
     """A text decoder taken apart (module docstring): ``layers`` blocks of ``heads`` heads of
     ``head_dim``; the image states it cross-attends to are ``encoder_dim`` wide."""
 
-    layers: int
-    heads: int
-    head_dim: int
-    encoder_dim: int
+    def __init__(self, decoder: Any, layers: int, heads: int, width: int, encoder_dim: int) -> None:
+        super().__init__()
+        self.decoder = decoder
+        self.layers = int(layers)
+        self.heads = int(heads)
+        self.head_dim = int(width) // self.heads
+        self.encoder_dim = int(encoder_dim)
 
     def embed(self, token: Tensor, position: Tensor) -> Tensor:
         """int64 [N] tokens at int64 [N] positions → the first block's input [N, D]."""
@@ -68,13 +71,8 @@ class Gpt2Layers(DecoderLayers):
     cross-attention and MLP; learned absolute positions; the head tied to the token embedding."""
 
     def __init__(self, decoder: Any) -> None:
-        super().__init__()
-        self.decoder = decoder
-        config = decoder.config
-        self.layers = int(config.n_layer)
-        self.heads = int(config.n_head)
-        self.head_dim = int(config.n_embd) // self.heads
-        self.encoder_dim = int(config.n_embd)  # GPT-2's cross-attention projects encoder states as wide
+        config = decoder.config  # GPT-2's cross-attention projects encoder states as wide as its own
+        super().__init__(decoder, config.n_layer, config.n_head, config.n_embd, config.n_embd)
 
     def embed(self, token: Tensor, position: Tensor) -> Tensor:
         body = self.decoder.transformer
@@ -107,13 +105,14 @@ class BlipTextLayers(DecoderLayers):
     cross-attention; learned absolute positions, embeddings layer-normed; a transform before the head."""
 
     def __init__(self, decoder: Any) -> None:
-        super().__init__()
-        self.decoder = decoder
         config = decoder.config
-        self.layers = int(config.num_hidden_layers)
-        self.heads = int(config.num_attention_heads)
-        self.head_dim = int(config.hidden_size) // self.heads
-        self.encoder_dim = int(config.encoder_hidden_size)
+        super().__init__(
+            decoder,
+            config.num_hidden_layers,
+            config.num_attention_heads,
+            config.hidden_size,
+            config.encoder_hidden_size,
+        )
 
     def embed(self, token: Tensor, position: Tensor) -> Tensor:
         emb = self.decoder.bert.embeddings

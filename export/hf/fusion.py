@@ -110,7 +110,7 @@ def choose_fused(
 ) -> FusionTiming:
     """Fuse the graph at ``path`` (module docstring), and where the fused graph is kept put it at
     ``path``; ``feed``: the inputs it is checked and timed on."""
-    from service.backends.onnxruntime import model_threads
+    from service.backends.onnxruntime.backend import model_threads
 
     if form not in FUSE_FORMS:
         raise ValueError(f"form must be one of {FUSE_FORMS}, got {form!r}")

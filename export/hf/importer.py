@@ -33,7 +33,7 @@ from export.hf.fusion import FUSE_FORMS, FuseForm, choose_fused
 from export.hf.imported_programs import MIN_TOKENS, write_programs
 from export.hf.kv_step import CacheShape, KeyValueStep, ZeroState, decode_parity
 from export.hf.single_caption import record_single_caption
-from export.hf.snapshot import Snapshot, SnapshotError
+from export.hf.snapshot import Snapshot
 from export.hf.staging import HfImportError, ImportReport, commit, write_configs
 from export.hf.step_choice import STEP_FORMS, StepForm, StepTiming, choose, timing_feeds
 from export.models.step_contract import STEP_AXES, STEP_OUTPUTS
@@ -225,9 +225,7 @@ def _export(
     top_k: bool | None = None,
     fuse: FuseForm = "auto",
 ) -> tuple[CaptionerEntry, list[ModelEntry], ImportReport]:
-    tokenizer_file = snapshot.path / "tokenizer.json"
-    if not tokenizer_file.is_file():
-        raise SnapshotError(f"{snapshot.path}: no tokenizer.json (CompCap reads fast tokenizers only)")
+    tokenizer_file = snapshot.tokenizer_file()
     pre = preprocessing(snapshot)
     adapted = adapt(snapshot, pre)
     start, eos, pad, max_tokens = adapted.start, adapted.eos, adapted.pad, adapted.max_tokens

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from export.hf.adapter import adapt_ranker, preprocessing
-from export.hf.snapshot import Snapshot, SnapshotError
+from export.hf.snapshot import Snapshot
 from export.hf.staging import HfImportError, ImportReport, write_configs
 from export.packaging.onnx import GraphSpec, export_graph, parity
 from service.manifest import ModelEntry, RankerEntry, TensorSpec, TokenizerSpec, Training
@@ -25,9 +25,7 @@ def export_ranker(
     snapshot: Snapshot, name: str, stage: Path, seed: int = 0
 ) -> tuple[RankerEntry, list[ModelEntry], ImportReport]:
     """Stage ranker ``name`` (see module docstring)."""
-    tokenizer_file = snapshot.path / "tokenizer.json"
-    if not tokenizer_file.is_file():
-        raise SnapshotError(f"{snapshot.path}: no tokenizer.json (CompCap reads fast tokenizers only)")
+    tokenizer_file = snapshot.tokenizer_file()
     pre = preprocessing(snapshot)
     adapted = adapt_ranker(snapshot, pre)
     report = ImportReport(name, snapshot.architecture)

@@ -27,6 +27,13 @@ class Snapshot:
     architecture: str
     config: dict[str, Any]
 
+    def tokenizer_file(self) -> Path:
+        """Its ``tokenizer.json``; a ``SnapshotError`` where there is none."""
+        path = self.path / "tokenizer.json"
+        if not path.is_file():
+            raise SnapshotError(f"{self.path}: no tokenizer.json (CompCap reads fast tokenizers only)")
+        return path
+
 
 @contextmanager
 def offline() -> Iterator[None]:

@@ -13,7 +13,7 @@ from export.hf.fusion import FusionTiming
 from export.hf.step_choice import StepTiming
 from export.packaging.triton_repo import config_pbtxt, parse_config
 from export.quantize.stale import drop_owner_variants, stale_variants
-from service.backends.triton_addresses import file_sha256
+from service.backends.triton.addresses import file_sha256
 from service.manifest import MANIFEST_NAME, CaptionerEntry, Manifest, ModelEntry, RankerEntry
 
 

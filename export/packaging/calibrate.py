@@ -20,12 +20,12 @@ import numpy as np
 from PIL import Image
 
 from export.progress import stages
+from export.world.dataset import TEST_SEED_OFFSET
 from service.engine.domain import calibrate
 from service.engine.engine import CaptionEngine
 from service.manifest import MANIFEST_NAME, DomainSpec, load_manifest
 
 VALIDATION_SEED_OFFSET = 31337
-TEST_SEED_OFFSET = 7919  # export.pipeline.build's test world
 PHOTOS = (
     "astronaut", "camera", "cat", "coffee", "rocket", "hubble_deep_field", "immunohistochemistry", "moon",
     "page", "horse", "coins", "clock", "text", "retina", "brick", "grass", "gravel", "logo", "colorwheel",

@@ -126,7 +126,7 @@ def upgrade_repository(repo: Path) -> list[str]:
     inputs in ``manifest.json`` (edited in place: nothing else in it changes). The names of the models
     rewritten."""
     from export.packaging.triton_repo import config_pbtxt
-    from service.backends.triton_addresses import file_sha256
+    from service.backends.triton.addresses import file_sha256
 
     repo = Path(repo)
     manifest = load_manifest(repo)

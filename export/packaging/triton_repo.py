@@ -8,7 +8,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from service.backends.triton_addresses import DIGEST_PARAMETER, file_sha256
+from service.backends.triton.addresses import DIGEST_PARAMETER, file_sha256
 from service.manifest import MANIFEST_NAME, Manifest, ModelEntry, TensorSpec
 
 PREFERRED_BATCH = (8, 16, 32)

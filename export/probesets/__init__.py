@@ -3,7 +3,7 @@
 
 * ``sceneworld`` — from a SceneWorld world of its own: seed ``probe_seed(seed)`` = training seed +
   ``PROBE_SEED_OFFSET``, never the training world (seed), the build's test world (seed + 7919) or the
-  zoo's evaluation world (``export.pipeline.zoo.EVAL_SEED``). Written by ``compcap-lab build``,
+  zoo's evaluation world (``compcap_lab.pipeline.zoo.EVAL_SEED``). Written by ``compcap-lab build``,
   ``compcap-lab models`` and ``compcap probesets --repo`` (an existing repository, no retraining).
 * ``coco`` — from any COCO-format folder through the split code of ``compcap-lab splits``
   (``compcap probeset --data DIR --kind K --out DIR``).
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from service.probesets.builtin import BUILTIN
 
-PROBE_SEED_OFFSET = 104729  # the 10000th prime; build.TEST_SEED_OFFSET is 7919 (the 1000th)
-ZOO_EVAL_SEED = 20270313  # export.pipeline.zoo.EVAL_SEED (not imported here: that module imports torch)
+PROBE_SEED_OFFSET = 104729  # the 10000th prime; export.world.dataset.TEST_SEED_OFFSET is 7919 (the 1000th)
+ZOO_EVAL_SEED = 20270313  # compcap_lab.pipeline.zoo.EVAL_SEED (not imported here: that module imports torch)
 COUNTERFACTUAL = "counterfactual"  # written on demand only (export.probesets.counterfactual)
 # the formats a build writes (each set named after its kind): the built-in ones but counterfactual
 KINDS = tuple(f.name for f in BUILTIN if f.name != COUNTERFACTUAL)

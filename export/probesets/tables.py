@@ -90,7 +90,7 @@ def substitution_table(
 ) -> tuple[list[tuple[str, str]], list[dict[str, Any]]]:
     """``(S1 fine, S2 category)`` pairs, singular and plural, of the candidate pairs (default
     ``candidate_table``) whose two words both occur ``min_count`` times in ``train_captions`` (as
-    ``export.studies.substitutivity.substitution_table`` without its vocabulary filter), and the counts
+    ``compcap_lab.studies.substitutivity.substitution_table`` without its vocabulary filter), and the counts
     of every candidate (``export.data.splits.synonym_counts``)."""
     concepts = load_concepts()
     counts = synonym_counts(list(train_captions), tuple(table or candidate_table(concepts)), concepts)

@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
-from service.backends.onnxruntime import OnnxRuntimeBackend
+from service.backends.onnxruntime.backend import OnnxRuntimeBackend
 from service.engine.engine import CaptionEngine
+from service.engine.settings import CoreSettings
 from service.manifest import Manifest, PrecisionVariant
-from service.settings import EngineSettings
 from service.text.vocabulary import Vocabulary
 
 PRECISION = "int8"  # the default precision of ``compcap quantize`` (``--precision``)
@@ -112,10 +112,10 @@ def world_images(n: int, seed: int, size: int) -> tuple[np.ndarray, list[list[st
     return images, captions
 
 
-def engine_settings(repo: Path, manifest: Manifest | None = None, **overrides: Any) -> EngineSettings:
-    """The engine's settings (``COMPCAP_*``) with the precision left to the backend each run builds;
-    with ``manifest``, step calls of at most ``gate_rows(manifest)`` rows."""
-    settings = EngineSettings(repo=repo, precision="fp32", max_beam_size=RERANK_BEAM, **overrides)
+def engine_settings(repo: Path, manifest: Manifest | None = None, **overrides: Any) -> CoreSettings:
+    """The engine's and the backends' settings (``COMPCAP_*``) with the precision left to the backend
+    each run builds; with ``manifest``, step calls of at most ``gate_rows(manifest)`` rows."""
+    settings = CoreSettings(repo=repo, precision="fp32", max_beam_size=RERANK_BEAM, **overrides)
     if manifest is None:
         return settings
     rows = min(settings.max_rows_per_step, gate_rows(manifest))
@@ -152,7 +152,7 @@ def open_backend(repo: Path, manifest: Manifest, precision: str) -> OnnxRuntimeB
 
 def runs(manifest: Manifest) -> list[tuple[str, str | None]]:
     """Each captioner plain, then re-ranked by its own ranker or vsepp (``compcap-lab evaluate``'s runs)."""
-    from export.studies.runs import runs_for
+    from export.packaging.runs import runs_for
 
     return runs_for(manifest)
 

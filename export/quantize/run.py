@@ -58,9 +58,9 @@ def quantize_repo(
     ``probe_images``: at most this many systematicity probe images per pair (default all);
     ``systematicity=False`` gates without the probe; ``min_speedup``: drop a variant slower than this
     (0 keeps every variant whatever its speed)."""
-    from export.pipeline.build import TEST_SEED_OFFSET
     from export.presets import get_preset
     from export.probesets.repo import write_manifest
+    from export.world.dataset import TEST_SEED_OFFSET
 
     spec = spec_for(precision)
     if spec.only_on is not None:

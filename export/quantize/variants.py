@@ -34,7 +34,7 @@ def write_variant_config(repo: Path, source: str, variant: str, model_file: Path
     carries one, the variant file's digest)."""
     from google.protobuf import text_format
 
-    from service.backends.triton_addresses import DIGEST_PARAMETER, file_sha256
+    from service.backends.triton.addresses import DIGEST_PARAMETER, file_sha256
 
     config = parse_config((repo / source / "config.pbtxt").read_text(encoding="utf-8"))
     config.name = variant

@@ -20,6 +20,8 @@ from export.world.render import render
 from export.world.scene import scene_graph
 from service.checks import at_least
 
+TEST_SEED_OFFSET = 7919  # a test world is drawn from seed + this (the 1000th prime), never a training seed
+
 GENERATOR = "compcap.sceneworld/2"  # bump when the generated data change
 CAPTIONS_PER_IMAGE = 5
 

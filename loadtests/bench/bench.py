@@ -43,9 +43,9 @@ from loadtests.bench.table import summary
 from loadtests.load.cpu import bounds_of_limit, process_tree
 from loadtests.load.http_load import Gateway, closed_loop
 from loadtests.load.inputs import bench_images, png_bytes
-from service import cli_blocks as blocks
 from service.backends.registry import make_backend
-from service.cli_args import (
+from service.cli import blocks
+from service.cli.args import (
     add_renamed,
     non_negative_int,
     positive_float,
@@ -118,7 +118,7 @@ async def in_process(
             return InProcess(single, rows, steps, skipped, [], naive, {"skipped": NULL_SKIPPED})
         curve = await _step_curve(engine.runner, manifest, params, images, args.max_rows, args.curve_seconds)
         if settings.backend == "onnxruntime":
-            from service.backends.onnxruntime import usable_cores
+            from service.backends.onnxruntime.backend import usable_cores
 
             # the limit: the best of both thread-pool modes; the least CPU per row (cpu.py's bounds):
             # the least of those and of the other thread count (one, or every core when one is the

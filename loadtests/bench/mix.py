@@ -40,9 +40,9 @@ from loadtests.load.cpu import CpuMeter
 from loadtests.load.http_load import BOUNDARY, Gateway, RawConnection, request_head, samples, step_rows
 from loadtests.load.inputs import bench_images, png_bytes
 from loadtests.load.results import run_and_save
-from service import cli_blocks as blocks
 from service.checks import above, at_least
-from service.cli_args import positive_int
+from service.cli import blocks
+from service.cli.args import positive_int
 from service.manifest import load_manifest
 from service.metrics import ABANDONED, PACED_ABANDONERS
 

@@ -31,14 +31,14 @@ from rich.table import Table
 from loadtests.load.http_load import Gateway, closed_loop
 from loadtests.load.inputs import bench_images, png_bytes
 from loadtests.load.results import print_and_save
-from service.cli_args import positive_int, writable_dir
+from service.cli.args import positive_int, writable_dir
 from service.manifest import load_manifest
 
 RATE_HZ = 100
 # category → markers (substrings of a frame "function (file:line)"); in a frame, the first match wins
 CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("model calls", ("onnxruntime", "tritonclient", "backends/")),
-    ("image decoding", ("service/images.py", "PIL/")),
+    ("image decoding", ("service/images/decode.py", "PIL/")),
     ("beam bookkeeping", ("engine/beam_batch.py", "engine/beam.py", "engine/processors.py")),
     ("scheduling", ("engine/scheduler.py", "engine/runner.py", "engine/engine.py", "engine/request.py")),
     ("response shaping", ("gateway/shape.py", "pydantic", "json/", "jsonable_encoder", "fastapi/encoders")),

@@ -24,8 +24,8 @@ from typing import Any
 from loadtests.load.http_load import Gateway, closed_loop
 from loadtests.load.inputs import bench_images, png_bytes
 from loadtests.load.results import run_and_save, script
-from service import cli_blocks as blocks
-from service.cli_args import positive_float, positive_int
+from service.cli import blocks
+from service.cli.args import positive_float, positive_int
 from service.manifest import load_manifest
 
 CWD = "@cwd"  # a variant's key that is not environment: the folder its gateway starts in

@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from loadtests.peers.stand_in import STAND_IN_ROUTES, serve, server_parser
-from service.images import ImageError, decode_images
+from service.images.decode import ImageError, decode_images
 from service.manifest import load_manifest
 from service.settings import Settings
 

@@ -23,7 +23,7 @@ from pydantic.json_schema import models_json_schema
 from service.api.errors import ApiError, validate
 from service.api.limits import check_json
 from service.api.parsing import FILE_FIELD, b64_blob, check_count, request_parts
-from service.sections import ServiceSettings
+from service.api.settings import ServiceSettings
 
 REF = "#/components/schemas/{model}"
 UPLOAD_ERRORS: dict[int, str] = {

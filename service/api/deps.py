@@ -19,6 +19,7 @@ from fastapi import Depends, Request
 from service.api.errors import ApiError
 from service.api.image_url import ImageURLFetcher, ImageURLPolicy
 from service.api.reload import Reloader
+from service.api.settings import ServiceSettings
 from service.backends.base import Backend, backend_devices
 from service.backends.registry import make_backend
 from service.engine.client import EngineClient
@@ -27,7 +28,6 @@ from service.engine.deadlines import request_deadline_s
 from service.engine.engine import CaptionEngine, CaptionOutput
 from service.manifest import Manifest, load_manifest, repo_version
 from service.metrics import Metrics
-from service.sections import ServiceSettings
 from service.state.store import StateStore
 from service.text.vocabulary import Vocabulary
 

@@ -1,7 +1,8 @@
 """The contract between the gateway and a feature package (probes, explanations, comparison): each
 exposes one ``install(app, runtime)`` that builds its service from the settings, includes its
 router, adds its OpenAPI tag and hands its listeners and background work to the ``Runtime``
-(``after_caption``, ``lifespans``). The gateway calls the installs of the features it serves.
+(``after_caption``, ``lifespans``; ``closing``: a service closed when the app stops). The gateway
+calls the installs of the features it serves.
 
 And what every feature router opens with: ``feature_router`` (its tag, every route key-protected)
 and ``error_responses`` (its documented errors, the API-key ones and the full gate's 429 included);
@@ -9,7 +10,8 @@ its service reaches its routes through ``deps.from_state``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI
@@ -23,6 +25,20 @@ Install = Callable[[FastAPI, Runtime], None]
 def add_tag(app: FastAPI, tag: dict[str, Any]) -> None:
     """List ``tag`` (``name``, ``description``) after the app's tags in its OpenAPI document."""
     app.openapi_tags = [*(app.openapi_tags or []), tag]
+
+
+def closing(close: Callable[[], Awaitable[object]]) -> Callable[[], AbstractAsyncContextManager[None]]:
+    """A lifespan for ``Runtime.lifespans`` that awaits ``close()`` when the app stops: a feature's
+    service closed with the app."""
+
+    @asynccontextmanager
+    async def running() -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await close()
+
+    return running
 
 
 def feature_router(tag: str) -> APIRouter:

@@ -18,7 +18,7 @@ from service.api.gate import RequestError
 from service.api.requestlog import annotate
 from service.backends.base import BackendError
 from service.engine.params import EngineError, OverloadedError, UnknownModelError
-from service.images import ImageError
+from service.images.decode import ImageError
 from service.metrics import Metrics
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ is an ``ImageURLError`` (4xx, ``image_url_<reason>``, naming the image's field a
 reason in ``compcap_errors`` like every refused request:
 
 1. the URL parses, is ``http`` or ``https`` (``scheme``), carries no credentials and its host and port
-   are in the allow-list (``host``); ``service.url_policy`` has these pure checks;
+   are in the allow-list (``host``); ``service.images.url_policy`` has these pure checks;
 2. its host is resolved once (``dns``) and refused if ANY address is loopback, private, link-local,
    unspecified, multicast or reserved, IPv4 inside IPv6 included (``address``) — loopback, private
    and link-local pass only with ``COMPCAP_IMAGE_URL_ALLOW_PRIVATE``;
@@ -17,7 +17,7 @@ reason in ``compcap_errors`` like every refused request:
    checked from step 1 (``redirect`` past that);
 5. the answer must be 2xx (``status``) with an ``image/*`` content type (``not_an_image``); the body is
    streamed and stopped past ``max_bytes`` (413 ``too_large``), and its first bytes must be an image
-   format the decoder opens (``service.images.check_upload``: the caption decodes it fully next);
+   format the decoder opens (``service.images.decode.check_upload``: the caption decodes it fully next);
 6. all of it within ``timeout_s`` (``timeout``); a failed connection or read is ``unreachable``.
 
 It is all ``async`` (httpx; the resolution runs in the loop's executor): a slow image server holds
@@ -37,8 +37,8 @@ import httpx
 
 from service.api.errors import ApiError
 from service.checks import above, at_least, within
-from service.images import ImageError, check_upload
-from service.url_policy import (
+from service.images.decode import ImageError, check_upload
+from service.images.url_policy import (
     DEFAULT_PORTS,
     OPT_IN_CLASSES,
     SCHEMES,
@@ -52,7 +52,7 @@ from service.url_policy import (
 )
 
 if TYPE_CHECKING:
-    from service.sections import ServiceSettings
+    from service.api.settings import ServiceSettings
 
 # (host, port) -> the host's addresses, as getaddrinfo gives them; tests may give their own
 Resolver = Callable[[str, int], Awaitable[Sequence[str]]]

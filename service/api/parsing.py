@@ -34,10 +34,10 @@ from service.api.limits import (
 )
 from service.api.multipart import MAX_BODY, plain_form
 from service.api.schemas import CaptionJSONRequest, CaptionOptions
+from service.api.settings import ServiceSettings
 from service.engine.deadlines import base_deadline_s
-from service.images import ImageError
-from service.sections import ServiceSettings
-from service.url_policy import is_url
+from service.images.decode import ImageError
+from service.images.url_policy import is_url
 
 FILE_FIELD = "image"  # the multipart file part of every route that takes images
 

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 import sqlalchemy as sa
 
+from service.api.settings import ServiceSettings
 from service.backends.base import Backend
 from service.backends.registry import make_backend
 from service.engine.client import EngineClient
@@ -32,7 +33,6 @@ from service.engine.core_client import RemoteEngine
 from service.engine.engine import CaptionEngine
 from service.manifest import Manifest, load_manifest, repo_probe_set_entries, repo_version, same_models
 from service.metrics import Metrics
-from service.sections import ServiceSettings
 from service.state import schema
 from service.state.store import StateStore
 from service.text.vocabulary import Vocabulary

@@ -10,8 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from service.api.limits import check_hook_params, check_json
 from service.engine.hooks import MAX_HOOKS
 from service.engine.params import MAX_RERANK_WEIGHT
+from service.engine.settings import MAX_BEAM_SIZE
 from service.manifest import Training
-from service.sections import MAX_BEAM_SIZE
 
 _FALSE = {"false", "0", "no", "off", "none", "null"}
 _TRUE = {"true", "1", "yes", "on"}

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from service.images import check_uploads, decode_images
+from service.api.settings import ServiceSettings
+from service.images.decode import check_uploads, decode_images
 from service.manifest import ImageSpec
-from service.sections import ServiceSettings
 
 
 async def decode_uploads(blobs: Sequence[bytes], image: ImageSpec, settings: ServiceSettings) -> np.ndarray:

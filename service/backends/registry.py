@@ -1,10 +1,11 @@
 """The backend registry: what ``COMPCAP_BACKEND`` may name, and how each backend is built.
 
-A backend is one registered record (``BackendRecord``): its name, what it is, the engine settings it
+A backend is one registered record (``BackendRecord``): its name, what it is, the settings it
 reads, the extra its third-party packages come with and the modules those packages provide, and
 ``build``, the async factory that loads it from the engine's settings. The built-in backends'
 records are declared here (``onnxruntime``, embedded; ``triton``; ``null``), each ``build`` being its
-module's (``service.backends.X``), imported when it is first built: validating the settings asks
+module's (``service.backends.onnxruntime.backend``, ``service.backends.triton.backend``,
+``service.backends.null``), imported when it is first built: validating the settings asks
 ``importlib.util.find_spec`` whether a backend's packages are installed, so a process that loads no
 model (the split's parent, its API processes) imports neither onnxruntime nor tritonclient, and a
 backend whose package is missing is refused there, naming the package and the extras that provide it.
@@ -14,8 +15,9 @@ before the settings are read (``register``, or ``@backend(name, description, ...
 Adding a built-in backend is its module here (the class and its ``build``), its record below, its
 test and a line in docs/architecture.md. One with third-party packages also needs an extra in
 ``pyproject.toml`` and the packages pinned in the locks (``requirements-serve.lock``); one with knobs
-of its own adds its fields to the engine's section (``service/sections.py``) and names them in its
-record's ``settings``."""
+of its own is a package (``service/backends/<name>/``: its ``backend`` module and its ``settings``
+section, joined to the others in ``service/backends/settings.py``) and names its fields in its record's
+``settings``."""
 
 from __future__ import annotations
 
@@ -28,12 +30,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.backends.base import Backend
+from service.backends.triton.url import triton_target
 from service.manifest import Manifest
 from service.metrics import Metrics
-from service.triton_url import triton_target
 
-# the settings are the engine's section (service.sections.EngineSettings), typed loosely here: the
-# backends sit below the settings, which validate COMPCAP_BACKEND against this registry
+# the settings are the engine's and the backends' sections (service.engine.settings.CoreSettings), typed
+# loosely here: the registry sits below them, and they validate COMPCAP_BACKEND against it
 Build = Callable[[Any, Manifest, Metrics], Awaitable[Backend]]
 
 
@@ -41,10 +43,11 @@ Build = Callable[[Any, Manifest, Metrics], Awaitable[Backend]]
 class BackendRecord:
     """One backend: ``name`` (the ``COMPCAP_BACKEND`` value), ``description`` (one line), ``build``
     (``await build(settings, manifest, metrics)``: the backend loaded and ready to serve), ``settings``
-    (the engine settings it reads besides ``repo`` and ``precision``), ``extra`` (the ``compcap[...]``
-    extra its third-party packages come with; None: none needed), ``check`` (run on the engine's
-    settings when they are validated: a ``ValueError`` naming the setting at fault), ``requires`` (the
-    top-level modules of those packages: the backend is servable where ``find_spec`` finds them all)."""
+    (the settings it reads besides ``repo`` and ``precision``: its own section's), ``extra`` (the
+    ``compcap[...]`` extra its third-party packages come with; None: none needed), ``check`` (run on the
+    engine's and the backends' settings when they are validated: a ``ValueError`` naming the setting at
+    fault), ``requires`` (the top-level modules of those packages: the backend is servable where
+    ``find_spec`` finds them all)."""
 
     name: str
     description: str
@@ -150,12 +153,13 @@ async def make_backend(settings: Any, manifest: Manifest, metrics: Metrics) -> B
     return await get_backend(settings.backend).build(settings, manifest, metrics)
 
 
-def _module_build(name: str) -> Build:
-    """The ``build`` of the module ``service.backends.<name>``, imported when it is first called."""
+def _module_build(name: str, module_name: str | None = None) -> Build:
+    """The ``build`` of the module ``service.backends.<module_name>`` (default: ``<name>``), imported
+    when it is first called."""
 
     async def build(settings: Any, manifest: Manifest, metrics: Metrics) -> Backend:
         try:
-            module = importlib.import_module(f"{_PACKAGE}.{name}")
+            module = importlib.import_module(f"{_PACKAGE}.{module_name or name}")
         except ImportError as exc:  # installed, yet a package it needs in turn is not
             raise missing_package(name, exc.name or str(exc)) from exc
         made: Backend = await module.build(settings, manifest, metrics)
@@ -173,7 +177,7 @@ register(
     BackendRecord(
         "onnxruntime",
         "the embedded default: onnxruntime sessions in this process, run off the event loop",
-        _module_build("onnxruntime"),
+        _module_build("onnxruntime", "onnxruntime.backend"),
         settings=("intra_op_threads", "executor_threads", "ort_spinning", "device"),
         extra="cpu",  # or gpu: onnxruntime's CUDA build, the same module
         requires=("onnxruntime",),
@@ -183,7 +187,7 @@ register(
     BackendRecord(
         "triton",
         "Triton Inference Servers at triton_url, called over gRPC",
-        _module_build("triton"),
+        _module_build("triton", "triton.backend"),
         settings=("triton_url", "triton_resolve_s", "triton_startup_s", "triton_shared_memory"),
         extra="triton",
         check=_check_triton,

@@ -5,13 +5,10 @@ start-up, against the repository's captioners: a bad one stops the start as any 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-
 from fastapi import FastAPI
 
 from service.api.deps import Runtime
-from service.api.feature import add_tag
+from service.api.feature import add_tag, closing
 from service.compare.configs import Configuration, parse_configuration
 from service.compare.router import router
 from service.compare.service import CompareService
@@ -63,16 +60,8 @@ def install(app: FastAPI, runtime: Runtime) -> None:
                 settings.shadow_reservoir_bytes,
             ),
         )
-
-        @asynccontextmanager
-        async def running() -> AsyncIterator[None]:
-            try:
-                yield
-            finally:
-                await shadow.close()
-
         app.state.shadow = shadow
         runtime.after_caption.append(shadow.offer_output)
-        runtime.lifespans.append(running)
+        runtime.lifespans.append(closing(shadow.close))
     app.include_router(router)
     add_tag(app, TAG)

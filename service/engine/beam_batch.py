@@ -81,8 +81,8 @@ def request_spans(row_key: np.ndarray) -> Spans:
 def read_only(array: np.ndarray) -> np.ndarray:
     """``array``, marked read-only: the batch never writes into its ``memory`` (it makes a new array when
     images join or leave), and a backend may keep a read-only input on its device while it is passed
-    again (``service.backends.onnxruntime.ResidentInputs``: one upload per change of the batch's images,
-    not one per step)."""
+    again (``service.backends.onnxruntime.backend.ResidentInputs``: one upload per change of the batch's
+    images, not one per step)."""
     array.flags.writeable = False
     return array
 

@@ -23,8 +23,8 @@ from service.engine.params import InvalidParameterError, SearchParams, resolve_p
 from service.engine.request import Priority
 from service.engine.rerank import Caption
 from service.engine.runner import prepare_images
+from service.engine.settings import EngineSettings
 from service.manifest import Manifest
-from service.sections import EngineSettings
 from service.text.subword import TokenVocabulary
 
 

@@ -24,6 +24,7 @@ import logging
 import os
 import signal
 from collections.abc import Mapping
+from dataclasses import astuple
 from pathlib import Path
 
 from service.backends.base import BackendError
@@ -32,6 +33,7 @@ from service.engine.engine import CaptionEngine, CaptionOutput
 from service.engine.observer import StepEvent
 from service.engine.params import EngineError, OverloadedError, UnknownModelError
 from service.engine.request import Priority
+from service.engine.settings import CoreSettings
 from service.engine.wire import (
     Cancel,
     Done,
@@ -49,7 +51,7 @@ from service.engine.wire import (
 )
 from service.manifest import load_manifest, repo_version, same_models
 from service.metrics import Metrics
-from service.sections import EngineSettings, ServiceSettings, load
+from service.sections import load
 
 log = logging.getLogger(__name__)
 
@@ -78,13 +80,7 @@ def event_fields(event: StepEvent) -> dict[str, object]:
 
 
 def done(request_id: int, out: CaptionOutput) -> Done:
-    results = [
-        [
-            WireCaption(c.text, list(c.tokens), c.logprob, c.normalized_logprob, c.ranker_score, c.beam_rank)
-            for c in per
-        ]
-        for per in out.results
-    ]
+    results: list[list[WireCaption]] = [[astuple(c) for c in per] for per in out.results]
     return Done(request_id, results, dict(out.timings_ms), out.iterations, out.domain)
 
 
@@ -96,7 +92,7 @@ class EngineCore:
         engine: CaptionEngine,
         backend: str,
         devices: Mapping[str, str],
-        settings: EngineSettings | None = None,
+        settings: CoreSettings | None = None,
         version: str = "",
     ) -> None:
         """``settings``: what a ``Reload`` loads the repository with again (None: the core never
@@ -239,7 +235,7 @@ async def run_core(path: Path) -> None:
     """Load the models as the ``COMPCAP_*`` settings say, serve them on ``path`` until SIGTERM."""
     from service.backends.base import backend_devices
 
-    settings = load(EngineSettings)  # the HTTP process that started the core validated the rest
+    settings = load(CoreSettings)  # the HTTP process that started the core validated the rest
     version = repo_version(settings.repo)  # before the load: a change during it is seen at the next reload
     engine = await CaptionEngine.from_settings(settings, Metrics())
     core = EngineCore(engine, settings.backend, backend_devices(engine.backend), settings, version)
@@ -269,10 +265,10 @@ async def _parent_gone(parent: int, stop: asyncio.Event, every_s: float = 1.0) -
 
 
 def main() -> int:
-    from service.logs import configure_logging
+    from service.logs import LogSettings, configure_logging
 
-    settings = load(ServiceSettings)
-    configure_logging(settings.log_format, settings.log_level)
+    logs = load(LogSettings)
+    configure_logging(logs.log_format, logs.log_level)
     path = os.environ.get("COMPCAP_ENGINE_SOCKET")
     if not path:
         log.error("COMPCAP_ENGINE_SOCKET is not set: the path of the socket to listen on")

@@ -32,6 +32,7 @@ from service.engine.params import (
     UnknownModelError,
 )
 from service.engine.rerank import Caption
+from service.engine.settings import EngineSettings
 from service.engine.tokens import captioner_vocabularies
 from service.engine.wire import (
     Cancel,
@@ -49,7 +50,6 @@ from service.engine.wire import (
     unpack,
 )
 from service.manifest import Manifest
-from service.sections import EngineSettings
 from service.text.vocabulary import Vocabulary
 
 log = logging.getLogger(__name__)
@@ -165,13 +165,7 @@ class RemoteEngine(ClientSide[CaptionOutput]):
                 raise
         finally:
             self._pending.pop(key, None)
-        results = [
-            [
-                Caption(c.text, list(c.tokens), c.logprob, c.normalized_logprob, c.ranker_score, c.beam_rank)
-                for c in per
-            ]
-            for per in answer.results
-        ]
+        results = [[Caption(*c) for c in per] for per in answer.results]
         domain = None if answer.domain is None else (list(answer.domain[0]), list(answer.domain[1]))
         return CaptionOutput(params, results, dict(answer.timings_ms), answer.iterations, domain)
 

@@ -8,8 +8,8 @@ the base (``base_deadline_s``): Kubernetes' grace periods count on them. Pure.""
 
 from __future__ import annotations
 
+from service.engine.settings import EngineSettings
 from service.manifest import CaptionerEntry
-from service.sections import EngineSettings
 
 BASE_DEADLINE_S = 10.0
 # a request may wait behind about this many captions' work: at 8 clients a real-size ViT-base + GPT-2's

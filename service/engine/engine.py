@@ -24,10 +24,10 @@ from service.engine.params import OverloadedError, SearchParams
 from service.engine.rerank import Caption, order_captions
 from service.engine.runner import ModelRunner
 from service.engine.scheduler import Scheduler
+from service.engine.settings import CoreSettings, EngineSettings
 from service.engine.tokens import banned_ids, captioner_vocabularies, load_subword
 from service.manifest import Manifest, load_manifest
 from service.metrics import Metrics
-from service.sections import EngineSettings
 from service.text.subword import TokenVocabulary
 from service.text.vocabulary import Vocabulary
 
@@ -81,12 +81,13 @@ class CaptionEngine(ClientSide[CaptionOutput]):
     async def from_repo(
         cls, repo: str | Path, metrics: Metrics | None = None, **overrides: Any
     ) -> CaptionEngine:
-        """An engine on ``repo`` with its own backend (the engine's ``COMPCAP_*`` settings, then
-        ``overrides``, e.g. ``max_beam_size=100``); close it (or use ``async with``) to free the backend."""
-        return await cls.from_settings(EngineSettings(repo=Path(repo), **overrides), metrics)
+        """An engine on ``repo`` with its own backend (the engine's and the backends' ``COMPCAP_*``
+        settings, then ``overrides``, e.g. ``max_beam_size=100``); close it (or use ``async with``) to free
+        the backend."""
+        return await cls.from_settings(CoreSettings(repo=Path(repo), **overrides), metrics)
 
     @classmethod
-    async def from_settings(cls, settings: EngineSettings, metrics: Metrics | None = None) -> CaptionEngine:
+    async def from_settings(cls, settings: CoreSettings, metrics: Metrics | None = None) -> CaptionEngine:
         """An engine with its own backend, as ``settings`` say (see ``from_repo``)."""
         from service.backends.registry import make_backend
 

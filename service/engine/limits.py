@@ -4,7 +4,7 @@ scheduler's bounds are the engine's settings (``EngineSettings``), read under th
 from __future__ import annotations
 
 from service.engine.request import Priority
-from service.sections import EngineSettings
+from service.engine.settings import EngineSettings
 
 
 class QueueFullError(Exception):

@@ -13,8 +13,8 @@ from typing import Any, Literal
 from service.checks import at_least, within
 from service.engine.hooks import HookError, ResolvedHooks, resolve_hooks, spec_parts
 from service.engine.processors import LogitsProcessor, RankerGuide
+from service.engine.settings import EngineSettings
 from service.manifest import Manifest
-from service.sections import EngineSettings
 from service.text.subword import TokenVocabulary
 from service.text.suggest import did_you_mean
 

@@ -37,11 +37,11 @@ from service.engine.params import SearchParams
 from service.engine.request import DecodeResult, Priority, Request, RequestStatus
 from service.engine.rerank import rank_finished
 from service.engine.runner import Encoded, ModelRunner, StepOutput
+from service.engine.settings import EngineSettings
 from service.engine.sparse import SPARSE_MIN_VOCAB, top_k_for
 from service.engine.tokens import token_ids
 from service.manifest import CaptionerEntry
 from service.metrics import Metrics
-from service.sections import EngineSettings
 
 log = logging.getLogger(__name__)
 S = RequestStatus

@@ -78,13 +78,10 @@ class Step(msgspec.Struct, tag="step"):
     fields: dict[str, Array]
 
 
-class WireCaption(msgspec.Struct, array_like=True):
-    text: str
-    tokens: list[int]
-    logprob: float
-    normalized_logprob: float
-    ranker_score: float | None
-    beam_rank: int
+# a caption (``service.engine.rerank.Caption``) crosses as the tuple of its fields in their
+# order, a msgpack array as an array-like struct would be: ``dataclasses.astuple`` writes it,
+# ``Caption(*fields)`` reads it back
+WireCaption = tuple[str, list[int], float, float, float | None, int]
 
 
 class Done(msgspec.Struct, tag="done"):

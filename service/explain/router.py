@@ -19,7 +19,7 @@ from service.api.schemas import MAX_IMAGE_CHARS, CaptionOptions
 from service.explain.scene import scaled_scene
 from service.explain.schemas import ExplainResponse
 from service.explain.service import METHODS, ExplainInput, ExplainService
-from service.images import decode_image, upright_size
+from service.images.decode import decode_image, upright_size
 from service.text.suggest import did_you_mean
 
 MAX_SCENE_OBJECTS = 64

@@ -24,6 +24,7 @@ from service.gateway.features import installs
 from service.gateway.hf_task import router as hf_router
 from service.gateway.openapi import TAGS, install_openapi
 from service.gateway.routes import router
+from service.gateway.settings import GatewaySettings
 from service.settings import Settings
 from service.web import install_web
 
@@ -72,12 +73,11 @@ def create_app(
     install_docs(app)
     install_openapi(app)
     install_web(app)
-    _add_middleware(app, runtime)
+    _add_middleware(app, runtime, GatewaySettings.of(settings))
     return app
 
 
-def _add_middleware(app: FastAPI, runtime: Runtime) -> None:
-    settings = runtime.settings
+def _add_middleware(app: FastAPI, runtime: Runtime, settings: GatewaySettings) -> None:
     app.add_middleware(QueryLimitMiddleware, metrics=runtime.metrics)
     pacing = (
         (ErrorPacingMiddleware, settings.error_pace_per_s, settings.error_pace_burst),

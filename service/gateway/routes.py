@@ -35,7 +35,7 @@ from service.engine.hooks import hook_catalog
 from service.gateway.openapi import caption_operation
 from service.gateway.original import caption_with_original, resolve_with_original
 from service.gateway.shape import ModelsListing, caption_response, models_response
-from service.images import check_uploads
+from service.images.decode import check_uploads
 
 router = APIRouter()
 

@@ -12,7 +12,7 @@ import socket
 import uvicorn
 from pydantic import ValidationError
 
-from service.cli_errors import UsageError
+from service.cli.errors import UsageError
 from service.gateway.app import create_app
 from service.gateway.split import serve_split, uvicorn_options
 from service.logs import configure_logging, write_log_then_die

@@ -35,7 +35,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from service.cli_errors import UsageError
+from service.cli.errors import UsageError
 from service.engine.deadlines import base_deadline_s
 from service.settings import Settings
 

@@ -13,13 +13,14 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from service.api.deps import Runtime
-from service.api.feature import add_tag
+from service.api.feature import add_tag, closing
 from service.probes.http.endpoints import router
 from service.probes.jobs.probe_service import ProbeService
 from service.probes.jobs.schedule import ProbeSchedule, parse_schedule
 from service.probes.kinds import kind_names
 from service.probes.settings import ProbeSettings
 from service.sections import check_setting
+from service.state.settings import StateSettings
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ def install(app: FastAPI, runtime: Runtime) -> None:
     """Serve ``/v1/probes`` and ``/v1/probe-sets``; run the probe schedule while the app runs."""
     settings = ProbeSettings.of(runtime.settings)  # its own section
     schedule = probe_schedule(settings)
-    gateway = runtime.settings.gateway
+    state = StateSettings.of(runtime.settings)
     probes = ProbeService(
         runtime.settings.engine.repo,
         runtime.manifest,
@@ -44,10 +45,10 @@ def install(app: FastAPI, runtime: Runtime) -> None:
         settings.max_probe_jobs,
         runtime.state,
         schedule=schedule,
-        heartbeat_s=gateway.state_heartbeat_s,
-        stale_s=gateway.state_stale_s,
-        lease_s=gateway.state_lease_s,
-        refresh_s=5 * gateway.state_heartbeat_s,  # other replicas' results reach the gauges within it
+        heartbeat_s=state.state_heartbeat_s,
+        stale_s=state.state_stale_s,
+        lease_s=state.state_lease_s,
+        refresh_s=5 * state.state_heartbeat_s,  # other replicas' results reach the gauges within it
     )
 
     @asynccontextmanager
@@ -58,14 +59,11 @@ def install(app: FastAPI, runtime: Runtime) -> None:
         except Exception:  # captions go on; the probe routes answer 503 until the store is back
             log.exception("the state store %s could not be read", runtime.state.shown_url)
         probes.run(lambda: runtime.engine)
-        try:
-            yield
-        finally:
-            await probes.close()
+        yield
 
     app.state.probes = probes
     runtime.reloader.on_reload(probes.use)
     app.include_router(router)
     kinds = ", ".join(kind_names())
     add_tag(app, {"name": "probes", "description": f"Live compositional probes ({kinds}) as jobs."})
-    runtime.lifespans.append(running)
+    runtime.lifespans.extend([running, closing(probes.close)])  # closed first, as the app stops

@@ -14,16 +14,23 @@ kind-specific keys are:
   "seen": id, "object": k, "seen_value": v}]}]`` — each minimal pair is a scene with a seen pair's
   object (``seen_value`` with the noun) and the same scene with exactly that object's ``field`` set to
   the held-out modifier (``export.probesets.counterfactual``).
+
+Each format's readers (``SetFormat.readers``) are typed functions of a loaded set here — ``pair_images``,
+``objects``, ``buckets``, ``substitutions``, ``substitution_pairs``, ``minimal_pairs`` — which the
+kinds call, and which ``ProbeSet`` offers as methods of a set of that format (``probe.pairs()``, ...).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from service.probesets.format import ProbeSetError, SetFormat, image_ids, register_format, require
 from service.text.concepts import ConceptPair
+
+if TYPE_CHECKING:
+    from service.probesets.read import ProbeSet
 
 DENSITY_BUCKETS = ("1", "2", "3", "4")
 LENGTH_BUCKETS = ("short", "medium", "long")
@@ -125,14 +132,79 @@ def counterfactual_pairs(info: Mapping[str, Any]) -> list[PairMinimalPairs]:
     ]
 
 
+# -- the readers of a loaded set (ProbeSet.<name>() of a set of the format) ----------------------------
+
+
+def pair_images(probe_set: ProbeSet) -> list[PairImages]:
+    """Systematicity: the images of each pair (``probe.pairs()``)."""
+    probe_set.expect("systematicity")
+    return systematicity_pairs(probe_set.info)
+
+
+def objects(probe_set: ProbeSet) -> dict[int, list[str]] | None:
+    """Productivity: each image's object nouns (None when the source had no object lists)."""
+    probe_set.expect("productivity")
+    found = probe_set.info.get("objects")
+    if found is None:
+        return None
+    return {int(k): [str(n) for n in v] for k, v in found.items()}
+
+
+def buckets(probe_set: ProbeSet, by: Literal["density", "length"]) -> dict[str, list[int]]:
+    """Productivity: image ids per object count ("1".."4", "4" = four or more) or per reference
+    length tercile ("short", "medium", "long")."""
+    probe_set.expect("productivity")
+    if by not in ("density", "length"):
+        raise ProbeSetError(f"by must be 'density' or 'length', got {by!r}")
+    table = probe_set.info.get(by)
+    if table is None:
+        raise ProbeSetError(f"{probe_set.where}: probe set {probe_set.name!r} has no {by!r} buckets")
+    return {str(k): [int(i) for i in v] for k, v in table.items()}
+
+
+def substitutions(probe_set: ProbeSet) -> list[tuple[str, str]]:
+    """Substitutivity: the (S1 fine word, S2 category word) table, singular and plural forms."""
+    probe_set.expect("substitutivity")
+    return [(str(a), str(b)) for a, b in probe_set.info["substitutions"]]
+
+
+def substitution_pairs(probe_set: ProbeSet) -> list[tuple[str, str, list[int]]]:
+    """Substitutivity: (category, fine, image ids) of every candidate pair."""
+    probe_set.expect("substitutivity")
+    return [
+        (str(p["category"]), str(p["fine"]), [int(i) for i in p["images"]]) for p in probe_set.info["pairs"]
+    ]
+
+
+def minimal_pairs(probe_set: ProbeSet) -> list[PairMinimalPairs]:
+    """Counterfactual: the minimal pairs of each held-out pair."""
+    probe_set.expect("counterfactual")
+    return counterfactual_pairs(probe_set.info)
+
+
 SYSTEMATICITY = register_format(
-    SetFormat("systematicity", check_systematicity, keys="pairs: comb / no_comb images of each concept pair")
+    SetFormat(
+        "systematicity",
+        check_systematicity,
+        keys="pairs: comb / no_comb images of each concept pair",
+        readers={"pairs": pair_images},
+    )
 )
 PRODUCTIVITY = register_format(
-    SetFormat("productivity", check_productivity, keys="objects, density and length buckets of image ids")
+    SetFormat(
+        "productivity",
+        check_productivity,
+        keys="objects, density and length buckets of image ids",
+        readers={"objects": objects, "buckets": buckets},
+    )
 )
 SUBSTITUTIVITY = register_format(
-    SetFormat("substitutivity", check_substitutivity, keys="pairs: (category, fine) images; substitutions")
+    SetFormat(
+        "substitutivity",
+        check_substitutivity,
+        keys="pairs: (category, fine) images; substitutions",
+        readers={"substitutions": substitutions, "substitution_pairs": substitution_pairs},
+    )
 )
 COUNTERFACTUAL = register_format(
     SetFormat(
@@ -140,6 +212,7 @@ COUNTERFACTUAL = register_format(
         check_counterfactual,
         scene_graphs=True,
         keys="pairs: minimal pairs (held-out, seen) of each held-out pair",
+        readers={"minimal_pairs": minimal_pairs},
     )
 )
 BUILTIN = (SYSTEMATICITY, PRODUCTIVITY, SUBSTITUTIVITY, COUNTERFACTUAL)

@@ -1,13 +1,14 @@
 """A probe-set format as one record (``SetFormat``) and the registry of formats: ``load_probe_set``
-checks a set's kind-specific keys through its format's ``check``, the writer (``export.probesets``)
-refuses a kind without a format, and the repository's probe index accepts any registered format. The
-built-in four are ``service.probesets.builtin``; a probe kind with a format of its own carries it on
-its record (``ProbeKind.set_format``) and ``service.probes.kinds.register`` registers it here."""
+checks a set's kind-specific keys through its format's ``check``, a loaded set reads them through its
+format's ``readers`` (``ProbeSet.<reader>()``), the writer (``export.probesets``) refuses a kind without
+a format, and the repository's probe index accepts any registered format. The built-in four are
+``service.probesets.builtin``; a probe kind with a format of its own carries it on its record
+(``ProbeKind.set_format``) and ``service.probes.kinds.register`` registers it here."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -17,6 +18,8 @@ class ProbeSetError(ValueError):
 
 # (probe.json as read, "<path of probe.json>", the image ids of captions.json) -> None or ProbeSetError
 Check = Callable[[Mapping[str, Any], str, set[int]], None]
+# (the loaded ProbeSet, *arguments) -> what its probe.json holds, read in the format's own terms
+Reader = Callable[..., Any]
 
 
 def no_keys(info: Mapping[str, Any], where: str, known: set[int]) -> None:
@@ -31,12 +34,16 @@ class SetFormat:
     - ``check(info, where, known)``: its keys exist and name only images of the set (raise
       ``ProbeSetError`` naming ``where``; a missing key may simply raise ``KeyError``);
     - ``scene_graphs``: a set of this format needs ``scene_graphs.json``;
-    - ``keys``: its keys of ``probe.json``, one line for the docs and ``GET /v1/probe-kinds``."""
+    - ``keys``: its keys of ``probe.json``, one line for the docs and ``GET /v1/probe-kinds``;
+    - ``readers``: name -> ``reader(probe_set, *args)``, what a loaded set of this format offers as
+      ``probe_set.<name>(*args)`` (``service.probesets.read.ProbeSet``); a reader checks the set is of
+      its format with ``probe_set.expect(name)``."""
 
     name: str
     check: Check = no_keys
     scene_graphs: bool = False
     keys: str = ""
+    readers: Mapping[str, Reader] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").isalnum() or not self.name.islower():
@@ -50,6 +57,15 @@ class SetFormat:
             self.check(info, where, known)
         except KeyError as exc:
             raise ProbeSetError(f"{where}: a {self.name} probe set needs key {exc.args[0]!r}") from None
+
+    def describe(self) -> dict[str, Any]:
+        """The format as ``GET /v1/probe-kinds`` serves it (its kinds' ``set_format``)."""
+        return {
+            "name": self.name,
+            "keys": self.keys,
+            "scene_graphs": self.scene_graphs,
+            "readers": sorted(self.readers),
+        }
 
 
 FORMATS: dict[str, SetFormat] = {}

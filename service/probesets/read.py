@@ -17,28 +17,25 @@ Layout of ``<repo>/probes/<name>/``::
     splits/<kind>[_<g>]/split.json   splits over the probe images (``compcap-lab evaluate --data <folder>``)
 
 The kind-specific keys of ``probe.json`` are each format's (``SetFormat``, ``service.probesets.format``):
-the built-in four are documented in ``service.probesets.builtin``; a probe kind may bring its own.
+the built-in four are documented in ``service.probesets.builtin``; a probe kind may bring its own. This
+module knows no format: a set's keys are checked by its format's ``check`` and read by its format's
+``readers`` (``probe_set.minimal_pairs()`` is the counterfactual format's reader of that name).
 """
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from service.evaluation.cider import CiderD
-from service.images import ImageError, decode_image
+from service.images.decode import ImageError, decode_image
 from service.manifest import Manifest, repo_probe_set_entries
-from service.probesets.builtin import (
-    PairImages,
-    PairMinimalPairs,
-    counterfactual_pairs,
-    systematicity_pairs,
-)
 from service.probesets.format import ProbeSetError, SetFormat, format_names, get_format
 
 FORMAT = 1
@@ -63,12 +60,36 @@ class ProbeSet:
     scenes: dict[int, dict[str, Any]] | None
 
     @property
+    def where(self) -> Path:
+        """Its ``probe.json``, as error messages name it."""
+        return self.root / PROBE_FILE
+
+    @property
     def format(self) -> SetFormat:
         """The set's format record (``service.probesets.format``)."""
         fmt = get_format(self.kind)
         if fmt is None:
-            raise ProbeSetError(f"{self.root / PROBE_FILE}: probe-set format {self.kind!r} is not registered")
+            raise ProbeSetError(f"{self.where}: probe-set format {self.kind!r} is not registered")
         return fmt
+
+    def expect(self, fmt: str) -> None:
+        """Raise ``ProbeSetError`` unless the set is of format ``fmt`` (a reader given another's set)."""
+        if self.kind != fmt:
+            raise ProbeSetError(f"{self.where}: probe set {self.name!r} is {self.kind}, not {fmt}")
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        """``probe_set.<name>(*args)``: the reader ``name`` of the set's format (``SetFormat.readers``),
+        bound to the set — ``minimal_pairs()`` of a counterfactual set; a reader of another registered
+        format raises ``ProbeSetError`` naming both formats. Code that wants the reader's type calls the
+        format's function (``service.probesets.builtin.minimal_pairs(probe_set)``)."""
+        if name.startswith("_") or "kind" not in self.__dict__:
+            raise AttributeError(name)
+        for fmt_name in (self.kind, *format_names()):
+            fmt = get_format(fmt_name)
+            if fmt is not None and name in fmt.readers:
+                self.expect(fmt.name)
+                return functools.partial(fmt.readers[name], self)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def has_scene_graphs(self) -> bool:
@@ -89,53 +110,6 @@ class ProbeSet:
             except (OSError, ImageError) as exc:
                 raise ProbeSetError(f"{path}: {exc}") from None
         return out
-
-    def _require(self, kind: str) -> None:
-        if self.kind != kind:
-            raise ProbeSetError(
-                f"{self.root / PROBE_FILE}: probe set {self.name!r} is {self.kind}, not {kind}"
-            )
-
-    def pairs(self) -> list[PairImages]:
-        """Systematicity: the images of each of the 24 pairs."""
-        self._require("systematicity")
-        return systematicity_pairs(self.info)
-
-    def objects(self) -> dict[int, list[str]] | None:
-        """Productivity: each image's object nouns (None when the source had no object lists)."""
-        self._require("productivity")
-        objects = self.info.get("objects")
-        if objects is None:
-            return None
-        return {int(k): [str(n) for n in v] for k, v in objects.items()}
-
-    def buckets(self, by: Literal["density", "length"]) -> dict[str, list[int]]:
-        """Productivity: image ids per object count ("1".."4", "4" = four or more) or per reference
-        length tercile ("short", "medium", "long")."""
-        self._require("productivity")
-        if by not in ("density", "length"):
-            raise ProbeSetError(f"by must be 'density' or 'length', got {by!r}")
-        table = self.info.get(by)
-        if table is None:
-            raise ProbeSetError(f"{self.root / PROBE_FILE}: probe set {self.name!r} has no {by!r} buckets")
-        return {str(k): [int(i) for i in v] for k, v in table.items()}
-
-    def substitutions(self) -> list[tuple[str, str]]:
-        """Substitutivity: the (S1 fine word, S2 category word) table, singular and plural forms."""
-        self._require("substitutivity")
-        return [(str(a), str(b)) for a, b in self.info["substitutions"]]
-
-    def substitution_pairs(self) -> list[tuple[str, str, list[int]]]:
-        """Substitutivity: (category, fine, image ids) of every candidate pair."""
-        self._require("substitutivity")
-        return [
-            (str(p["category"]), str(p["fine"]), [int(i) for i in p["images"]]) for p in self.info["pairs"]
-        ]
-
-    def minimal_pairs(self) -> list[PairMinimalPairs]:
-        """Counterfactual: the minimal pairs of each held-out pair."""
-        self._require("counterfactual")
-        return counterfactual_pairs(self.info)
 
     def cider(self) -> CiderD | None:
         """CIDEr-D with the training references' document frequencies (None if the set has none)."""

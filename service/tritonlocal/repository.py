@@ -16,7 +16,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from service.backends.triton_addresses import DIGEST_PARAMETER, file_sha256
+from service.backends.triton.addresses import DIGEST_PARAMETER, file_sha256
 from service.checks import at_least
 from service.manifest import load_manifest
 

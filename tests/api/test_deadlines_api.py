@@ -18,7 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 import service.engine.deadlines as deadlines
-from service.backends.onnxruntime import OnnxRuntimeBackend
+from service.backends.onnxruntime.backend import OnnxRuntimeBackend
 from service.gateway.app import create_app
 from service.manifest import load_manifest
 from service.settings import Settings

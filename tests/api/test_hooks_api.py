@@ -152,7 +152,7 @@ def test_ranker_guided_stays_on_its_own_request_in_a_shared_batch(tiny_repo: Pat
     import numpy as np
 
     from service.engine.engine import CaptionEngine
-    from service.images import decode_image
+    from service.images.decode import decode_image
 
     async def run() -> tuple[list, list, list]:
         engine = await CaptionEngine.from_repo(tiny_repo, intra_op_threads=1)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from service.api.image_url import ImageURLError, ImageURLFetcher, ImageURLPolicy
-from service.url_policy import parse_hosts
+from service.images.url_policy import parse_hosts
 from tests.api.image_servers import ImageServer
 from tests.api.test_captions_api import png
 

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from export.quantize import PRECISION, QuantizeResult
-from service.cli_errors import UsageError
+from service.cli.errors import UsageError
 from service.gateway.app import create_app
 from service.manifest import load_manifest
 from service.settings import Settings, load_settings

@@ -104,13 +104,19 @@ def finish(client: TestClient, job_id: str, timeout_s: float = 120.0) -> dict[st
 def test_the_kind_is_listed_and_declared(client: TestClient) -> None:
     kinds = {k["name"]: k for k in client.get("/v1/probe-kinds").json()["kinds"]}
     assert list(kinds)[:3] == ["systematicity", "productivity", "substitutivity"]
-    assert kinds[NAME] == {
+    mine = kinds[NAME]
+    assert {k: mine[k] for k in ("name", "description", "probe_sets", "takes_pairs")} == {
         "name": NAME,
         "description": KIND.description,
         "probe_sets": "productivity",
         "takes_pairs": False,
     }
+    # what the record says and nothing else: the format it reads, its gauges, no chart of its own
+    assert mine["set_format"]["name"] == "productivity" and "buckets" in mine["set_format"]["readers"]
+    assert mine["gauges"] == [{"name": "compcap_probe_test_mean_words", "help": "test kind"}]
+    assert mine["fields"] == {} and mine["figures"] == [] and mine["view"]["chart"] is None
     assert kinds["systematicity"]["takes_pairs"] is True
+    assert kinds["systematicity"]["view"]["chart"]["figure"] == "Recall@"
     schema = client.get("/openapi.json").json()["components"]["schemas"]["ProbeRequest"]
     assert schema["properties"]["kind"]["enum"] == list(kinds)
 

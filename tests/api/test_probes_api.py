@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from service.commands import probe_summary
+from service.cli.commands import probe_summary
 from service.evaluation.intervals import RESAMPLES, SEED, bootstrap_interval
 from service.gateway.app import create_app
 from service.manifest import load_manifest

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.backends.onnxruntime import OnnxRuntimeBackend
+from service.backends.onnxruntime.backend import OnnxRuntimeBackend
 from service.gateway.app import create_app
 from service.manifest import load_manifest
 from service.settings import Settings

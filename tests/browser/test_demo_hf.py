@@ -36,13 +36,13 @@ def hf_server(tiny_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
     ``vitgpt2`` (no torch programs: attention needs none)."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
+    from compcap_lab.snapshots import vit_gpt2
     from tests.hf_repo import import_offline
-    from tests.hf_tiny import vit_gpt2
 
     work = tmp_path_factory.mktemp("hf-demo")
     repo = work / "model_repo"
     shutil.copytree(tiny_repo, repo)
-    import_offline(vit_gpt2(work / "vit-gpt2", image_size=64), NAME, repo)
+    import_offline(vit_gpt2.build(work / "vit-gpt2", image_size=64), NAME, repo)
     port = free_port()
     cmd = [sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--repo", str(repo)]
     env = {**os.environ, "COMPCAP_INTRA_OP_THREADS": "1", "COMPCAP_STATE_URL": ""}

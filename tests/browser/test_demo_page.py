@@ -34,7 +34,7 @@ pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOT = ROOT / "docs" / "demo.png"
-TEST_WORLD_SEED = 7919  # the held-out test world of seed 0 (export.pipeline.build.TEST_SEED_OFFSET)
+TEST_WORLD_SEED = 7919  # the held-out test world of seed 0 (compcap_lab.pipeline.build.TEST_SEED_OFFSET)
 
 
 def sceneworld_png(path: Path, size: int) -> Path:

@@ -46,7 +46,7 @@ pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "service" / "web" / "static" / "samples"
 SHOTS = ROOT / "docs" / "screenshots"
-SAMPLE_WORLD_SEED = 7919 + 11  # export.studies.examples: the held-out test world's examples
+SAMPLE_WORLD_SEED = 7919 + 11  # compcap_lab.studies.examples: the held-out test world's examples
 GRADIENT_METHODS = ("saliency", "guided_backprop", "integrated_gradients")
 MAX_SHOT_BYTES = 300_000
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from loadtests.load.cpu import bounds_of_limit
-from service.backends.onnxruntime import usable_cores
+from service.backends.onnxruntime.backend import usable_cores
 
 pytestmark = pytest.mark.integration
 

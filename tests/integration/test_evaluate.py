@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from compcap_lab.cli import main
+from compcap_lab.pipeline.zoo import ensure_eval_world
+from compcap_lab.studies.evaluate import evaluate
+from compcap_lab.studies.rerank_select import Entry, weight_sweep
 from export.data.splits import load_split, split_path_for
-from export.lab_cli import main
-from export.pipeline.zoo import ensure_eval_world
 from export.presets import get_preset
-from export.studies.evaluate import evaluate
-from export.studies.rerank_select import Entry, weight_sweep
 from export.world.dataset import write_dataset
 from service.manifest import load_manifest
 

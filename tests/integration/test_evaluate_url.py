@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
+from compcap_lab.cli import main
+from compcap_lab.studies.evaluate import _decode_all, evaluate, load_images, runs_for
 from export.data.coco_captions import load_folder
 from export.data.splits import load_split, split_path_for
-from export.lab_cli import main
-from export.studies.evaluate import _decode_all, evaluate, load_images, runs_for
 from export.world.dataset import write_dataset
 from service.manifest import load_manifest
 from tests.integration.conftest import ROOT, free_port, serving
@@ -123,7 +123,7 @@ def test_killed_run_resumes_without_duplicate_or_missing_image(
     cmd = [
         sys.executable,
         "-m",
-        "export.lab_cli",
+        "compcap_lab.cli",
         *_remote_args(world, gateway),
         "--concurrency",
         "2",

@@ -19,6 +19,7 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
+from compcap_lab.snapshots import blip
 from export.hf.architectures.blip import max_tokens
 from export.hf.importer import PARITY_TOLERANCE, import_hf
 from service.engine.engine import CaptionEngine
@@ -28,7 +29,6 @@ from service.manifest import load_manifest
 from service.settings import Settings
 from tests.api.conftest import wait_ready
 from tests.hf_checks import assert_near_ties, generate_differences, refuse_network
-from tests.hf_tiny_blip import blip
 
 NAME = "blip"
 SIZE = 64
@@ -41,7 +41,7 @@ def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="module")
 def snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return blip(tmp_path_factory.mktemp("hf") / "blip", image_size=SIZE)
+    return blip.build(tmp_path_factory.mktemp("hf") / "blip", image_size=SIZE)
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ import torch
 from fastapi.testclient import TestClient
 from PIL import Image
 
+from compcap_lab.snapshots import clip, vit_gpt2
 from export.hf.importer import import_hf
 from service.engine.runner import resize_images
 from service.gateway.app import create_app
@@ -27,7 +28,6 @@ from service.manifest import load_manifest
 from service.settings import Settings
 from tests.api.conftest import wait_ready
 from tests.hf_checks import refuse_network
-from tests.hf_tiny import clip, vit_gpt2
 from tests.integration.conftest import local_triton, triton_successes
 
 NAME = "vitgpt2"
@@ -40,7 +40,7 @@ def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="module")
 def snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return vit_gpt2(tmp_path_factory.mktemp("hf") / "vit-gpt2", image_size=64)
+    return vit_gpt2.build(tmp_path_factory.mktemp("hf") / "vit-gpt2", image_size=64)
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def repo(tiny_repo: Path, snapshot: Path, tmp_path_factory: pytest.TempPathFacto
     shutil.copytree(tiny_repo, out)
     report = import_hf(snapshot, NAME, out)
     assert set(report.programs) == {f"{NAME}_encoder", f"{NAME}_step"}, report.programs
-    import_hf(clip(tmp_path_factory.mktemp("hf") / "clip"), "clip", out)
+    import_hf(clip.build(tmp_path_factory.mktemp("hf") / "clip"), "clip", out)
     return out
 
 

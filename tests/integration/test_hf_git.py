@@ -20,6 +20,7 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
+from compcap_lab.snapshots import git
 from export.hf.importer import PARITY_TOLERANCE, import_hf
 from export.hf.snapshot import SnapshotError
 from service.engine.engine import CaptionEngine
@@ -29,7 +30,6 @@ from service.manifest import Preprocessing, load_manifest
 from service.settings import Settings
 from tests.api.conftest import wait_ready
 from tests.hf_checks import assert_near_ties, generate_differences, refuse_network
-from tests.hf_tiny_git import git
 
 NAME = "tinygit"
 CLS, SEP, PAD = 2, 3, 0  # the tiny WordPiece tokenizer's [CLS], [SEP], [PAD]
@@ -43,7 +43,7 @@ def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="module")
 def snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # 64 x 64 with a shortest-edge resize and centre crop (CLIP's processor): the engine resizes for it
-    return git(tmp_path_factory.mktemp("hf") / "git", image_size=64)
+    return git.build(tmp_path_factory.mktemp("hf") / "git", image_size=64)
 
 
 @pytest.fixture(scope="module")

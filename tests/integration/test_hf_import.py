@@ -22,6 +22,7 @@ import torch
 from fastapi.testclient import TestClient
 from PIL import Image
 
+from compcap_lab.snapshots import vit_gpt2
 from export.hf.importer import PARITY_TOLERANCE, HfImportError, import_hf
 from export.hf.snapshot import SnapshotError
 from export.quantize import PRECISION
@@ -35,7 +36,6 @@ from service.manifest import load_manifest
 from service.settings import Settings
 from tests.api.conftest import wait_ready
 from tests.hf_checks import assert_near_ties, generate_differences, refuse_network, tree_digest
-from tests.hf_tiny import vit_gpt2
 from tests.quantized import quantized_copy
 
 NAME = "vitgpt2"
@@ -49,7 +49,7 @@ def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="module")
 def snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # 64 x 64: not the repository's 96, so the engine resizes for it
-    return vit_gpt2(tmp_path_factory.mktemp("hf") / "vit-gpt2", image_size=64)
+    return vit_gpt2.build(tmp_path_factory.mktemp("hf") / "vit-gpt2", image_size=64)
 
 
 @pytest.fixture(scope="module")
@@ -499,9 +499,9 @@ def test_triton_serves_it_as_the_embedded_backend_does(
 
 @pytest.fixture(scope="module")
 def with_clip(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    from tests.hf_tiny import clip
+    from compcap_lab.snapshots import clip
 
-    snapshot = clip(tmp_path_factory.mktemp("hf") / "clip")
+    snapshot = clip.build(tmp_path_factory.mktemp("hf") / "clip")
     out = tmp_path_factory.mktemp("with-clip") / "model_repo"
     shutil.copytree(repo, out)
     report = import_hf(snapshot, "clip", out)

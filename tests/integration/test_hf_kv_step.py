@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import service.engine.runner as runner_module
+from compcap_lab.snapshots import blip, vit_gpt2
 from export.hf.importer import PARITY_TOLERANCE, HfImportError, import_hf
 from export.hf.step_choice import choose
 from export.packaging.topk import add_top_k_file
@@ -27,8 +28,6 @@ from service.engine.runner import resize_images
 from service.engine.state_rows import StateRows, pooled_feed
 from service.manifest import Manifest, load_manifest
 from tests.hf_checks import assert_near_ties, generate_differences, refuse_network
-from tests.hf_tiny import vit_gpt2
-from tests.hf_tiny_blip import blip
 
 NAME = "cap"
 ARCHITECTURES = ["vit_gpt2", "blip"]
@@ -42,7 +41,7 @@ def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="module", params=ARCHITECTURES)
 def snapshot(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    make = vit_gpt2 if request.param == "vit_gpt2" else blip
+    make = vit_gpt2.build if request.param == "vit_gpt2" else blip.build
     return make(tmp_path_factory.mktemp("hf") / request.param, image_size=64)
 
 
@@ -214,9 +213,9 @@ def test_choose_keeps_the_form_asked_for(kv_repo: Path, plain_repo: Path) -> Non
 
 
 def test_git_has_no_kv_step(tiny_repo: Path, tmp_path: Path) -> None:
-    from tests.hf_tiny_git import git
+    from compcap_lab.snapshots import git
 
-    snapshot = git(tmp_path / "git", image_size=64)
+    snapshot = git.build(tmp_path / "git", image_size=64)
     repo = tmp_path / "model_repo"
     shutil.copytree(tiny_repo, repo)
     with pytest.raises(HfImportError, match="--step kv"):
@@ -284,11 +283,11 @@ def test_captions_are_those_of_generate(kv_repo: Path, snapshot: Path) -> None:
 
 
 def test_the_fusion_breakdown_times_each_fusion(plain_repo: Path) -> None:
-    """``python -m loadtests.steps.fusions``: per graph, the unfused graph, each fusion that changes it
+    """``python -m compcap_lab.steps.fusions``: per graph, the unfused graph, each fusion that changes it
     alone and all of them, each timed (a fraction of the unfused graph's time)."""
     import argparse
 
-    from loadtests.steps.fusions import measure
+    from compcap_lab.steps.fusions import measure
 
     result = measure(argparse.Namespace(repo=str(plain_repo), model=NAME, repeats=2, json=None))
     cap = load_manifest(plain_repo).captioner(NAME)

@@ -26,10 +26,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from export.lab_cli import main as lab
-from export.studies.mad.pool import coco_pool, iid_scores, pool_from_state
-from export.studies.mad.scoring import Referee
-from export.studies.mad.study import run_study
+from compcap_lab.cli import main as lab
+from compcap_lab.snapshots import vit_gpt2
+from compcap_lab.studies.mad.pool import coco_pool, iid_scores, pool_from_state
+from compcap_lab.studies.mad.scoring import Referee
+from compcap_lab.studies.mad.study import run_study
 from service.cli import main
 from service.compare.repetition import duplicated_rate
 from service.gateway.app import create_app
@@ -45,7 +46,6 @@ from service.text.vocabulary import Vocabulary
 from tests.api.conftest import wait_ready
 from tests.hf_checks import refuse_network
 from tests.hf_repo import coco_folder, import_offline
-from tests.hf_tiny import vit_gpt2
 
 NAME = "vitgpt2"  # imported without --held-out-pairs
 DECLARED = "vitgpt2_held"  # the same snapshot, imported with --held-out-pairs
@@ -79,7 +79,7 @@ def repo(tiny_repo: Path, coco: Path, tmp_path_factory: pytest.TempPathFactory) 
     assert len(pairs) == 3
     held = root / "held_out.json"
     held.write_text(json.dumps([{"kind": p.kind, "modifier": p.modifier, "noun": p.noun} for p in pairs]))
-    snapshot = vit_gpt2(root / "vit-gpt2", image_size=64)
+    snapshot = vit_gpt2.build(root / "vit-gpt2", image_size=64)
     import_offline(snapshot, NAME, out)
     import_offline(snapshot, DECLARED, out, held_out_pairs=held)
     return out

@@ -15,9 +15,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from export.quantize import QuantizeResult
-from service.backends.onnxruntime import OnnxRuntimeBackend
+from service.backends.onnxruntime.backend import OnnxRuntimeBackend
 from service.backends.precision import ServedNames
-from service.backends.triton import TritonBackend
+from service.backends.triton.backend import TritonBackend
 from service.gateway.app import create_app
 from service.metrics import Metrics
 from service.settings import Settings

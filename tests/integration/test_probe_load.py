@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from loadtests.load.probe_load import add_arguments, probe_load
+from compcap_lab.load.probe_load import add_arguments, probe_load
 
 
 def test_probe_load_reports_both_phases(tiny_repo: Path, tmp_path: Path) -> None:

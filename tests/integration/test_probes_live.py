@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from export.studies.evaluate import evaluate
+from compcap_lab.studies.evaluate import evaluate
 from service.manifest import load_manifest
 from tests.integration.conftest import free_port, serving
 

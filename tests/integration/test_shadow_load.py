@@ -8,7 +8,7 @@ import argparse
 import json
 from pathlib import Path
 
-from loadtests.load.shadow_load import add_arguments, shadow_load
+from compcap_lab.load.shadow_load import add_arguments, shadow_load
 
 
 def test_shadow_load_reports_both_phases(tiny_repo: Path, tmp_path: Path) -> None:

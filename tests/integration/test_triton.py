@@ -23,8 +23,8 @@ from fastapi.testclient import TestClient
 from PIL import Image
 
 from service.backends.base import BackendError
-from service.backends.onnxruntime import OnnxRuntimeBackend
-from service.backends.triton import TritonBackend
+from service.backends.onnxruntime.backend import OnnxRuntimeBackend
+from service.backends.triton.backend import TritonBackend
 from service.engine.state_rows import state_feed
 from service.gateway.app import create_app
 from service.manifest import Manifest, load_manifest

@@ -28,7 +28,7 @@ import pytest
 from PIL import Image
 
 from service.backends.base import BackendError
-from service.backends.triton import TritonBackend
+from service.backends.triton.backend import TritonBackend
 from service.manifest import load_manifest
 from service.metrics import Metrics
 from service.tritonlocal.server import LocalTriton, TritonInstall

@@ -196,6 +196,16 @@ def test_every_copied_path_exists_and_reaches_the_build_context() -> None:
         assert ignored(heavy), f"{heavy} would be sent to the Docker daemon"
 
 
+def test_the_image_holds_no_lab_code() -> None:
+    """The lab (lab/, the compcap-lab distribution) never reaches the image: no COPY names it and the
+    build context excludes it; the wheel the image installs is the root's, which packages no lab module
+    (tests/unit/repo/test_product_lab_line.py)."""
+    copied = [args for word, args in instructions() if word == "COPY" and not args.startswith("--from")]
+    sources = [src.removeprefix("./").split("/")[0] for args in copied for src in args.split()[:-1]]
+    assert "service" in sources and "lab" not in sources
+    assert ignored("lab") and ignored("lab/compcap_lab/cli.py")
+
+
 def test_non_root_healthcheck_and_settings() -> None:
     steps = instructions()
     user = [args for word, args in steps if word == "USER"]

@@ -135,23 +135,59 @@ class ProbeJobList(BaseModel):
 
 
 class ProbeSetInfo(BaseModel):
+    """A probe set, with what its kind's record adds (``set_details``: e.g. its pairs and counts)."""
+
+    model_config = ConfigDict(extra="allow")
+
     name: str
     kind: str
     images: int
     scene_graphs: bool
     source: str | None
-    pairs: list[dict[str, Any]] | None = Field(default=None, description="systematicity: pairs and counts")
+    pairs: list[dict[str, Any]] | None = Field(
+        default=None, description="kinds that take pairs: each pair and its image counts"
+    )
 
 
 class ProbeSetList(BaseModel):
     probe_sets: list[ProbeSetInfo]
 
 
+class SetFormatInfo(BaseModel):
+    name: str = Field(description="the format's name, the kind its sets carry in probe.json")
+    keys: str = Field(description="its keys of probe.json")
+    scene_graphs: bool = Field(description="whether its sets need scene_graphs.json")
+    readers: list[str] = Field(description="what a loaded set of it offers (service.probesets)")
+
+
+class FigureInfo(BaseModel):
+    path: str = Field(description="dotted keys into the result, '*' for every key or index there")
+    label: str = Field(description="its label, one '{}' per '*'")
+    interval: str = Field(description="the path of its interval object")
+
+
+class GaugeInfo(BaseModel):
+    name: str
+    help: str
+
+
 class ProbeKindInfo(BaseModel):
+    """A probe kind's record as its readers need it: the web page draws a result from ``view``, the
+    client labels its ``figures`` (service.probes.kinds.view documents both)."""
+
     name: str
     description: str
     probe_sets: str = Field(description="the format of the probe sets it reads")
     takes_pairs: bool = Field(description="whether a request may name pairs")
+    set_format: SetFormatInfo | None = Field(default=None, description="that format (null: not registered)")
+    fields: dict[str, str] = Field(default_factory=dict, description="its result's keys and what each holds")
+    figures: list[FigureInfo] = Field(default_factory=list, description="its headline figures")
+    gauges: list[GaugeInfo] = Field(default_factory=list, description="the gauges its results set")
+    view: dict[str, Any] = Field(
+        default_factory=dict,
+        description="how the web page draws a result: images (the launcher's field), sizing, chart "
+        "(layout 'sides' or 'bars', its words and the result's keys it reads), shares",
+    )
 
 
 class ProbeKindList(BaseModel):
@@ -274,6 +310,7 @@ async def probe_sets(probes: ProbesDep) -> dict[str, Any]:
 
 @router.get("/v1/probe-kinds", responses=_ERRORS, response_model=ProbeKindList)
 async def probe_kinds() -> dict[str, Any]:
-    """The kinds of probe this gateway runs: name, what it measures, the probe sets it reads, whether
-    a request may name pairs."""
+    """The kinds of probe this gateway runs: name, what it measures, the probe sets it reads and their
+    format, whether a request may name pairs, its result's fields, headline figures and gauges, and how
+    the web page draws its result."""
     return {"kinds": [kind.describe() for kind in KINDS.values()]}

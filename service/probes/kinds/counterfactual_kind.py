@@ -21,7 +21,9 @@ from service.probes.kinds.record import (
     decode,
 )
 from service.probes.kinds.tables import cell, fixed, get, table, with_bounds
+from service.probes.kinds.view import Chart, Figure, KindView, Shares, Side
 from service.probes.scoring.counterfactual import KS, MISS_CLASSES, OUTCOMES, SIDES, counterfactual_result
+from service.probesets import builtin
 from service.text.concepts import ConceptPair
 
 if TYPE_CHECKING:
@@ -35,7 +37,7 @@ async def run(
 ) -> dict[str, Any]:
     """Pair by pair: decode both images of its minimal pairs (at most ``images`` of them), parse the
     top-K captions, score; a partial result (without intervals) after each pair but the last."""
-    entries = probe_set.minimal_pairs()
+    entries = builtin.minimal_pairs(probe_set)
     if spec.pairs is not None:
         entries = [e for e in entries if e.pair.label in spec.pairs]
     minimal = {
@@ -74,7 +76,7 @@ async def run(
 def check(probe_set: ProbeSet, pairs: tuple[str, ...] | None) -> None:
     """Every label of ``pairs`` is one of the set's held-out pairs."""
     if pairs is not None:
-        check_labels(pairs, {p.pair.label for p in probe_set.minimal_pairs()})
+        check_labels(pairs, {p.pair.label for p in builtin.minimal_pairs(probe_set)})
 
 
 class Gauges:
@@ -221,10 +223,78 @@ def set_details(probe_set: ProbeSet) -> dict[str, Any]:
     return {
         "pairs": [
             {"pair": p.pair.label, "field": p.field, "minimal_pairs": len(p.minimal_pairs)}
-            for p in probe_set.minimal_pairs()
+            for p in builtin.minimal_pairs(probe_set)
         ]
     }
 
+
+HELD = Side(
+    "held_out",
+    "held",
+    "held-out value",
+    "held-out value: a scene whose object has the unseen value",
+    "held-out value, per pair",
+)
+SEEN = Side(
+    "seen",
+    "seen",
+    "seen twin",
+    "seen twin: the same scene with a seen value",
+    "seen twin, per pair",
+    row="twin of {pair}",
+    note="value",
+    note_label="seen values",
+)
+VIEW = KindView(
+    images="Minimal pairs per pair",
+    sizing="minimal pairs per pair",
+    chart=Chart(
+        layout="sides",
+        figure="hit@",
+        about="hit@K on minimal pairs: the share of a pair's minimal pairs whose top-K captions attach the "
+        "held-out pair to the scene with the held-out value, and the seen pair to its seen twin; mean over "
+        "pairs, each bar with its 95% interval.",
+        title="per held-out pair, on its minimal pairs",
+        versus="held-out value against its seen twin",
+        sides=(HELD, SEEN),
+        units="minimal pairs",
+    ),
+    shares=Shares(
+        classes="outcome_classes",
+        names={o: o.replace("_", " ") for o in OUTCOMES},
+        heading="Top-1 outcome shares per class, with their 95% intervals:",
+        title="top-1 outcome shares per class",
+        column="top-1 caption",
+        share="share of top-1 captions",
+        caption="Counterfactual minimal pairs: what each side's top-1 caption did — a hit, or a miss by "
+        "class (modifier on another object, noun missing, wrong value, modifier omitted) — as shares of "
+        "{minimal_pairs} minimal pairs (mean over pairs, 95% interval).",
+        paired="paired over the minimal pairs",
+    ),
+)
+FIELDS = {
+    "ks": "the K of hit@K",
+    "outcome_classes": "the top-1 outcomes in order: hit, then the miss classes",
+    "held_out_known": "whether the captioner's held-out pairs are known (each row's model_held_out)",
+    "pairs": "two rows per held-out pair, its held-out side (held_out true) and its seen twin: pair, kind, "
+    "field, side, model_held_out, images (minimal pairs), value (the seen twin's: value -> count), hits "
+    "and recall by K, outcomes by class",
+    "held_out": "means over the pairs of the held-out side: pairs, recall by K, outcomes",
+    "seen": "means over the pairs of the seen side, as held_out",
+    "difference": "held-out − seen as paired tests over the minimal pairs: recall by K, outcomes by class",
+    "pair_differences": "each pair's held-out − seen, as difference",
+    "minimal_pairs": "minimal pairs scored",
+    "intervals": "whether the intervals and tests were computed (a partial result has none)",
+}
+FIGURES = (
+    Figure("held_out.recall.*", "held-out value hit@{}"),
+    Figure("seen.recall.*", "seen twin hit@{}"),
+    Figure(
+        "difference.recall.*.difference.estimate", "held-out − seen hit@{}", "difference.recall.*.difference"
+    ),
+    Figure("held_out.outcomes.*", "held-out value top-1 {}", "held_out.outcome_intervals.*"),
+    Figure("seen.outcomes.*", "seen twin top-1 {}", "seen.outcome_intervals.*"),
+)
 
 KIND = ProbeKind(
     name="counterfactual",
@@ -237,4 +307,7 @@ KIND = ProbeKind(
     table=lines,
     summary=summary,
     set_details=set_details,
+    fields=FIELDS,
+    figures=FIGURES,
+    view=VIEW,
 )

@@ -13,7 +13,9 @@ from prometheus_client import CollectorRegistry
 from service.probes.kinds.bounds import BoundedGauge
 from service.probes.kinds.record import ProbeKind, ProbeSpec, Progress, cap, decode, invalid
 from service.probes.kinds.tables import cell, fixed, get, table, with_bounds
+from service.probes.kinds.view import Figure
 from service.probes.scoring.productivity import compare, productivity_result
+from service.probesets import builtin
 
 if TYPE_CHECKING:
     from service.engine.client import EngineClient
@@ -26,7 +28,7 @@ async def run(
 ) -> dict[str, Any]:
     """Decode every bucket's images once, score each bucket's top-1 captions."""
     buckets = {
-        by: {name: cap(ids, spec.images) for name, ids in probe_set.buckets(by).items()}
+        by: {name: cap(ids, spec.images) for name, ids in builtin.buckets(probe_set, by).items()}
         for by in ("density", "length")
         if probe_set.info.get(by) is not None
     }
@@ -36,13 +38,13 @@ async def run(
     top1 = {i: caps[0] if caps else "" for i, caps in generated.items()}
     # every bucket draws from the decoded images: a cap per bucket keeps both bucketings' images
     return await asyncio.to_thread(
-        productivity_result, buckets, top1, probe_set.captions, probe_set.objects(), probe_set.cider()
+        productivity_result, buckets, top1, probe_set.captions, builtin.objects(probe_set), probe_set.cider()
     )
 
 
 def check(probe_set: ProbeSet, pairs: tuple[str, ...] | None) -> None:
     """Object coverage needs each scene's objects."""
-    if probe_set.objects() is None:
+    if builtin.objects(probe_set) is None:
         raise invalid(
             f"probe set {probe_set.name!r} has no scene graphs (nor instance annotations): productivity's "
             "object coverage needs the objects of each scene",
@@ -111,6 +113,24 @@ def summary(result: Mapping[str, Any]) -> str:
     return f"{metric} by objects in the image — {', '.join(parts)}"
 
 
+FIELDS = {
+    "by": "bucketing (density, length) -> bucket -> images, length, reference_length, nouns, coverage, "
+    "cider_d of the top-1 captions",
+    "cider_df": "whether CIDEr-D used the training references' document frequencies",
+    "per_image": "figure -> image -> its value, the units of the intervals",
+    "bucket_images": "'<bucketing>/<bucket>' -> its image ids",
+    "intervals": "how the intervals were drawn",
+}
+FIGURES = tuple(
+    Figure(f"by.*.*.{name}", f"{label} by {{}} {{}}")
+    for name, label in (
+        ("length", "length"),
+        ("nouns", "nouns"),
+        ("coverage", "coverage"),
+        ("cider_d", "CIDEr-D"),
+    )
+)
+
 KIND = ProbeKind(
     name="productivity",
     description="Pantazopoulos et al., 2022: length, nouns, object coverage and CIDEr-D of the top-1 caption "
@@ -121,4 +141,6 @@ KIND = ProbeKind(
     table=lines,
     summary=summary,
     compare=compare,
+    fields=FIELDS,
+    figures=FIGURES,
 )

@@ -1,8 +1,10 @@
 """The probe-kind record: everything one kind of live probe is, in one place. The router validates a
-request with it, the job runs it, the gauges record its result, the schedule, ``compcap probe`` (its
-table), the client and the web page (its one-line summary) read it; ``service.probes.kinds`` holds the
-registry. Adding a kind is one module with its record, its line in ``service.probes.kinds``, and its
-test.
+request with it, the job runs it, the gauges record its result, the schedule and ``compcap probe`` (its
+table) read it, and ``GET /v1/probe-kinds`` serves what the others read (``describe``): the web page
+draws a result from its ``view`` (``service.probes.kinds.view``) and shows its one-line summary, the
+client labels its ``figures`` and documents its ``fields``; ``service.probes.kinds`` holds the
+registry. Adding a kind is one module with its record, its line in ``service.probes.kinds``, its test
+and its docs.
 
 A kind reads probe sets of one format (``sets``: ``systematicity``, ``productivity`` or
 ``substitutivity``, see ``service.probesets``) and decodes them through the engine with ``decode``
@@ -12,6 +14,7 @@ A kind reads probe sets of one format (``sets``: ``systematicity``, ``productivi
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -19,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from service.api.gate import RequestError
 from service.engine.params import SearchParams
 from service.engine.request import Priority
+from service.probes.kinds.view import Figure, KindView
+from service.probesets import get_format
 from service.text.concepts import ConceptPair
 
 if TYPE_CHECKING:
@@ -110,7 +115,12 @@ class ProbeKind:
     - ``set_details(probe_set)``: extra fields of its sets in ``GET /v1/probe-sets``;
     - ``compare(a, b)``: paired tests of two of its results on the images both hold, ``{"figures":
       {name: test or None}, "intervals": how}`` (``ValueError`` naming why they are not comparable);
-      None: its results cannot be compared."""
+      None: its results cannot be compared;
+    - ``fields``: its result's keys, each with what it holds (every figure ``X`` has its ``X_interval``
+      beside it, not listed);
+    - ``figures``: its headline figures and their labels (``view.Figure``), which the client reads;
+    - ``view``: how the web page draws a result (``view.KindView``: the launcher's words, its chart,
+      its shares; the default draws none, the summary line only)."""
 
     name: str
     description: str
@@ -124,6 +134,9 @@ class ProbeKind:
     summary: Callable[[Mapping[str, Any]], str] | None = None
     set_details: Callable[[ProbeSet], dict[str, Any]] | None = None
     compare: Compare | None = None
+    fields: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
+    figures: tuple[Figure, ...] = ()
+    view: KindView = field(default_factory=KindView, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").isalnum() or not self.name.islower():
@@ -133,13 +146,30 @@ class ProbeKind:
         if not self.sets:
             object.__setattr__(self, "sets", self.set_format.name if self.set_format else self.name)
 
+    @functools.cached_property
+    def gauge_help(self) -> list[dict[str, str]]:
+        """Its gauges' names and help texts (made once on a registry of their own)."""
+        if self.gauges is None:
+            return []
+        from prometheus_client import CollectorRegistry
+
+        registry = CollectorRegistry(auto_describe=True)
+        self.gauges(registry)
+        return [{"name": m.name, "help": m.documentation} for m in registry.collect()]
+
     def describe(self) -> dict[str, Any]:
-        """``GET /v1/probe-kinds``'s entry."""
+        """``GET /v1/probe-kinds``'s entry: what the web page and the client read of the kind."""
+        fmt = get_format(self.sets)
         return {
             "name": self.name,
             "description": self.description,
             "probe_sets": self.sets,
             "takes_pairs": self.takes_pairs,
+            "set_format": fmt.describe() if fmt is not None else None,
+            "fields": dict(self.fields),
+            "figures": [f.to_json() for f in self.figures],
+            "gauges": self.gauge_help,
+            "view": self.view.to_json(),
         }
 
 

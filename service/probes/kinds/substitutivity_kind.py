@@ -14,12 +14,14 @@ from service.evaluation.intervals import SEED
 from service.probes.kinds.bounds import BoundedGauge
 from service.probes.kinds.record import ProbeKind, ProbeSpec, Progress, cap, decode
 from service.probes.kinds.tables import cell, fixed, get, table, with_bounds
+from service.probes.kinds.view import Figure
 from service.probes.scoring.substitutivity import (
     chosen_images,
     compare,
     substituted_words,
     substitutivity_result,
 )
+from service.probesets import builtin
 from service.text.synonyms import distinct_first_tokens, vocabulary_words
 
 if TYPE_CHECKING:
@@ -35,14 +37,15 @@ async def run(
     words the captioner's tokens can write, ``vocabulary_words``, and for a subword captioner to S1
     words that start with distinct tokens, ``distinct_first_tokens``) for the images whose O holds one;
     Table 6 rows."""
-    ids = sorted({i for _, _, images in probe_set.substitution_pairs() for i in cap(images, spec.images)})
+    chosen_pairs = builtin.substitution_pairs(probe_set)
+    ids = sorted({i for _, _, images in chosen_pairs for i in cap(images, spec.images)})
     progress.total = len(ids)
     original = {
         i: caps[0] for i, caps in (await decode(engine, probe_set, ids, spec.params, progress)).items()
     }
     vocab = engine.vocabs[spec.params.model]  # the captioner's own tokens: a subword one's words too
     words = vocabulary_words(vocab)
-    pairs = [(a, b) for a, b in probe_set.substitutions() if a in words and b in words]
+    pairs = [(a, b) for a, b in builtin.substitutions(probe_set) if a in words and b in words]
     kept = substituted_words(original, pairs)
     # of generated S1 words that start with the same token only the first (the hook would refuse both)
     mapping = dict(distinct_first_tokens([(a, b) for a, b in pairs if a in kept], vocab))
@@ -130,6 +133,26 @@ def summary(result: Mapping[str, Any]) -> str:
     )
 
 
+FIELDS = {
+    "images": "images captioned (O)",
+    "substituted": "images decoded again with substitution (S)",
+    "words": "the S1 -> S2 words substituted",
+    "rows": "Table 6's rows (O vs GT, S vs GT, O vs S, Ot vs St): bleu4, meteor, cider_d, images",
+    "images_with_tails": "images scored in the Ot vs St row",
+    "exact_replacement": "share of substituted images whose S is O with the words replaced",
+    "exact_replacements": "how many",
+    "examples": "up to 8 images with their O and S",
+    "per_image": "per image: exact replacement, per row CIDEr-D and BLEU statistics (the intervals' units)",
+    "table": "the substitution table the captioner's words allow",
+    "generated_counts": "S1 words O generated, with their counts",
+    "intervals": "how the intervals were drawn",
+}
+FIGURES = (
+    Figure("rows.*.bleu4", "BLEU-4 {}"),
+    Figure("rows.*.cider_d", "CIDEr-D {}"),
+    Figure("exact_replacement", "exact replacement"),
+)
+
 KIND = ProbeKind(
     name="substitutivity",
     description="Pantazopoulos et al., 2022: captions O next to S, decoded with fine-grained words replaced "
@@ -139,4 +162,6 @@ KIND = ProbeKind(
     table=lines,
     summary=summary,
     compare=compare,
+    fields=FIELDS,
+    figures=FIGURES,
 )

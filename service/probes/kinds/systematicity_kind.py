@@ -22,8 +22,10 @@ from service.probes.kinds.record import (
     decode,
 )
 from service.probes.kinds.tables import bounds, cell, fixed, get, table, with_bounds
+from service.probes.kinds.view import Chart, Figure, KindView, Side
 from service.probes.scoring.parser import lookup
 from service.probes.scoring.systematicity import KS, compare, systematicity_result, with_intervals
+from service.probesets import builtin
 from service.text.concepts import ConceptPair
 
 if TYPE_CHECKING:
@@ -38,7 +40,7 @@ async def run(
     """Group by group: decode its Test-Comb images (every pair of the group, as ``compcap-lab evaluate``
     does) and the Test-no-Comb images of the reported pairs, parse, score; partial result after each
     (without intervals), the final one with them (``with_intervals``)."""
-    entries = probe_set.pairs()
+    entries = builtin.pair_images(probe_set)
     wanted = set(spec.pairs) if spec.pairs is not None else {e.pair.label for e in entries}
     reported = [e for e in entries if e.pair.label in wanted]
     groups = sorted({e.group for e in reported})
@@ -84,7 +86,7 @@ async def run(
 def check(probe_set: ProbeSet, pairs: tuple[str, ...] | None) -> None:
     """Every label of ``pairs`` is one of the set's pairs."""
     if pairs is not None:
-        check_labels(pairs, {p.pair.label for p in probe_set.pairs()})
+        check_labels(pairs, {p.pair.label for p in builtin.pair_images(probe_set)})
 
 
 def held_out_known(result: Mapping[str, Any]) -> bool:
@@ -261,10 +263,47 @@ def set_details(probe_set: ProbeSet) -> dict[str, Any]:
     return {
         "pairs": [
             {"pair": p.pair.label, "group": p.group, "comb": len(p.comb), "no_comb": len(p.no_comb)}
-            for p in probe_set.pairs()
+            for p in builtin.pair_images(probe_set)
         ]
     }
 
+
+VIEW = KindView(
+    images="Images per pair",
+    sizing="images per pair",
+    chart=Chart(
+        layout="sides",
+        figure="Recall@",
+        about="Recall@K: the fraction of a concept pair's images whose top-K captions attach the pair; "
+        "each bar with its 95% interval.",
+        title="per concept pair",
+        versus="held out against seen",
+        sides=(
+            Side("held_out", "held", "held out", "held out: never together in training", "held out pairs"),
+            Side("seen", "seen", "seen", "seen in training", "seen pairs"),
+        ),
+        every=Side("all", "all", "all", "every pair (the model's held-out pairs are not known)", "all pairs"),
+    ),
+)
+FIELDS = {
+    "ks": "the K of Recall@K",
+    "pairs": "one row per pair: pair, kind, group, category, held_out (null: not known), images, hits and "
+    "recall by K, no_comb_images, false_composition at 1 and the largest K, first_hit and "
+    "no_comb_first_hit (image -> rank of the first top-K caption attaching the pair, or null)",
+    "held_out_known": "whether the captioner's held-out pairs are known",
+    "held_out": "means over the held-out pairs: pairs, recall by K, per_category (null when not known)",
+    "seen": "means over the seen pairs, as held_out",
+    "all": "means over every pair, as held_out",
+    "false_composition": "mean false-composition rate over the pairs, at 1 and the largest K",
+    "groups": "each group's Test-Comb images",
+    "intervals": "how the intervals were drawn (level, resamples, seed, unit order)",
+}
+FIGURES = (
+    Figure("held_out.recall.*", "held-out Recall@{}"),
+    Figure("seen.recall.*", "seen Recall@{}"),
+    Figure("all.recall.*", "every pair's Recall@{}"),
+    Figure("false_composition.*", "false composition @{}"),
+)
 
 KIND = ProbeKind(
     name="systematicity",
@@ -278,4 +317,7 @@ KIND = ProbeKind(
     summary=summary,
     compare=compare,
     set_details=set_details,
+    fields=FIELDS,
+    figures=FIGURES,
+    view=VIEW,
 )

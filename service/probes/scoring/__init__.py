@@ -3,4 +3,4 @@ kind's figures — ``systematicity`` (Recall@K of held-out vs seen pairs), ``pro
 length, nouns, coverage, CIDEr-D), ``substitutivity`` (original vs substituted captions),
 ``counterfactual`` (hit@K on minimal pairs) —, ``uncertainty`` (their intervals and paired tests) and
 ``parser`` (the attachment parser in a process of its own, giving the pairs each caption attaches).
-Offline studies (``export.studies``) import them too."""
+Offline studies (``compcap_lab.studies``) import them too."""

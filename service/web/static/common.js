@@ -7,7 +7,7 @@ export const $ = (id) => document.getElementById(id);
 // what GET /v1/models answered (null until then): the selects of every view read it
 export const catalog = { models: null };
 
-// SceneWorld scenes of the held-out test world (export/studies/examples.py, 96×96 as rendered), shipped
+// SceneWorld scenes of the held-out test world (lab/compcap_lab/studies/examples.py, 96×96 as rendered), shipped
 // with the page, each with one of its reference captions and its scene graph (what lies where: sent with
 // an explanation, it gives the grounding score and the pointing game)
 const SAMPLE_DIR = "demo-static/samples/";

@@ -1,9 +1,10 @@
 // The probes panel of the demo page: a launcher (kind, model, images → POST /v1/probes, then
-// GET /v1/probes/{id} until it ends, with its progress), the result's figure per pair drawn as an SVG
-// chart in its kind's words (WORDING: systematicity's Recall@K, held out against seen or every pair when
-// the captioner's held-out pairs are not known; a counterfactual result's hit@K on minimal pairs, the
-// held-out value against its seen twin, and its top-1 outcome shares per miss class) and the recent
-// jobs with their headline figures (GET /v1/probes).
+// GET /v1/probes/{id} until it ends, with its progress), the result drawn as its kind's record says and
+// the recent jobs with their headline figures (GET /v1/probes). No kind is named here: each kind's
+// `view` (GET /v1/probe-kinds, service.probes.kinds.view) gives the launcher's words, the sizing hint's
+// unit, a chart of one of two generic layouts — "sides" (a figure at K per row, grouped by side under
+// the sides' means, e.g. held out against seen) or "bars" (one bar per entry of a mapping) — in its own
+// words, and the shares of classes per side (a table and a chart, with the paired difference).
 
 import {
   $,
@@ -24,12 +25,22 @@ const run = {
   sets: [], // GET /v1/probe-sets
   job: null, // the id of the job the launcher follows
   poll: null,
-  result: null, // the result the chart shows (systematicity or counterfactual: per-pair rates)
-  kind: null, // its kind, which picks the chart's words (WORDING)
+  result: null, // the result the chart shows
+  kind: null, // its kind, whose view draws it
   sized: {}, // kind -> its last finished result: the sizing rule's rate and spread between pairs
   listTimer: null,
 };
-const SIZED_KINDS = new Set(["systematicity", "counterfactual"]); // results with per-pair hit rates
+
+// A kind's view as its record has it (service.probes.kinds.view.KindView); {} for an unknown kind
+function viewOf(name) {
+  const kind = run.kinds.find((k) => k.name === name);
+  return (kind && kind.view) || {};
+}
+
+// `template` with each {field} replaced by `owner`'s field ("twin of {pair}")
+function fill(template, owner) {
+  return template.replace(/\{(\w+)\}/g, (_, name) => String(owner[name] ?? ""));
+}
 
 // ---------------------------------------------------------------- recent jobs
 
@@ -137,17 +148,20 @@ export function betweenSd(rates, images) {
   return Math.sqrt(Math.max(spread - within, 0));
 }
 
-// the sizing rule's inputs from the last finished result of the kind: its held-out mean rate at K and
-// the spread between its held-out pairs' rates (null: no such result)
-function sizingBasis(kind, k) {
+// the sizing rule's inputs from the last finished result of the kind: the mean at K of its chart's
+// first side (held out) and the spread between that side's rows' rates (null: no such result)
+function sizingBasis(kind, chart, k) {
   const last = run.sized[kind];
-  if (!last || !last.held_out || typeof last.held_out.recall?.[k] !== "number") return null;
-  const rows = (last.pairs || []).filter((r) => r.held_out && r.images > 0 && r.recall);
-  const rates = rows.map((r) => r.recall[k]);
-  const images = rows.map((r) => r.images);
+  const held = last ? last[chart.sides[0].key] : null;
+  if (!held || typeof held[chart.value]?.[k] !== "number") return null;
+  const rows = (last[chart.rows] || []).filter(
+    (r) => r[chart.side_field] && r[chart.size] > 0 && r[chart.value],
+  );
+  const rates = rows.map((r) => r[chart.value][k]);
+  const images = rows.map((r) => r[chart.size]);
   return {
-    pairs: last.held_out.pairs || rows.length,
-    rate: last.held_out.recall[k],
+    pairs: held.pairs || rows.length,
+    rate: held[chart.value][k],
     sd: betweenSd(rates, images),
     perPair: rows.length >= 2,
   };
@@ -157,7 +171,9 @@ function showSizing() {
   const kind = probeKind();
   const set = probeSetOf(kind);
   const node = $("probe-sizing");
-  const sized = kind && SIZED_KINDS.has(kind.name);
+  const view = kind ? viewOf(kind.name) : {};
+  const chart = view.chart;
+  const sized = Boolean(view.sizing) && chart && chart.layout === "sides";
   if (!sized || !set || !Array.isArray(set.pairs) || !set.pairs.length) {
     node.textContent = "";
     delete node.dataset.images;
@@ -165,21 +181,20 @@ function showSizing() {
     return;
   }
   const k = $("probe_k").value || "5";
-  const basis = sizingBasis(kind.name, k);
+  const basis = sizingBasis(kind.name, chart, k);
   const pairs = basis ? basis.pairs : set.pairs.length;
   const rate = basis ? Math.min(Math.max(basis.rate, 0.01), 0.99) : 0.5;
   const sd = basis ? basis.sd : 0;
   const n = imagesPerPair(0.05, pairs, rate, sd);
-  const words = wordingOf(kind.name);
   const why = basis
-    ? `the last result's held-out ${words.figure}${k}` +
+    ? `the last result's held-out ${chart.figure}${k}` +
       (basis.perPair ? `, spread between pairs ${num(sd, 3)}` : "")
     : "worst case";
   node.textContent =
     n === null
       ? `the spread between pairs (${num(sd, 3)}) alone is wider than ± 5 points on the mean of ` +
         `${pairs} held-out pairs: more pairs are needed, not more images`
-      : `≈ ${n} ${words.sizing} for ± 5 points on the mean of ${pairs} ${basis ? "held-out " : ""}pairs ` +
+      : `≈ ${n} ${view.sizing} for ± 5 points on the mean of ${pairs} ${basis ? "held-out " : ""}pairs ` +
         `(rate ${num(rate, 2)}, ${why})`;
   node.dataset.images = n === null ? "" : String(n);
   node.dataset.betweenSd = String(sd);
@@ -192,7 +207,7 @@ function describeProbeKind() {
     $("probe-about").textContent = "";
     return;
   }
-  $("probe-images-label").textContent = wordingOf(kind.name).param;
+  $("probe-images-label").textContent = viewOf(kind.name).images || "Images per pair";
   const pairs = set && Array.isArray(set.pairs) ? `, ${set.pairs.length} pairs` : "";
   $("probe-about").textContent = set
     ? `${kind.name}: ${kind.description}. Probe set ${set.name}: ${set.images} images${pairs}.`
@@ -332,18 +347,19 @@ function showProbeJob(job) {
   summary.className = job.error ? "small error-text" : "small";
   summary.textContent = job.error || (job.summary ? (running ? `so far: ${job.summary}` : job.summary) : "");
   const result = job.result || job.partial;
-  if (result && Array.isArray(result.pairs)) {
+  const chart = viewOf(job.kind).chart;
+  if (result && chart && drawable(chart, result)) {
     run.result = result;
     run.kind = job.kind;
-    drawRecall();
+    drawChart();
   }
-  if (job.result && job.result.held_out) {
+  if (job.result && chart && chart.layout === "sides" && job.result[chart.sides[0].key]) {
     run.sized[job.kind] = job.result; // the sizing rule's rate comes from the last finished result
     showSizing();
   }
 }
 
-// ---------------------------------------------------------------- the held-out vs seen chart
+// ---------------------------------------------------------------- the chart
 
 function svg(tag, attrs, text) {
   const node = document.createElementNS($("svg-ns").namespaceURI, tag);
@@ -368,78 +384,18 @@ function fillKs(ks) {
   select.value = values.includes(previous) ? previous : values[values.length - 1];
 }
 
-// What a result's figures are and what its two sides are called, per kind of probe (the kinds
-// without a per-pair chart, substitutivity and productivity, show their summary line only):
-// systematicity's Recall@K of concept pairs, held out (never together in training) against seen; a
-// counterfactual result's hit rate at K on minimal pairs — a scene whose object has the held-out
-// value against its seen twin, the same scene with a seen value — and its top-1 outcome shares per
-// miss class. The launcher's images field, the sizing hint, the legend, the chart's figure, rows,
-// titles and aria label all read it.
-const WORDING = {
-  systematicity: {
-    figure: "Recall@",
-    about:
-      "Recall@K: the fraction of a concept pair's images whose top-K captions attach the pair; " +
-      "each bar with its 95% interval.",
-    param: "Images per pair",
-    units: "images",
-    sizing: "images per pair",
-    chart: "per concept pair",
-    versus: "held out against seen",
-    sides: {
-      held: { name: "held out", legend: "held out: never together in training", group: "held out pairs" },
-      seen: { name: "seen", legend: "seen in training", group: "seen pairs" },
-      all: {
-        name: "all",
-        legend: "every pair (the model's held-out pairs are not known)",
-        group: "all pairs",
-      },
-    },
-    rowLabel: (row) => row.pair,
-    rowNote: () => "",
-  },
-  counterfactual: {
-    figure: "hit@",
-    about:
-      "hit@K on minimal pairs: the share of a pair's minimal pairs whose top-K captions attach the " +
-      "held-out pair to the scene with the held-out value, and the seen pair to its seen twin; " +
-      "mean over pairs, each bar with its 95% interval.",
-    param: "Minimal pairs per pair",
-    units: "minimal pairs",
-    sizing: "minimal pairs per pair",
-    chart: "per held-out pair, on its minimal pairs",
-    versus: "held-out value against its seen twin",
-    sides: {
-      held: {
-        name: "held-out value",
-        legend: "held-out value: a scene whose object has the unseen value",
-        group: "held-out value, per pair",
-      },
-      seen: {
-        name: "seen twin",
-        legend: "seen twin: the same scene with a seen value",
-        group: "seen twin, per pair",
-      },
-    },
-    rowLabel: (row) => (row.held_out ? row.pair : `twin of ${row.pair}`),
-    rowNote: (row) => {
-      if (row.held_out || !row.value || typeof row.value !== "object") return "";
-      const values = Object.entries(row.value).map(([value, n]) => `${value} ×${n}`);
-      return values.length ? `, seen values ${values.join(", ")}` : "";
-    },
-  },
-};
-
-function wordingOf(kind) {
-  return WORDING[kind] || WORDING.systematicity;
+// Whether `result` holds what `chart` draws: rows ("sides") or a mapping of figures ("bars")
+function drawable(chart, result) {
+  const data = result[chart.layout === "sides" ? chart.rows : chart.value];
+  return chart.layout === "sides" ? Array.isArray(data) : Boolean(data) && typeof data === "object";
 }
 
-function legend(sides, words) {
+function legend(sides) {
   const box = $("probe-legend");
   box.replaceChildren();
-  for (const cls of sides) {
+  for (const side of sides) {
     const item = el("span", null, "legend-item");
-    item.append(el("span", null, `swatch ${cls}`), words.sides[cls].legend);
+    item.append(el("span", null, `swatch ${side.css}`), side.legend);
     box.append(item);
   }
 }
@@ -500,71 +456,105 @@ function bounds(iv) {
   return iv && typeof iv.low === "number" ? ` (95% interval ${num(iv.low, 3)}–${num(iv.high, 3)})` : "";
 }
 
-// The result's figure at K per pair, grouped by side (held out / seen, or every pair when the
-// held-out pairs are not known) under the sides' means: a fraction in [0, 1] as a bar and as 0.263,
-// with its 95% bootstrap interval (the result's recall_interval) as an error bar
-function drawRecall() {
-  const result = run.result;
-  if (!result) return;
-  fillKs(result.ks || [1, 2, 3, 4, 5]);
-  const k = $("probe_k").value;
-  // a counterfactual result's sides are the set's (held-out value against seen), known either way
-  const known = result.held_out_known !== false || Boolean(result.outcome_classes && result.seen);
-  const words = wordingOf(run.kind);
-  const fig = `${words.figure}${k}`;
-  const sides = known ? ["held", "seen"] : ["all"];
-  legend(sides, words);
-  $("probe-figure").textContent = `${words.figure}K`;
-  $("probe-chart-about").textContent = words.about;
-  const value = (part) => (part && part.recall ? part.recall[k] : null);
-  const interval = (owner) => (owner && owner.recall_interval ? owner.recall_interval[k] || null : null);
-  const pairs = result.pairs || [];
-  const groups = known
-    ? [
-        ["held", pairs.filter((r) => r.held_out), result.held_out],
-        ["seen", pairs.filter((r) => !r.held_out), result.seen],
-      ]
-    : [["all", pairs, result.all]];
+// A row's note in its title: the side's `note` field (value -> count) after its `note_label`
+function rowNote(side, row) {
+  const values = side.note ? row[side.note] : null;
+  if (!values || typeof values !== "object") return "";
+  const listed = Object.entries(values).map(([value, n]) => `${value} ×${n}`);
+  return listed.length ? `, ${side.note_label} ${listed.join(", ")}` : "";
+}
+
+// A "sides" chart's rows: the figure at K of each row of the result, grouped by side (the rows whose
+// side field is true, then the others; every row under `every` when the result says its sides are not
+// known) under the sides' means — a fraction in [0, 1] as a bar and as 0.263, with its 95% bootstrap
+// interval (the figure's `_interval` sibling) as an error bar
+function sidesRows(chart, result, k) {
+  const every = Boolean(chart.every) && result[chart.known] === false;
+  const [first, second] = chart.sides;
+  const fig = `${chart.figure}${k}`;
+  const value = (part) => (part && part[chart.value] ? part[chart.value][k] : null);
+  const ivKey = `${chart.value}_interval`;
+  const interval = (owner) => (owner && owner[ivKey] ? owner[ivKey][k] || null : null);
+  const all = result[chart.rows] || [];
+  const groups = every
+    ? [[chart.every, all]]
+    : [
+        [first, all.filter((r) => r[chart.side_field])],
+        [second, all.filter((r) => !r[chart.side_field])],
+      ];
   const rows = [];
-  for (const [cls, members, part] of groups) {
+  for (const [side, members] of groups) {
     if (!members.length) continue;
-    const name = words.sides[cls].name;
+    const part = result[side.key];
     const iv = interval(part);
-    const about = `${name}: mean ${fig} over ${members.length} pairs ${num(value(part), 3)}${bounds(iv)}`;
-    const label = `${name} · mean of ${members.length}`;
-    rows.push({ kind: "mean", cls, label, value: value(part), iv, about, data: { "data-pair": "" } });
+    const mean = value(part);
+    const about = `${side.name}: mean ${fig} over ${members.length} pairs ${num(mean, 3)}${bounds(iv)}`;
+    const label = `${side.name} · mean of ${members.length}`;
+    rows.push({ kind: "mean", cls: side.css, label, value: mean, iv, about, data: { "data-pair": "" } });
   }
-  for (const [cls, members] of groups) {
+  for (const [side, members] of groups) {
     if (!members.length) continue;
-    const side = words.sides[cls];
     rows.push({ kind: "gap" });
     rows.push({ kind: "group", label: side.group });
     for (const r of members) {
-      const hits = r.hits ? r.hits[k] : null;
-      const units = r.images ? ` — ${hits} of ${r.images} ${words.units}` : ` — no ${words.units}`;
+      const hits = r[chart.count] ? r[chart.count][k] : null;
+      const size = r[chart.size];
+      const units = size ? ` — ${hits} of ${size} ${chart.units}` : ` — no ${chart.units}`;
       const iv = interval(r);
-      const label = words.rowLabel(r);
-      const figure = `${fig} ${num(r.recall[k], 3)}${bounds(iv)}`;
-      const about = `${label} (${side.name}${words.rowNote(r)}): ${figure}${units}`;
-      rows.push({ kind: "pair", cls, label, value: r.recall[k], iv, about, data: { "data-pair": r.pair } });
+      const label = fill(side.row, r);
+      const figure = `${fig} ${num(r[chart.value][k], 3)}${bounds(iv)}`;
+      const about = `${label} (${side.name}${rowNote(side, r)}): ${figure}${units}`;
+      const data = { "data-pair": r[chart.label] };
+      rows.push({ kind: "pair", cls: side.css, label, value: r[chart.value][k], iv, about, data });
     }
   }
-  $("probe-chart").replaceChildren(barChart(rows, `${fig} ${words.chart}`));
-  const sidesSaid = known ? words.versus : "every pair";
-  $("probe-chart").setAttribute("aria-label", `${fig} ${words.chart}, ${sidesSaid}`);
-  $("probe-chart-head").hidden = false;
-  drawOutcomes(k, words);
+  return { rows, sides: groups.map(([side]) => side), versus: every ? "every pair" : chart.versus };
 }
 
-// ---------------------------------------------------------------- counterfactual outcomes
+// A "bars" chart's rows: one bar per entry of the result's mapping of figures, with its interval
+function barsRows(chart, result) {
+  const side = chart.sides[0];
+  const intervals = result[`${chart.value}_interval`] || {};
+  const rows = [{ kind: "group", label: side.group }];
+  for (const [name, value] of Object.entries(result[chart.value])) {
+    const iv = intervals[name] || null;
+    const shown = typeof value === "number" ? value : null;
+    const about = `${name} (${side.name}): ${chart.figure} ${num(shown, 3)}${bounds(iv)}`;
+    const data = { "data-pair": name };
+    rows.push({ kind: "pair", cls: side.css, label: name, value: shown, iv, about, data });
+  }
+  return { rows, sides: [side], versus: chart.versus };
+}
 
-const OUTCOME_NAMES = {
-  hit: "hit",
-  modifier_elsewhere: "modifier elsewhere",
-  noun_missing: "noun missing",
-  wrong_value: "wrong value",
-  modifier_omitted: "modifier omitted",
-};
+// The result's chart in its kind's words, then its shares
+function drawChart() {
+  const result = run.result;
+  if (!result) return;
+  const view = viewOf(run.kind);
+  const chart = view.chart;
+  if (!chart) return;
+  const atK = chart.layout === "sides";
+  $("probe_k").hidden = !atK;
+  if (atK) fillKs(result.ks || [1, 2, 3, 4, 5]);
+  const k = $("probe_k").value;
+  const drawn = atK ? sidesRows(chart, result, k) : barsRows(chart, result);
+  const fig = atK ? `${chart.figure}${k}` : chart.figure;
+  legend(drawn.sides);
+  $("probe-figure").textContent = atK ? `${chart.figure}K` : chart.figure;
+  $("probe-chart-about").textContent = chart.about;
+  $("probe-chart").replaceChildren(barChart(drawn.rows, `${fig} ${chart.title}`));
+  const said = drawn.versus ? `, ${drawn.versus}` : "";
+  $("probe-chart").setAttribute("aria-label", `${fig} ${chart.title}${said}`);
+  $("probe-chart-head").hidden = false;
+  drawShares(k, view);
+}
+
+// ---------------------------------------------------------------- shares of classes per side
+
+// a class's words: the view's, else its name with spaces
+function className(shares, c) {
+  return (shares.names && shares.names[c]) || c.replace(/_/g, " ");
+}
 
 function signed(value, digits) {
   return typeof value === "number" && value > 0 ? `+${num(value, digits)}` : num(value, digits);
@@ -581,101 +571,97 @@ function share(value, iv) {
   return cell;
 }
 
-const SIDE_KEYS = [
-  ["held_out", "held"],
-  ["seen", "seen"],
-];
-
-// The top-1 outcome shares per class (hit and the four miss classes) as bars, the held-out value's
-// and its seen twin's, each with its 95% interval as an error bar
-function outcomesChart(result, classes, words) {
+// The shares per class as bars, each side's (the chart's two sides), each with its 95% interval as an
+// error bar
+function sharesChart(result, classes, shares, chart) {
   const rows = [];
   for (const c of classes) {
-    const name = OUTCOME_NAMES[c] || c;
+    const name = className(shares, c);
     if (rows.length) rows.push({ kind: "gap" });
     rows.push({ kind: "group", label: name });
-    for (const [side, cls] of SIDE_KEYS) {
-      const part = result[side];
-      const value = part.outcomes ? part.outcomes[c] : null;
-      const iv = part.outcome_intervals ? part.outcome_intervals[c] : null;
-      const label = words.sides[cls].name;
-      const about = `${label}: ${name}, share of top-1 captions ${num(value, 3)}${bounds(iv)}`;
-      const data = { "data-outcome": c, "data-side": side };
-      rows.push({ kind: "share", cls, label, value, iv, about, data });
+    for (const side of chart.sides) {
+      const part = result[side.key];
+      const value = part[shares.value] ? part[shares.value][c] : null;
+      const iv = part[shares.interval] ? part[shares.interval][c] : null;
+      const about = `${side.name}: ${name}, ${shares.share} ${num(value, 3)}${bounds(iv)}`;
+      const data = { "data-outcome": c, "data-side": side.key };
+      rows.push({ kind: "share", cls: side.css, label: side.name, value, iv, about, data });
     }
   }
-  const title = `top-1 outcome shares per class, ${words.versus}`;
-  const chart = barChart(rows, title);
+  const title = `${shares.title}, ${chart.versus}`;
   const box = el("div", null, "chart outcomes-chart");
   box.setAttribute("role", "img");
   box.setAttribute("aria-label", `${title}, with 95% intervals`);
-  box.append(chart);
+  box.append(barChart(rows, title));
   return box;
 }
 
-// The top-1 outcome shares of a counterfactual result (hit and the four miss classes), held-out value
-// against seen twin: bars with their 95% intervals as error bars, then a table with each share, its
-// interval and a stacked bar per side, and held-out − seen with its interval and permutation p-value
-// (the result's `difference.outcomes`); hidden for other kinds
-function drawOutcomes(k, words) {
+// The shares of a result's classes (its view's `shares`: e.g. the top-1 outcomes, a hit and each miss
+// class), one side against the other: bars with their 95% intervals as error bars, then a table with
+// each share, its interval and a stacked bar per side, and the first side − the second with its
+// interval and permutation p-value (the result's paired tests); hidden for a kind without shares
+function drawShares(k, view) {
   const box = $("probe-outcomes");
   const result = run.result;
-  const classes = result && Array.isArray(result.outcome_classes) ? result.outcome_classes : null;
-  if (!classes || !result.held_out || !result.seen) {
+  const { shares, chart } = view;
+  const classes = shares && result && Array.isArray(result[shares.classes]) ? result[shares.classes] : null;
+  if (!classes || !chart || !chart.sides.every((side) => result[side.key])) {
     box.replaceChildren();
     box.hidden = true;
     return;
   }
+  const [first, second] = chart.sides;
   const table = el("table", null, "outcomes-table");
   const head = el("tr");
-  head.append(el("th", "top-1 caption"), el("th", "shares"));
+  head.append(el("th", shares.column), el("th", "shares"));
   for (const c of classes) {
-    const th = el("th", OUTCOME_NAMES[c] || c, `outcome ${c}`);
+    const th = el("th", className(shares, c), `outcome ${c}`);
     th.scope = "col";
     head.append(th);
   }
   table.append(el("thead"));
   table.tHead.append(head);
   const body = el("tbody");
-  for (const [side, cls] of SIDE_KEYS) {
-    const label = words.sides[cls].name;
-    const part = result[side];
-    const row = el("tr", null, `side ${side}`);
-    row.dataset.side = side;
-    const name = el("th", `${label} · ${part.pairs} pairs`);
+  for (const side of chart.sides) {
+    const part = result[side.key];
+    const values = part[shares.value] || null;
+    const row = el("tr", null, `side ${side.key}`);
+    row.dataset.side = side.key;
+    const name = el("th", `${side.name} · ${part.pairs} pairs`);
     name.scope = "row";
     const stack = el("span", null, "stack");
     stack.setAttribute("role", "img");
     const parts = [];
     for (const c of classes) {
-      const value = part.outcomes ? part.outcomes[c] : null;
+      const value = values ? values[c] : null;
       const piece = el("span", null, `stack-part ${c}`);
       piece.style.width = `${Math.max(0, (value || 0) * 100)}%`;
       piece.dataset.outcome = c;
-      piece.title = `${OUTCOME_NAMES[c] || c}: ${num(value, 3)}`;
+      piece.title = `${className(shares, c)}: ${num(value, 3)}`;
       stack.append(piece);
-      parts.push(`${OUTCOME_NAMES[c] || c} ${num(value, 3)}`);
+      parts.push(`${className(shares, c)} ${num(value, 3)}`);
     }
-    stack.setAttribute("aria-label", `${label}: ${parts.join(", ")}`);
+    stack.setAttribute("aria-label", `${side.name}: ${parts.join(", ")}`);
     const stackCell = el("td", null, "stack-cell");
     stackCell.append(stack);
     row.append(name, stackCell);
     for (const c of classes) {
-      const iv = part.outcome_intervals ? part.outcome_intervals[c] : null;
-      row.append(share(part.outcomes ? part.outcomes[c] : null, iv));
+      const iv = part[shares.interval] ? part[shares.interval][c] : null;
+      row.append(share(values ? values[c] : null, iv));
     }
     body.append(row);
   }
-  const tests = result.difference && result.difference.outcomes ? result.difference.outcomes : {};
+  const paired = result[shares.difference] || {};
+  const tests = paired[shares.value] || {};
   const diff = el("tr", null, "side difference");
   diff.dataset.side = "difference";
-  const diffName = el("th", `${words.sides.held.name} − ${words.sides.seen.name}`);
+  const diffName = el("th", `${first.name} − ${second.name}`);
   diffName.scope = "row";
-  diff.append(diffName, el("td", "paired over the minimal pairs", "muted small"));
+  diff.append(diffName, el("td", shares.paired, "muted small"));
   for (const c of classes) {
     const test = tests[c];
-    const held = result.held_out.outcomes ? result.held_out.outcomes[c] : null;
-    const seen = result.seen.outcomes ? result.seen.outcomes[c] : null;
+    const held = result[first.key][shares.value] ? result[first.key][shares.value][c] : null;
+    const seen = result[second.key][shares.value] ? result[second.key][shares.value][c] : null;
     const both = typeof held === "number" && typeof seen === "number";
     const estimate = test ? test.difference.estimate : both ? held - seen : null;
     const cell = share(null, test ? test.difference : null);
@@ -688,25 +674,21 @@ function drawOutcomes(k, words) {
   }
   body.append(diff);
   table.append(body);
-  const recallTest = result.difference && result.difference.recall ? result.difference.recall[k] : null;
+  const figureTest = paired[chart.value] ? paired[chart.value][k] : null;
   const caption = el("caption", null, "small");
-  caption.append(
-    "Counterfactual minimal pairs: what each side's top-1 caption did — a hit, or a miss by class " +
-      `(modifier on another object, noun missing, wrong value, modifier omitted) — as shares of ` +
-      `${result.minimal_pairs} minimal pairs (mean over pairs, 95% interval).`,
-  );
-  if (recallTest) {
-    const d = recallTest.difference;
+  caption.append(fill(shares.caption, result));
+  if (figureTest) {
+    const d = figureTest.difference;
     const text =
-      ` ${words.figure}${k} ${words.sides.held.name} − ${words.sides.seen.name} ${signed(d.estimate, 3)}` +
-      ` [${num(d.low, 3)}, ${num(d.high, 3)}], p = ${num(recallTest.p_value, 3)}.`;
+      ` ${chart.figure}${k} ${first.name} − ${second.name} ${signed(d.estimate, 3)}` +
+      ` [${num(d.low, 3)}, ${num(d.high, 3)}], p = ${num(figureTest.p_value, 3)}.`;
     caption.append(el("span", text, "recall-test"));
   }
   table.prepend(caption);
   const wrap = el("div", null, "table-wrap");
   wrap.append(table);
-  const heading = el("p", "Top-1 outcome shares per class, with their 95% intervals:", "muted small");
-  box.replaceChildren(heading, outcomesChart(result, classes, words), wrap);
+  const heading = el("p", shares.heading, "muted small");
+  box.replaceChildren(heading, sharesChart(result, classes, shares, chart), wrap);
   box.hidden = false;
 }
 
@@ -719,7 +701,7 @@ export function initProbes() {
     fillRankerOptions($("probe_rerank"), captionerNamed($("probe_model").value)),
   );
   $("probe_k").addEventListener("change", () => {
-    drawRecall();
+    drawChart();
     showSizing();
   });
 }

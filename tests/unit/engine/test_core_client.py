@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from service.backends.base import BackendError
-from service.backends.onnxruntime import OnnxRuntimeBackend
+from service.backends.onnxruntime.backend import OnnxRuntimeBackend
 from service.engine.core import EngineCore, failure
 from service.engine.core_client import RemoteEngine, raised
 from service.engine.engine import CaptionEngine

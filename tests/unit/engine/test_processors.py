@@ -666,10 +666,10 @@ def test_ban_sequences_bans_a_word_of_several_tokens_only_where_it_would_complet
 
 
 def test_hooks_on_a_subword_captioner(tmp_path: Path) -> None:
+    from compcap_lab.snapshots.tokenizer import bpe
     from service.text.subword import SubwordVocabulary
-    from tests.hf_tiny import tiny_tokenizer
 
-    fast = tiny_tokenizer()
+    fast = bpe()
     fast.save_pretrained(tmp_path)
     sub = SubwordVocabulary.load(tmp_path / "tokenizer.json", len(fast), 0, 0, 1)
     dog = sub.word_sequences("dog")

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from service.backends.base import BackendError
-from service.backends.onnxruntime import OnnxRuntimeBackend
+from service.backends.onnxruntime.backend import OnnxRuntimeBackend
 from service.engine.beam import Hypothesis
 from service.engine.engine import CaptionEngine, CaptionOutput
 from service.engine.limits import rows_for
@@ -29,8 +29,9 @@ from service.engine.observer import StepEvent
 from service.engine.params import InvalidParameterError, OverloadedError, SearchParams
 from service.engine.request import Priority, Request, RequestStatus
 from service.engine.scheduler import QueueFullError
+from service.engine.settings import EngineSettings
 from service.manifest import Manifest
-from service.settings import EngineSettings, Settings
+from service.settings import Settings
 from service.text.vocabulary import Vocabulary
 from tests.unit.engine.test_beam_batch import backtrack
 

@@ -1,8 +1,8 @@
 """``synonym_substitution`` with words of several tokens (a subword captioner's words): the processor's
 trigger on an S1 word's first token and its forced continuation of a longer S2 word across steps whose
 rows the search reorders; one-token words exactly as the paper's rule; the hook on a real subword
-tokenizer (``tests/hf_tiny.py``), its refusals and its default table; the pairs the substitutivity
-probe keeps for a captioner."""
+tokenizer (``compcap_lab.snapshots.tokenizer``), its refusals and its default table; the pairs the
+substitutivity probe keeps for a captioner."""
 
 from __future__ import annotations
 
@@ -177,9 +177,9 @@ def spec(**params: Any) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def sub(tmp_path_factory: pytest.TempPathFactory) -> SubwordVocabulary:
-    from tests.hf_tiny import tiny_tokenizer
+    from compcap_lab.snapshots.tokenizer import bpe
 
-    fast = tiny_tokenizer()
+    fast = bpe()
     path: Path = tmp_path_factory.mktemp("tokenizer")
     fast.save_pretrained(path)
     return SubwordVocabulary.load(path / "tokenizer.json", len(fast), 0, 0, 1)
@@ -252,7 +252,7 @@ def test_the_words_and_pairs_a_captioner_keeps(sub: SubwordVocabulary) -> None:
 def test_the_unknown_token_of_a_unigram_tokenizer_too() -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    from tests.hf_tiny import SENTENCES
+    from compcap_lab.snapshots.tokenizer import SENTENCES
 
     tok = Tokenizer(models.Unigram())
     tok.pre_tokenizer = pre_tokenizers.Metaspace()

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from service.api.gate import BusyError, RequestError
-from service.backends.onnxruntime import OnnxRuntimeBackend
+from service.backends.onnxruntime.backend import OnnxRuntimeBackend
 from service.engine.engine import CaptionEngine
 from service.engine.processors import ForceWords
 from service.explain.gradients import ProgramCache, attribute, relu_calls

@@ -14,11 +14,11 @@ import pytest
 import torch
 from torch import nn
 
+from compcap_lab.pipeline.zoo import zoo_plan
+from compcap_lab.studies.report.collect import rows_for
 from export.models.architectures import ARCHITECTURES, Architecture, get_architecture
 from export.packaging.package import architecture_entries
-from export.pipeline.zoo import zoo_plan
 from export.presets import get_preset
-from export.studies.report.collect import rows_for
 from service.manifest import Training
 from service.text.vocabulary import Vocabulary
 
@@ -153,7 +153,7 @@ def test_reading_the_records_needs_no_torch() -> None:
     code = (
         "import sys\n"
         "from export.models.architectures import ARCHITECTURES\n"
-        "import export.studies.report.collect\n"
+        "import compcap_lab.studies.report.collect\n"
         "assert ARCHITECTURES['m2'].reads == 'prefix'\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from export.studies import evaluate as module
+from compcap_lab.studies import evaluate as module
 
 
 def test_the_table_prints_recall_as_a_fraction(

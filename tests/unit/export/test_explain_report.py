@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from export.studies.explanation_report import claims, render_markdown
-from export.studies.explanations import default_captioners, run_explain_report
+from compcap_lab.studies.explanation_report import claims, render_markdown
+from compcap_lab.studies.explanations import default_captioners, run_explain_report
 from service.manifest import load_manifest
 
 

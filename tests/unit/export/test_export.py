@@ -205,8 +205,8 @@ def test_model_selection_keeps_the_best_val_epoch() -> None:
 
     import numpy as np
 
+    from compcap_lab.training.train import Validation, train_captioner, validation_bleu4
     from export.presets import get_preset
-    from export.training.train import Validation, train_captioner, validation_bleu4
     from service.text.vocabulary import Vocabulary
 
     p = replace(get_preset("tiny"), caption_epochs=4, patience=4, learning_rate=1e-2)
@@ -229,7 +229,7 @@ def test_model_selection_stops_early_and_restores_weights(monkeypatch: pytest.Mo
     returns the weights it had after epoch 2."""
     from dataclasses import replace
 
-    import export.training.train as train
+    import compcap_lab.training.train as train
     from export.presets import get_preset
     from service.text.vocabulary import Vocabulary
 
@@ -264,7 +264,7 @@ def test_model_selection_stops_early_and_restores_weights(monkeypatch: pytest.Mo
 
 def test_greedy_captions_follow_the_contract_step() -> None:
     """Greedy decoding through init/step equals greedy decoding by teacher-forced forward passes."""
-    from export.training.train import greedy_captions
+    from compcap_lab.training.train import greedy_captions
     from service.text.vocabulary import SPECIALS, Vocabulary
 
     vocab = Vocabulary((*SPECIALS, *(f"w{i}" for i in range(V - len(SPECIALS)))))

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from export.lab_cli import main
-from export.studies.mad.pool import MadError, Pool, caption_pool, image_dir_pool
-from export.studies.mad.report import render_markdown, tie_statement
-from export.studies.mad.scoring import Referee, pair_profiles
-from export.studies.mad.study import add_configuration, k_grid, run_mad, run_study
-from export.studies.mad.ties import (
+from compcap_lab.cli import main
+from compcap_lab.studies.mad.pool import MadError, Pool, caption_pool, image_dir_pool
+from compcap_lab.studies.mad.report import render_markdown, tie_statement
+from compcap_lab.studies.mad.scoring import Referee, pair_profiles
+from compcap_lab.studies.mad.study import add_configuration, k_grid, run_mad, run_study
+from compcap_lab.studies.mad.ties import (
     alternative_selection,
     compare_ranking,
     selection_ties,

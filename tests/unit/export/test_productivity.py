@@ -8,10 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from export.models.visual_encoder import VisualEncoder
-from export.packaging.onnx import GraphSpec, export_graph
-from export.presets import get_preset
-from export.studies.productivity import (
+from compcap_lab.studies.productivity import (
     encoder_from_onnx,
     findings,
     gaps,
@@ -19,6 +16,9 @@ from export.studies.productivity import (
     reference_asl,
     table,
 )
+from export.models.visual_encoder import VisualEncoder
+from export.packaging.onnx import GraphSpec, export_graph
+from export.presets import get_preset
 
 
 def test_encoder_rebuilt_from_onnx_gives_the_same_regions(tmp_path: Path) -> None:

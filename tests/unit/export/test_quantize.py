@@ -19,11 +19,11 @@ from export.packaging.triton_repo import parse_config
 from export.quantize import PRECISION, QuantizeResult, Thresholds, recipe
 from export.quantize.stale import drop_owner_variants, stale_variants
 from service import cli
-from service.backends.onnxruntime import OnnxRuntimeBackend
+from service.backends.onnxruntime.backend import OnnxRuntimeBackend
 from service.backends.precision import ServedNames
-from service.backends.triton_addresses import DIGEST_PARAMETER, file_sha256
+from service.backends.triton.addresses import DIGEST_PARAMETER, file_sha256
+from service.engine.settings import EngineSettings
 from service.manifest import Manifest, load_manifest
-from service.settings import EngineSettings
 from tests.quantized import quantized_copy
 
 QUANTIZED_OPS = {

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from export.studies.report import write_report
+from compcap_lab.studies.report import write_report
 
 REPORTS = Path(__file__).resolve().parents[3] / "reports"
 
@@ -43,7 +43,7 @@ def test_the_report_command_rerenders_without_the_zoo(
 ) -> None:
     """``compcap-lab report --reuse`` needs only the report's JSON (the zoo is not there); without
     ``--reuse`` a missing zoo is refused by name."""
-    from export.lab_cli import main
+    from compcap_lab.cli import main
 
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "reports"

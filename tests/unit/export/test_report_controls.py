@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from export.studies.report.collect import rows_for
-from export.studies.report.uncertainty import paired_tests, paired_units, verdict
-from export.studies.seeds import across_seeds, markdown, pooled_tests, restrict, seed_figures
+from compcap_lab.studies.report.collect import rows_for
+from compcap_lab.studies.report.uncertainty import paired_tests, paired_units, verdict
+from compcap_lab.studies.seeds import across_seeds, markdown, pooled_tests, restrict, seed_figures
 
 PAIRS = ("red dog", "small cat", "blue car")
 
@@ -151,7 +151,7 @@ def test_the_seeds_study_summarises_and_pools_its_seeds() -> None:
 
 
 def test_a_bad_plan_is_refused_before_any_work(tmp_path: Path) -> None:
-    from export.pipeline.zoo import build_zoo
+    from compcap_lab.pipeline.zoo import build_zoo
 
     with pytest.raises(ValueError, match="plan: unknown architecture 'lstm'"):
         build_zoo(tmp_path / "zoo", preset="tiny", plan=[("lstm", 1)])

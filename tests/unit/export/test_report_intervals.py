@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from export.studies.report.uncertainty import intervals, row_strata
+from compcap_lab.studies.report.uncertainty import intervals, row_strata
 from service.evaluation.intervals import binary_units, ratio_interval, stratified_interval
 
 REPORTS = Path(__file__).resolve().parents[3] / "reports"

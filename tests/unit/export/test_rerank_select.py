@@ -2,7 +2,7 @@
 
 import pytest
 
-from export.studies.rerank_select import choose_weight
+from compcap_lab.studies.rerank_select import choose_weight
 
 
 def sweep(**rows: tuple[float, float]) -> dict:

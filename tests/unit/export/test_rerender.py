@@ -9,8 +9,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from export.lab_cli import main
-from export.studies.rerender import rerender
+from compcap_lab.cli import main
+from compcap_lab.studies.rerender import rerender
 
 REPORTS = Path(__file__).resolve().parents[3] / "reports"
 STUDIES = [

@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from export.training.resume import Checkpoints, fingerprint
-from export.training.train import TrainLog
+from compcap_lab.training.resume import Checkpoints, fingerprint
+from compcap_lab.training.train import TrainLog
 
 
 def test_a_checkpoint_skips_training_and_restores_the_weights(tmp_path: Path) -> None:
@@ -66,8 +66,8 @@ def test_the_zoo_encoder_trains_once_then_loads_bit_for_bit(tmp_path: Path, monk
     replaced by a random init here (the real one takes minutes), the save/load path is the real one."""
     import numpy as np
 
+    from compcap_lab.pipeline import zoo
     from export.models.visual_encoder import VisualEncoder
-    from export.pipeline import zoo
     from export.presets import get_preset
 
     p = get_preset("tiny")
@@ -104,9 +104,9 @@ def test_a_captioner_cut_off_mid_training_resumes_at_its_last_epoch_bit_for_bit(
     weights, the log and the selected epoch (the resumed run trains epochs 2-3 only)."""
     from dataclasses import replace
 
+    from compcap_lab.training.train import EpochSnapshot, Validation, train_captioner
     from export.models.architectures import ARCHITECTURES
     from export.presets import get_preset
-    from export.training.train import EpochSnapshot, Validation, train_captioner
     from service.text.vocabulary import Vocabulary
 
     p = replace(get_preset("tiny"), caption_epochs=3, patience=5, batch_size=8)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from export.studies.search_hook import BUTD, BUTR_RR, FC_LIMIT, carries, choose, guided, paired, summary
+from compcap_lab.studies.search_hook import BUTD, BUTR_RR, FC_LIMIT, carries, choose, guided, paired, summary
 from service.text.concepts import ConceptPair
 
 
@@ -96,7 +96,7 @@ def test_paired_compares_the_same_units() -> None:
 
 
 def test_extra_configurations_parse_from_the_command_line() -> None:
-    from export.studies.search_hook import parse_config
+    from compcap_lab.studies.search_hook import parse_config
 
     assert parse_config("100:5:2:5").name == "guided b100 λ5 k2 p5"
     assert parse_config("40:3:1:10:norr").options()["rerank"] is False

@@ -19,7 +19,7 @@ import onnxruntime as ort
 import pytest
 
 from export.packaging.state_gather import add_state_gather, gathers_state, upgrade_repository
-from service.backends.onnxruntime import OnnxRuntimeBackend
+from service.backends.onnxruntime.backend import OnnxRuntimeBackend
 from service.engine.engine import CaptionEngine
 from service.manifest import MANIFEST_NAME, load_manifest
 from service.settings import Settings
@@ -50,7 +50,7 @@ def without_state_gather(model: onnx.ModelProto) -> onnx.ModelProto:
 def v2_repo(tiny_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the tiny repository as written before contract v3."""
     from export.packaging.triton_repo import config_pbtxt
-    from service.backends.triton_addresses import file_sha256
+    from service.backends.triton.addresses import file_sha256
 
     out = tmp_path_factory.mktemp("v2") / "model_repo"
     shutil.copytree(tiny_repo, out)

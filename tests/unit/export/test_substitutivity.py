@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from export.studies.substitutivity import agreement, follows_up_to_the_word, markdown, substitution_table
+from compcap_lab.studies.substitutivity import agreement, follows_up_to_the_word, markdown, substitution_table
 from service.probes.scoring.substitutivity import substituted_tails, substitutivity_result
 
 

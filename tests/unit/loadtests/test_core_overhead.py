@@ -1,4 +1,4 @@
-"""``loadtests.steps.core_overhead`` on the tiny repository with the null backend: the same captions
+"""``compcap_lab.steps.core_overhead`` on the tiny repository with the null backend: the same captions
 are asked in process and of a real engine core in another process, and both are measured (no timing is
 compared: the machine's speed is not tested)."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from loadtests.steps.core_overhead import in_process, process_cpu_s, through_a_core
+from compcap_lab.steps.core_overhead import in_process, process_cpu_s, through_a_core
 from service.manifest import load_manifest
 from service.settings import load_settings
 

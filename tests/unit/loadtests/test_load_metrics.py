@@ -10,9 +10,9 @@ from typing import Any, cast
 import pytest
 from prometheus_client import generate_latest
 
+from compcap_lab.load.shadow_load import shadow_outcomes
 from loadtests.bench.mix import abandoned_by_stage
 from loadtests.load.http_load import histogram_totals, samples, step_call_seconds, step_rows
-from loadtests.load.shadow_load import shadow_outcomes
 from service import metrics as metric_names
 from service.compare.shadow import SHADOW_REQUESTS, ShadowComparer
 from service.metrics import ABANDONED, BEAM_ROWS, PACED_ABANDONERS, Metrics

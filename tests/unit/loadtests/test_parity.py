@@ -1,5 +1,5 @@
-"""The GPU check's parity figure (``loadtests/gpu/parity.py``): max |CPU − CUDA| relative to the CPU output's
-scale, per output and over a model's calls; and the padded tokenizer of the real-size snapshot."""
+"""The GPU check's parity figure (``lab/compcap_lab/gpu/parity.py``): max |CPU − CUDA| relative to the CPU
+output's scale, per output and over a model's calls; and the padded tokenizer of the real-size snapshot."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from loadtests.gpu.check import spread
-from loadtests.gpu.parity import float_outputs, relative_max_diff, worst_output
+from compcap_lab.gpu.check import spread
+from compcap_lab.gpu.parity import float_outputs, relative_max_diff, worst_output
 
 
 def test_relative_to_the_outputs_scale() -> None:
@@ -84,9 +84,9 @@ def test_spread_keeps_the_first_and_last_calls() -> None:
 def test_the_padded_tokenizer_has_gpt2s_size_and_decodes_its_padding() -> None:
     pytest.importorskip("tokenizers")
     pytest.importorskip("transformers")
-    from loadtests.gpu.snapshot import GPT2_VOCAB, padded_tokenizer
+    from compcap_lab.snapshots.tokenizer import GPT2_VOCAB, bpe
 
-    tokenizer = padded_tokenizer(GPT2_VOCAB)
+    tokenizer = bpe(GPT2_VOCAB)
     assert len(tokenizer) == GPT2_VOCAB == 50257
     assert tokenizer.convert_ids_to_tokens([0, 1, 2]) == ["<|endoftext|>", "<pad>", "<unk>"]
     ids = tokenizer("a black cat on the sofa")["input_ids"]

@@ -36,11 +36,11 @@ def test_a_client_count_without_compcap_has_no_pair() -> None:
 
 
 def test_the_kernel_comparison_times_both_runtimes() -> None:
-    """``python -m loadtests.steps.matmul_kernels``: every shape and row count, both runtimes timed, the
+    """``python -m compcap_lab.steps.matmul_kernels``: every shape and row count, both runtimes timed, the
     ratio theirs."""
     import argparse
 
-    from loadtests.steps.matmul_kernels import ROWS, SHAPES, measure
+    from compcap_lab.steps.matmul_kernels import ROWS, SHAPES, measure
 
     rows = measure(argparse.Namespace(repeats=1, json=None))["rows"]
     assert {(r["shape"], r["rows"]) for r in rows} == {(f"{k}x{n}", m) for k, n in SHAPES for m in ROWS}

@@ -9,7 +9,10 @@ import pytest
 
 from loadtests.bench.profile import EVENT_LOOP, breakdown, categorise
 
-ROOT = "MainThread;main (service/cli.py:10);serve (service/gateway/server.py:16);run (uvicorn/server.py:67)"
+ROOT = (
+    "MainThread;main (service/cli/__init__.py:10);serve (service/gateway/server.py:16);"
+    "run (uvicorn/server.py:67)"
+)
 
 
 def test_leaf_most_marker_wins() -> None:
@@ -21,7 +24,7 @@ def test_leaf_most_marker_wins() -> None:
     assert categorise(numpy_under_beam) == "beam bookkeeping"
     pil = [
         "captions (service/gateway/routes.py:80)",
-        "decode_images (service/images.py:40)",
+        "decode_images (service/images/decode.py:40)",
         "open (PIL/Image.py:1)",
     ]
     assert categorise(pil) == "image decoding"
@@ -29,7 +32,7 @@ def test_leaf_most_marker_wins() -> None:
     assert categorise(["_bootstrap (threading.py:1)", "_worker (concurrent/futures/thread.py:81)"]) == (
         "idle executor threads"
     )
-    ort = ["_worker (concurrent/futures/thread.py:81)", "_run (service/backends/onnxruntime.py:99)"]
+    ort = ["_worker (concurrent/futures/thread.py:81)", "_run (service/backends/onnxruntime/backend.py:99)"]
     assert categorise(ort) == "model calls"
 
 
@@ -39,7 +42,7 @@ def test_breakdown_shares_and_event_loop_idle() -> None:
             f"thread (1): {ROOT};_run (service/engine/scheduler.py:200) 30",
             f"thread (1): {ROOT};run (asyncio/runners.py:118) 10",
             "thread (2): ort_0;_worker (concurrent/futures/thread.py:81);"
-            "_run (service/backends/onnxruntime.py:99) 60",
+            "_run (service/backends/onnxruntime/backend.py:99) 60",
             "thread (3): asyncio_0;_worker (concurrent/futures/thread.py:81) 500",
         ]
     )

@@ -1,4 +1,4 @@
-"""``loadtests.steps.breakdown`` on the tiny repository's step (CPU provider): every way of calling it
+"""``compcap_lab.steps.breakdown`` on the tiny repository's step (CPU provider): every way of calling it
 runs — host arrays, the served path with the memory kept on the device, everything bound on the device —
 and the figures it derives are consistent (no timing is compared: the machine's speed is not tested)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loadtests.steps.breakdown import breakdown
+from compcap_lab.steps.breakdown import breakdown
 
 
 def test_each_way_of_calling_the_step_runs(tiny_repo: Path) -> None:

@@ -3,9 +3,11 @@ functions and under ``if TYPE_CHECKING:`` included): service never imports expor
 (docs/architecture.md: the one-way contract is model_repo/manifest.json); the HTTP kit
 (``service/api/``) never imports a feature package or the gateway above them; below the command line
 nothing imports the gateway; every feature package exposes ``install``; the engine knows nothing of the
-API or the feature packages; settings import no feature, nor the kit, engine or gateway; the backends
-know nothing of the engine or the API; and no import cycle among the modules of ``service/``. The
-service must also import without torch (checked in a fresh interpreter)."""
+API or the feature packages; each settings section lives in the package that owns it, the base of the
+sections imports nothing of the service, and the engine's settings nothing of the gateway, the kit, the
+shared state, the image URL policy or the command line; each backend's options live in that backend's
+package; the backends know nothing of the engine or the API; and no import cycle among the modules of
+``service/``. The service must also import without torch (checked in a fresh interpreter)."""
 
 from __future__ import annotations
 
@@ -107,6 +109,23 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return [c for c in strongly_connected(graph) if len(c) > 1]
 
 
+def reachable(module: str) -> set[str]:
+    """Every module of ``service/`` that importing ``module`` may import, at any depth (itself excluded)."""
+    graph = import_graph()
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        for target in graph[todo.pop()]:
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen - {module}
+
+
+def under(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
 def offenders(prefix: str, forbidden: tuple[str, ...]) -> list[str]:
     """``module: import`` for every import by a module under ``prefix`` of a name under ``forbidden``."""
     found = []
@@ -121,6 +140,11 @@ def offenders(prefix: str, forbidden: tuple[str, ...]) -> list[str]:
 # -- the checker itself ------------------------------------------------------------------------------
 
 
+def test_reachable_follows_imports_at_any_depth() -> None:
+    assert "service.sections" in reachable("service.settings")  # through every section
+    assert reachable("service.sections") == set()
+
+
 def test_cycle_finder_finds_a_cycle_and_only_cycles() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert cycles(graph) == [["a", "b", "c"]]
@@ -132,10 +156,10 @@ def test_imports_are_found_inside_functions_and_type_checking(tmp_path: Path) ->
     source.write_text(
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from service.api.app import Runtime\n"
-        "def f():\n    import export.pipeline.zoo\n    from . import sibling\n"
+        "def f():\n    import compcap_lab.pipeline.zoo\n    from . import sibling\n"
     )
     statements = list(import_statements("service.engine.m", source))
-    assert ("service.api.app", ["Runtime"]) in statements and ("export.pipeline.zoo", []) in statements
+    assert ("service.api.app", ["Runtime"]) in statements and ("compcap_lab.pipeline.zoo", []) in statements
     assert ("service.engine", ["sibling"]) in statements
 
 
@@ -176,38 +200,94 @@ def test_text_and_evaluation_never_import_a_feature() -> None:
     assert offenders("service.evaluation", (GATEWAY, *FEATURES)) == []
 
 
+SECTION_MODULES = ("service.sections", "service.logs")  # the base; the logs' section beside their set-up
+BACKENDS = "service.backends"
+
+
+def is_section_module(module: str) -> bool:
+    """A module that holds sections: a package's ``settings``, or one of ``SECTION_MODULES``."""
+    return module in SECTION_MODULES or module.endswith(".settings")
+
+
 def test_settings_never_import_a_feature() -> None:
-    """The sections (``service.sections``: the base, the engine's, the gateway's) sit below everything
-    that reads them: each feature parses its own settings when it installs (the probe schedule, the
-    shadow configuration), and the engine takes only its section. The collector (``service.settings``)
-    reaches into the features for their ``settings`` sections only, each of which imports nothing of
-    ``service`` but the sections."""
-    assert offenders("service.sections", ("service.api", "service.engine", GATEWAY, *FEATURES)) == []
+    """The base of the sections (``service.sections``) imports nothing of the service; each section
+    lives in the package that owns it and the collector (``service.settings``) reaches into the
+    packages for their sections only: the features' ``settings`` (each of which imports nothing of
+    ``service`` but the base), and the engine's, the backends', the kit's, the shared state's, the
+    gateway's and the logs'. It reaches no feature's, the kit's, the engine's or the gateway's other
+    modules."""
+    assert service_imports("service.sections") == set()
     feature_sections = {f"{feature}.settings" for feature in FEATURES}
     reached = {line.split(": ")[1] for line in offenders("service.settings", FEATURES)}
     assert reached == feature_sections, reached
-    assert offenders("service.settings", ("service.api", "service.engine", GATEWAY)) == []
     for module in feature_sections:
         assert service_imports(module) == {"service.sections"}, module
+    collected = service_imports("service.settings") - {"service.cli.errors"}  # UsageError: serve's report
+    assert [m for m in sorted(collected) if not is_section_module(m)] == []
+    owners = ("service.engine", "service.api", "service.state", GATEWAY, BACKENDS)
+    assert {m.rsplit(".", 1)[0] for m in collected if under(m, owners)} == {*owners}, collected
+
+
+def test_the_engines_settings_import_nothing_of_the_gateway_api_state_or_cli() -> None:
+    """The engine's section (``service.engine.settings``) and everything it imports, at any depth,
+    import nothing of the gateway, the HTTP kit, the shared state, the image URL policy, the command
+    line, the features or the collected settings: the engine takes its settings without any of them
+    (nor do the backends' sections it joins)."""
+    forbidden = (GATEWAY, "service.api", "service.state", "service.cli", "service.images", "service.settings",
+                 *FEATURES)  # fmt: skip
+    for module in ("service.engine.settings", "service.backends.settings"):
+        found = sorted(m for m in reachable(module) if under(m, forbidden))
+        assert found == [], f"{module} reaches {found}"
+        assert "service.sections" in reachable(module)  # so the check above reads real imports
+
+
+def test_each_backends_options_live_in_its_package() -> None:
+    """A built-in backend's options (its record's ``settings``) are fields of its own section, declared
+    in its package (``service/backends/<name>/settings.py``) and in no other section; every field that
+    module declares is named by the record; the engine's section declares none of them."""
+    import service.settings  # noqa: F401  (every section class is defined once it is imported)
+    from service.backends.registry import BACKENDS as RECORDS
+    from service.engine.settings import EngineSettings
+    from service.sections import Section
+
+    def subclasses(cls: type[Section]) -> set[type[Section]]:
+        return {cls} | {c for sub in cls.__subclasses__() for c in subclasses(sub)}
+
+    declared: dict[str, list[str]] = {}  # field -> the modules of the sections that declare it
+    for section in subclasses(Section):
+        for name in vars(section).get("__annotations__", {}):
+            if name in section.model_fields:
+                declared.setdefault(name, []).append(section.__module__)
+    built_in = {n: r for n, r in RECORDS.items() if r.build.__module__ == f"{BACKENDS}.registry"}
+    assert {"onnxruntime", "triton", "null"} <= set(built_in)
+    for name, record in built_in.items():
+        package = f"{BACKENDS}.{name}.settings"
+        assert all(declared.get(s) == [package] for s in record.settings), (name, record.settings)
+        own = {f for f, modules in declared.items() if package in modules}
+        assert own == set(record.settings), (name, own ^ set(record.settings))
+        assert not set(record.settings) & set(vars(EngineSettings)["__annotations__"]), name
+    assert built_in["onnxruntime"].settings and built_in["triton"].settings  # the check reads real options
 
 
 def test_nothing_below_the_features_imports_the_collected_settings() -> None:
     """Only what sits above the features (the gateway, the command line) imports ``service.settings``,
-    which imports every feature's section: the kit, the engine, the backends and the features read
-    ``service.sections``."""
+    which imports every section: the kit, the engine, the backends and the features read their own
+    sections."""
     importers = {m for m, targets in import_graph().items() if "service.settings" in targets}
-    below = [m for m in importers if not m.startswith((GATEWAY, "service.cli", "service.commands"))]
+    below = [m for m in importers if not under(m, (GATEWAY, "service.cli"))]
     assert below == [], below
 
 
 def test_only_the_entry_points_import_the_gateway() -> None:
     """Features, kit and everything below never reach up to the app that mounts them: only the
     commands do (``compcap serve``, and ``compcap caption``'s body, which shapes its --json answer as
-    the gateway does)."""
-    importers = {
-        line.split(":")[0] for line in offenders("service", (GATEWAY,)) if not line.startswith(f"{GATEWAY}.")
-    }
-    assert importers <= {"service.commands", "service.caption_files"}, importers
+    the gateway does), and the collected settings, for the gateway's section alone."""
+    lines = [line for line in offenders("service", (GATEWAY,)) if not line.startswith(f"{GATEWAY}.")]
+    importers = {line.split(":")[0] for line in lines}
+    assert importers <= {"service.cli.commands", "service.cli.caption_files", "service.settings"}, importers
+    assert [line for line in lines if line.startswith("service.settings:")] == [
+        "service.settings: service.gateway.settings"
+    ]
 
 
 def test_every_feature_is_a_package_with_an_install() -> None:
@@ -225,9 +305,13 @@ def test_every_feature_is_a_package_with_an_install() -> None:
 
 
 def test_backends_know_nothing_of_engine_or_api() -> None:
-    """Nor of the settings, which validate ``COMPCAP_BACKEND`` against the backends' registry."""
-    assert offenders("service.backends", ("service.engine", "service.api", "service.settings")) == []
-    assert offenders("service.backends", ("service.sections",)) == []
+    """Nor of the gateway, the shared state, the command line or the collected settings, which validate
+    ``COMPCAP_BACKEND`` against the backends' registry; only their own sections import the sections'
+    base."""
+    forbidden = ("service.engine", "service.api", GATEWAY, "service.state", "service.cli", "service.settings")
+    assert offenders(BACKENDS, forbidden) == []
+    importers = {line.split(":")[0] for line in offenders(BACKENDS, ("service.sections",))}
+    assert importers and all(m.endswith(".settings") for m in importers), importers
 
 
 def test_no_import_cycle_among_service_modules() -> None:
@@ -238,8 +322,9 @@ def test_no_import_cycle_among_service_modules() -> None:
 
 def test_service_imports_without_torch() -> None:
     engine = sorted(m for m in service_modules() if m.startswith("service.engine"))
-    modules = ["service.gateway.app", "service.gateway.server", "service.cli", "service.commands", *engine]
-    modules += ["service.backends.onnxruntime", "service.evaluation.metrics"]
+    modules = ["service.gateway.app", "service.gateway.server", "service.cli", "service.cli.commands"]
+    modules += engine
+    modules += ["service.backends.onnxruntime.backend", "service.evaluation.metrics"]
     modules += [m for m in service_modules() if m.startswith("service.explain") and m not in TORCH_MODULES]
     code = (
         "import importlib, sys\n"

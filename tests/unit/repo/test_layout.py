@@ -22,6 +22,7 @@ PACKAGES = {
     "export": "export",
     "loadtests": "loadtests",
     "compcap_client": "client/compcap_client",
+    "compcap_lab": "lab/compcap_lab",
 }
 ITEM = re.compile(r"^- `([\w./-]+/)`")
 TOKEN = re.compile(r"`([^`]+)`")
@@ -113,6 +114,7 @@ def _docs() -> Iterator[Path]:
     yield from sorted((ROOT / "docs").rglob("*.md"))
     yield from sorted(ROOT.glob("*.md"))
     yield from sorted((ROOT / "loadtests").rglob("*.py"))
+    yield from sorted((ROOT / "lab").rglob("*.py"))
     yield ROOT / "Makefile"
 
 
@@ -146,3 +148,10 @@ def test_a_path_that_does_not_exist_is_found(tmp_path: Path) -> None:
         "\nSee `loadtests/peers/` and `python -m http.server`.\n"
     )
     assert missing_paths(root, page) == ["gone.py", "loadtests.bench_plot", "loadtests/peers/"]
+
+
+def test_the_service_root_holds_at_most_six_loose_modules() -> None:
+    """``service/``'s root keeps only what every room reads (the settings and their base, the model
+    contract, metrics, logs, the numeric checks): each other module lives in the room that owns it."""
+    loose = sorted(p.name for p in (ROOT / "service").glob("*.py") if p.name != "__init__.py")
+    assert len(loose) <= 6, loose

@@ -327,8 +327,9 @@ def test_reproduction_headline_names_the_control_with_its_paired_test() -> None:
     paired = report["intervals"]["paired"]
     text = _paragraph("It decodes each held-out concept pair's images")
     found = re.search(
-        r"the control, BUTD's own beams re-ranked the same way by a separately trained VSE\+\+, recalls "
-        r"as much: BUTR\+RR − BUTD\+VSE\+\+ = ([+−][\d.]+) \[([+−][\d.]+), ([+−][\d.]+)\] in mean Recall@5, "
+        r"the control, BUTD's own beams re-ranked the same way by a separately trained VSE\+\+, differs by "
+        r"no detectable amount: BUTR\+RR − BUTD\+VSE\+\+ = ([+−][\d.]+) \[([+−][\d.]+), ([+−][\d.]+)\] "
+        r"in mean Recall@5, "
         r"paired on the same (\d[\d ]*) pair-image cases, permutation p = (\d+(?:\.\d+)?)",
         text,
     )
@@ -338,7 +339,7 @@ def test_reproduction_headline_names_the_control_with_its_paired_test() -> None:
     for printed, value in zip(found.groups()[:3], (d["estimate"], d["low"], d["high"]), strict=True):
         assert _printed(value, printed.lstrip("+")), (printed, value)
     assert _value(found.group(4)) == d["units"] and _printed(test["p_value"], found.group(5))
-    assert d["low"] < 0 < d["high"], "the README says the control recalls as much: the interval must span 0"
+    assert d["low"] < 0 < d["high"], "the docs say no difference is detected: the interval must span 0"
     docs = _flat(README)
     found = re.search(
         r"\(BUTD\+VSE\+\+, ([\d.]+)\) and by the group's BUTR ranking head \(([\d.]+)\)\. Paired on the same "
@@ -466,3 +467,50 @@ def test_int8_figures_are_the_committed_bench_report() -> None:
     assert _printed(comparison["captions_per_s_at_32"]["ratio"], summary.group(2))
     assert "1.39×" not in README and "INT8 | change | top-1 identical" not in README
     assert "FP32 → INT8 | change" not in section
+
+
+def test_the_readme_research_paragraph_is_the_reports_and_claims_no_more() -> None:
+    """The README's research paragraph (at most 8 lines): the headline ratio with its interval, the
+    control's paired difference in points with its interval and p, the pooled seed test, the head-to-head
+    of the two rankers on BUTD's beams and re-ranking's own gain — ``reports/reproduction.json``'s and
+    ``reports/seeds.json``'s at the printed precision; the control is "no difference is detected", never
+    that joint training "does not add"."""
+    start = "What the lab's reproduction of Nikolaus et al. (2019) shows"
+    raw = [
+        p
+        for p in re.split(r"\n\s*\n", (ROOT / "README.md").read_text(encoding="utf-8"))
+        if p.startswith(start)
+    ]
+    assert len(raw) == 1 and len(raw[0].strip().splitlines()) <= 8
+    text = _flat(raw[0])
+    report, seeds = _report("reports/reproduction.json"), _report("reports/seeds.json")
+    paired = report["intervals"]["paired"]
+    ratio = re.search(
+        r"recalls held-out pairs ([\d.]+)× as often as plain BUTD, 95% interval ([\d.]+)–([\d.]+)×", text
+    )
+    assert ratio
+    r = report["intervals"]["ratios"]["BUTR+RR / BUTD"]
+    for printed, value in zip(ratio.groups(), (r["estimate"], r["low"], r["high"]), strict=True):
+        assert _printed(value, printed), (printed, value)
+    num = r"([+−][\d.]+)"
+    claims = {
+        "BUTR+RR vs BUTD+VSE++": (
+            paired,
+            rf"no difference is detected: BUTR\+RR − BUTD\+VSE\+\+ = {num} points ",
+        ),
+        "pooled": (seeds["pooled"], rf"pooled over three training seeds {num} "),
+        "BUTD+BUTR head vs BUTD+VSE++": (paired, rf"the jointly trained head leads by {num} "),
+        "BUTD+VSE++ vs BUTD": (paired, rf"BUTD\+VSE\+\+ − BUTD = {num} "),
+    }
+    for name, (tests, lead) in claims.items():
+        found = re.search(lead + rf"\[{num}, {num}\](?:, p = (\d+(?:\.\d+)?))?", text)
+        assert found, name
+        test = tests["BUTR+RR vs BUTD+VSE++" if name == "pooled" else name]
+        want = [100 * test["difference"][k] for k in ("estimate", "low", "high")]
+        for printed, value in zip(found.groups()[:3], want, strict=True):
+            assert _printed(value, printed.lstrip("+")), (name, printed, value)
+        if found.group(4):
+            assert _printed(test["p_value"], found.group(4)), name
+        if name != "BUTD+VSE++ vs BUTD":
+            assert test["difference"]["low"] < 0 < test["difference"]["high"], f"{name}: the interval spans 0"
+    assert "does not add" not in text and "recalls as much" not in text

@@ -1,8 +1,9 @@
 """The backend registry (``service.backends.registry``): the three built-in backends are declared there,
-each record names settings the engine's section has, an extra ``pyproject.toml`` declares and the
-modules that extra provides, and its build is its module's; a name is registered once and spelled as a
-module name; a backend whose package is missing names the extras that provide it, and validating the
-settings imports no backend's package. (A backend defined and served from a test: tests/api.)"""
+each record names settings the engine's and the backends' sections have, an extra ``pyproject.toml``
+declares and the modules that extra provides, and its build is its module's; a name is registered once
+and spelled as a module name; a backend whose package is missing names the extras that provide it, and
+validating the settings imports no backend's package. (A backend defined and served from a test:
+tests/api.)"""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from service.backends.registry import (
     register,
     unregister,
 )
-from service.sections import EngineSettings
+from service.engine.settings import CoreSettings
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -38,7 +39,7 @@ def test_the_built_in_backends_are_declared_with_what_they_need() -> None:
     for name in ("onnxruntime", "triton", "null"):
         record = get_backend(name)
         assert record.name == name and record.description
-        assert set(record.settings) <= set(EngineSettings.model_fields), record.settings
+        assert set(record.settings) <= set(CoreSettings.model_fields), record.settings
         assert record.extra is None or record.extra in extras, record.extra
         assert all(record.extra in extras_providing(module) for module in record.requires), record.requires
         assert bool(record.requires) == bool(record.extra), record

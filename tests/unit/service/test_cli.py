@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from service import cli
-from service.cli_table import Command
-from service.commands import serve_settings
+from service.cli.commands import serve_settings
+from service.cli.table import Command
 from tests.cli_help import HEAVY, help_of
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -129,9 +129,9 @@ def test_serve_exits_naming_a_bad_setting(
 def test_command_tables_offer_the_split_kinds_of_the_pipeline() -> None:
     import argparse
 
+    from compcap_lab.commands.pipeline import COMMANDS as EXPORT
+    from compcap_lab.commands.studies import COMMANDS as STUDIES
     from export.data.splits import KINDS
-    from export.lab_commands import COMMANDS as EXPORT
-    from export.studies.commands import COMMANDS as STUDIES
 
     offered = []
     for command, flag in ((EXPORT["splits"], "--kind"), (STUDIES["evaluate"], "--split")):

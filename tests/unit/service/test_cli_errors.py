@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from export.lab_cli import LAB
+from compcap_lab.cli import LAB
 from service import cli
-from service.cli_table import Command
+from service.cli.table import Command
 from service.logs import JsonFormatter, TextFormatter, resolve_format
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -159,7 +159,7 @@ SUBPROCESS = [
 def test_no_traceback_reaches_stderr_of_the_process(argv: list[str], places: dict[str, str]) -> None:
     env = {k: v for k, v in os.environ.items() if k != "COMPCAP_REPO"}
     program = _program(argv)
-    module = "export.lab_cli" if program is LAB else "service.cli"
+    module = "compcap_lab.cli" if program is LAB else "service.cli"
     result = subprocess.run(
         [sys.executable, "-m", module, *_argv(argv, places)],
         cwd=ROOT,
@@ -321,7 +321,7 @@ def test_one_vocabulary_in_help() -> None:
 
 
 def test_rerank_values() -> None:
-    from service.cli_args import rerank
+    from service.cli.args import rerank
 
     assert [rerank(v) for v in ("none", "false", "OFF", "no")] == [False] * 4
     assert [rerank(v) for v in ("default", "", "true", "butr")] == [None, None, True, "butr"]
@@ -339,6 +339,6 @@ def test_logs_are_text_on_a_terminal_and_json_otherwise(monkeypatch: pytest.Monk
     record.status = 200
     assert TextFormatter().format(record).endswith(" INFO    compcap.access: request status=200")
     assert '"status":200' in JsonFormatter().format(record)
-    from service.settings import GatewaySettings
+    from service.logs import LogSettings
 
-    assert GatewaySettings.model_fields["log_format"].default == "auto"
+    assert LogSettings.model_fields["log_format"].default == "auto"

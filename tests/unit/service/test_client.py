@@ -31,7 +31,7 @@ from compcap_client import (
     parse_retry_after,
 )
 from service.cli import main
-from service.commands import probe_summary
+from service.cli.commands import probe_summary
 from tests.integration.conftest import free_port, serving
 
 KEY = "unit-test-key-1"

@@ -346,6 +346,9 @@ def test_result_types_mirror_the_server_schemas() -> None:
         (results.PairedTest, probes.PairedTest),
         (results.ProbeComparison, probes.ProbeComparison),
         (results.ProbeJob, probes.ProbeJobResponse),
+        (results.ProbeKindInfo, probes.ProbeKindInfo),
+        (results.SetFormatInfo, probes.SetFormatInfo),
+        (results.FigureInfo, probes.FigureInfo),
     ]
     flattened = {results.ProbeJob: {"progress"}}  # ProbeJob holds progress as done and total
     for mine, theirs in pairs:

@@ -14,8 +14,8 @@ from service.engine.deadlines import (
     deadline_reason,
     request_deadline_s,
 )
+from service.engine.settings import EngineSettings
 from service.manifest import CaptionerEntry, load_manifest
-from service.sections import EngineSettings
 
 
 @pytest.fixture(scope="module")

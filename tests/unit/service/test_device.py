@@ -15,10 +15,10 @@ import onnxruntime as ort
 import pytest
 
 from service.backends import device as dev
-from service.backends.onnxruntime import OnnxRuntimeBackend, providers
+from service.backends.onnxruntime.backend import OnnxRuntimeBackend, providers
+from service.backends.onnxruntime.settings import OnnxruntimeSettings
 from service.manifest import load_manifest
 from service.metrics import MODEL_DEVICE, Metrics
-from service.settings import EngineSettings
 
 
 def test_provider_options_per_device() -> None:
@@ -37,7 +37,7 @@ def test_an_unknown_device_names_the_setting() -> None:
     with pytest.raises(ValueError, match="COMPCAP_DEVICE='gpu'"):
         dev.provider_options("gpu", [])
     with pytest.raises(ValueError, match="device"):
-        EngineSettings(repo=Path("model_repo"), device="gpu")  # type: ignore[arg-type]
+        OnnxruntimeSettings(device="gpu")  # type: ignore[arg-type]
 
 
 def test_the_device_is_read_from_the_session_providers() -> None:
@@ -93,7 +93,7 @@ def test_the_split_parent_checks_cuda_in_a_child_process() -> None:
     answer: a CUDA session it opened would keep a context (GPU memory) in a process that loads no model."""
     code = (
         "from service.backends import device\n"
-        "from service.cli_errors import UsageError\n"
+        "from service.cli.errors import UsageError\n"
         "from service.gateway.server import check_device\n"
         "from service.settings import Settings\n"
         "here = []\n"

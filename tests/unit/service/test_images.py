@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from service.images import ImageError, decode_image, decode_images, upright_size
+from service.images.decode import ImageError, decode_image, decode_images, upright_size
 
 H, W = 24, 32
 LIMITS: dict[str, Any] = {"max_bytes": 1 << 20, "max_pixels": 25_000_000}
@@ -122,7 +122,7 @@ def test_batch_errors_name_the_index() -> None:
 
 
 def test_check_upload_refuses_junk_and_passes_every_supported_header() -> None:
-    from service.images import FORMATS, check_upload, check_uploads
+    from service.images.decode import FORMATS, check_upload, check_uploads
 
     arr = np.zeros((8, 8, 3), dtype=np.uint8)
     for fmt in FORMATS:

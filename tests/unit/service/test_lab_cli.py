@@ -1,4 +1,4 @@
-"""``compcap-lab``: the research lab's command line (``export.lab_cli``), ``service.cli``'s machinery over
+"""``compcap-lab``: the research lab's command line (``compcap_lab.cli``), ``service.cli``'s machinery over
 the ``compcap_lab.commands`` tables. The two programs share no command; each lists only its own, with its
 own description; a command of the other given to either exits 2 with one line saying where it went, and
 ``compcap`` finds the lab's names through the lab's entry-point group, with no import of ``export``."""
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from export.lab_cli import LAB
-from export.lab_cli import main as lab_main
+from compcap_lab.cli import LAB
+from compcap_lab.cli import main as lab_main
 from service import cli
-from service.cli_table import ENTRY_POINT_GROUP, LAB_ENTRY_POINT_GROUP
+from service.cli.table import ENTRY_POINT_GROUP, LAB_ENTRY_POINT_GROUP
 from tests.cli_help import HEAVY, help_of
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -32,15 +32,16 @@ def test_the_lab_has_its_commands_and_the_two_tables_share_none() -> None:
 
 
 def test_each_group_and_script_is_installed() -> None:
-    """The entry points come from the installed metadata (``pip install -e .``, as ``make install``)."""
+    """The entry points come from the installed metadata (``pip install -e .`` and ``-e ./lab``, as
+    ``make install``)."""
     assert {e.name for e in entry_points(group=ENTRY_POINT_GROUP)} == {"export", "loadtests"}
-    assert {e.name for e in entry_points(group=LAB_ENTRY_POINT_GROUP)} == {"export", "studies", "loadtests"}
+    assert {e.name for e in entry_points(group=LAB_ENTRY_POINT_GROUP)} == {"pipeline", "studies", "load"}
     scripts = {e.name: e.value for e in entry_points(group="console_scripts") if e.name.startswith("compcap")}
-    assert scripts == {"compcap": "service.cli:main", "compcap-lab": "export.lab_cli:main"}
+    assert scripts == {"compcap": "service.cli:main", "compcap-lab": "compcap_lab.cli:main"}
 
 
 def test_lab_help_lists_only_the_labs_commands_and_imports_nothing_heavy() -> None:
-    out, listed, imported = help_of("export.lab_cli")
+    out, listed, imported = help_of("compcap_lab.cli")
     assert out.startswith("usage: compcap-lab ") and "CompCap's research lab: SceneWorld data" in out
     assert listed == {name: command.help for name, command in cli.all_commands(LAB).items()}
     assert [m for m in imported if m.split(".")[0] in HEAVY] == []
@@ -50,7 +51,7 @@ def test_product_help_names_no_lab_command() -> None:
     out, listed, imported = help_of("service.cli")
     assert "CompCap: serve, caption and probe image captioners" in out
     assert set(listed) & LAB_COMMANDS == set()
-    assert not {"export.lab_cli", "export.lab_commands", "export.studies.commands"} & imported
+    assert not {"compcap_lab.cli", "compcap_lab.commands.pipeline", "compcap_lab.commands.studies"} & imported
 
 
 @pytest.mark.parametrize("name", sorted(LAB_COMMANDS))
@@ -63,7 +64,7 @@ def test_a_lab_command_given_to_compcap_is_one_line_pointing_at_the_lab(
     out, err = capsys.readouterr()
     assert out == ""
     assert err == (
-        f"compcap {name}: moved to the lab: run compcap-lab {name} (python -m export.lab_cli {name})\n"
+        f"compcap {name}: moved to the lab: run compcap-lab {name} (python -m compcap_lab.cli {name})\n"
     )
 
 
@@ -80,7 +81,7 @@ def test_the_pointer_in_a_fresh_process() -> None:
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr == (
         "compcap substitutivity: moved to the lab: run compcap-lab substitutivity "
-        "(python -m export.lab_cli substitutivity)\n"
+        "(python -m compcap_lab.cli substitutivity)\n"
     )
 
 

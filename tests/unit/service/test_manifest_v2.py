@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from compcap_lab.snapshots.tokenizer import bpe
 from service.engine.tokens import banned_ids, token_ids
 from service.manifest import Manifest, load_manifest
 from service.text.subword import SubwordVocabulary
-from tests.hf_tiny import tiny_tokenizer
 
 
 def with_imported(manifest: Manifest, version: int = 2, role: str = "captioner_encoder") -> dict[str, Any]:
@@ -48,7 +48,7 @@ def test_version_2_fields_need_version_2_and_an_encoder(tiny_repo: Path) -> None
 
 
 def test_a_subword_vocabulary_decodes_with_its_tokenizer(tmp_path: Path) -> None:
-    fast = tiny_tokenizer()
+    fast = bpe()
     fast.save_pretrained(tmp_path)
     vocab = SubwordVocabulary.load(tmp_path / "tokenizer.json", len(fast), 0, 0, 1)
     ids = vocab.encode("a red bus on the street")

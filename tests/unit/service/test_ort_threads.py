@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from service.backends.onnxruntime import (
+from service.backends.onnxruntime.backend import (
     WIDE_MODEL_BYTES,
     OnnxRuntimeBackend,
     intra_op_threads,
@@ -69,7 +69,7 @@ def test_the_backend_gives_its_heavy_models_every_core(
 ) -> None:
     """With the heavy size lowered to the tiny repository's largest model, that model's calls get every
     core and the others keep the light share."""
-    import service.backends.onnxruntime as ort_backend
+    import service.backends.onnxruntime.backend as ort_backend
 
     manifest = load_manifest(tiny_repo)
     sizes = {m.name: m.path(tiny_repo).stat().st_size for m in manifest.models}

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from service.backends.base import DeviceArray, infer_outputs
-from service.backends.onnxruntime import OnnxRuntimeBackend
+from service.backends.onnxruntime.backend import OnnxRuntimeBackend
 from service.engine.beam_batch import BeamBatch, Joining
 from service.engine.cohorts import CohortBatch
 from service.engine.params import SearchParams

@@ -1,5 +1,6 @@
 """Every setting has a description (the settings reference page shows it), found by walking the
-settings model, each section and any nested model; the page shows types as a user reads them."""
+settings model, each section and any nested model; the page shows types as a user reads them, and
+every setting in the table of the one section that declares it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from service.settings import Section, Settings
+from service.sections import Section
+from service.settings import SECTIONS, Settings
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -79,3 +81,17 @@ def test_the_reference_page_shows_human_types() -> None:
     assert "| `COMPCAP_BACKGROUND_SHARE` | float in (0, 1] | 0.25 |" in page
     assert "| `COMPCAP_API_KEYS` | list of secret" in page
     assert "| `COMPCAP_DEVICE` | one of: auto, cpu, cuda | `auto` |" in page
+
+
+def test_every_setting_is_in_exactly_one_section_of_the_reference() -> None:
+    """``SECTIONS`` (the reference page's tables, in order) splits ``Settings``' fields: each field in
+    one section, each section titled, and every section class ``Settings`` is made of listed."""
+    owners: dict[str, list[str]] = {}
+    for section in SECTIONS:
+        assert section.title, section
+        for name in section.model_fields:
+            owners.setdefault(name, []).append(section.__name__)
+    assert set(owners) == set(Settings.model_fields)
+    assert {name: where for name, where in owners.items() if len(where) > 1} == {}
+    titled = {c for c in Settings.__mro__ if issubclass(c, Section) and "title" in vars(c)}
+    assert titled == set(SECTIONS)

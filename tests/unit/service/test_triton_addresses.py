@@ -1,4 +1,4 @@
-"""The pure parts of the Triton backend's address pool (``service.backends.triton_addresses``): the URL
+"""The pure parts of the Triton backend's address pool (``service.backends.triton.addresses``): the URL
 forms, picking, ejection and back-off on a fake clock, the model identity check; the pool's ``call``
 (one retry on another address, ejection, panic routing) with fake attempts; and the settings."""
 
@@ -14,7 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 from service.backends.base import BackendError
-from service.backends.triton_addresses import (
+from service.backends.triton.addresses import (
     DIGEST_PARAMETER,
     Address,
     AddressSet,
@@ -27,8 +27,8 @@ from service.backends.triton_addresses import (
     is_address_failure,
     latest_version,
 )
+from service.backends.triton.url import Target, parse_target
 from service.manifest import ModelEntry, TensorSpec
-from service.triton_url import Target, parse_target
 
 
 class Clock:
@@ -250,7 +250,7 @@ def test_the_served_version_is_the_latest() -> None:
 
 def test_served_identity_reads_metadata_and_config() -> None:
     pytest.importorskip("tritonclient.grpc")
-    from service.backends.triton_pool import served_identity
+    from service.backends.triton.pool import served_identity
 
     tensor = SimpleNamespace(name="x", datatype="FP32", shape=[-1, 4])
     metadata = SimpleNamespace(versions=["1"], inputs=[tensor], outputs=[])
@@ -276,7 +276,7 @@ def run_calls(outcomes: dict[str, list[str]], healthy: list[str], calls: int = 1
     """Run ``calls`` pool calls whose attempt on an address fails with the next status listed for it
     ('' = succeeds); returns (results or exceptions, then the addresses tried; the pool's addresses)."""
     pytest.importorskip("tritonclient.grpc")
-    from service.backends.triton_pool import TritonPool
+    from service.backends.triton.pool import TritonPool
     from service.metrics import Metrics
 
     async def go() -> tuple[list, AddressSet]:
@@ -356,31 +356,31 @@ def repo(tmp_path: Path) -> Path:
 
 
 def test_settings_take_the_url_forms_and_bound_the_waits(repo: Path) -> None:
-    from service.settings import EngineSettings
+    from service.engine.settings import CoreSettings
 
-    settings = EngineSettings(repo=repo, backend="triton", triton_url="dns:///compcap-triton:8001")
+    settings = CoreSettings(repo=repo, backend="triton", triton_url="dns:///compcap-triton:8001")
     assert (settings.triton_startup_s, settings.triton_resolve_s) == (300.0, 10.0)
     with pytest.raises(ValidationError, match="COMPCAP_TRITON_URL='triton': 'triton' has no port"):
-        EngineSettings(repo=repo, backend="triton", triton_url="triton")
-    EngineSettings(repo=repo, triton_url="")  # not read by the embedded backend (compcap bench sets it so)
+        CoreSettings(repo=repo, backend="triton", triton_url="triton")
+    CoreSettings(repo=repo, triton_url="")  # not read by the embedded backend (compcap bench sets it so)
     for name in ("triton_startup_s", "triton_resolve_s"):
         with pytest.raises(ValidationError, match=name):
-            EngineSettings.model_validate({"repo": repo, name: 0})
+            CoreSettings.model_validate({"repo": repo, name: 0})
 
 
 def test_shared_memory_needs_one_address(repo: Path) -> None:
-    from service.settings import EngineSettings
+    from service.engine.settings import CoreSettings
 
-    EngineSettings(repo=repo, backend="triton", triton_url="127.0.0.1:8001", triton_shared_memory=True)
+    CoreSettings(repo=repo, backend="triton", triton_url="127.0.0.1:8001", triton_shared_memory=True)
     for url in ("127.0.0.1:8001,127.0.0.2:8001", "dns:///triton:8001"):
         with pytest.raises(ValidationError, match="triton_shared_memory: needs one co-located Triton"):
-            EngineSettings(repo=repo, backend="triton", triton_url=url, triton_shared_memory=True)
+            CoreSettings(repo=repo, backend="triton", triton_url=url, triton_shared_memory=True)
 
 
 def test_the_backend_refuses_shared_memory_with_the_settings_words(tiny_repo: Path) -> None:
     """``TritonBackend`` built without the settings (benchmarks, tests) says the same as they do."""
     pytest.importorskip("tritonclient")
-    from service.backends.triton import TritonBackend
+    from service.backends.triton.backend import TritonBackend
     from service.manifest import load_manifest
 
     with pytest.raises(ValueError, match="triton_shared_memory: needs one co-located Triton") as caught:
@@ -393,7 +393,7 @@ def test_the_device_of_a_served_model_is_its_instance_kind() -> None:
     model_config.proto numbers the kinds; groups of two kinds are both named."""
     from tritonclient.grpc import model_config_pb2
 
-    from service.backends.triton_pool import instance_device
+    from service.backends.triton.pool import instance_device
 
     def config(*kinds: int) -> object:
         made = model_config_pb2.ModelConfig(name="m")

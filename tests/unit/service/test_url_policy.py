@@ -1,4 +1,4 @@
-"""The pure checks behind image URLs (``service.url_policy``): address classes (IPv4 inside IPv6
+"""The pure checks behind image URLs (``service.images.url_policy``): address classes (IPv4 inside IPv6
 included), the opt-in, the host allow-list and what is a URL."""
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ import ipaddress
 import pytest
 from pydantic import ValidationError
 
-from service.settings import Settings
-from service.url_policy import (
+from service.images.url_policy import (
     HostRule,
     address_class,
     address_refusal,
@@ -19,6 +18,7 @@ from service.url_policy import (
     parse_host_rule,
     parse_hosts,
 )
+from service.settings import Settings
 
 CLASSES = {
     "127.0.0.1": "loopback",
