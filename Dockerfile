@@ -30,6 +30,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY service ./service
 COPY export ./export
+COPY sceneworld ./sceneworld
 COPY loadtests ./loadtests
 COPY client ./client
 RUN python -m pip --python /opt/compcap/bin/python wheel --no-cache-dir --no-deps --no-build-isolation \

@@ -157,9 +157,9 @@ test-unit: $(STAMP)
 	$(VPY) -m pytest -q tests/unit
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check service export tests loadtests client lab
-	$(VENV)/bin/ruff format --check service export tests loadtests client lab
-	$(VENV)/bin/mypy service export loadtests client/compcap_client lab/compcap_lab
+	$(VENV)/bin/ruff check service export sceneworld tests loadtests client lab
+	$(VENV)/bin/ruff format --check service export sceneworld tests loadtests client lab
+	$(VENV)/bin/mypy service export sceneworld loadtests client/compcap_client lab/compcap_lab
 
 clean:
 	rm -rf $(VENV) $(TVENV) $(OVENV) $(SVENV) .venv-serve .venv-serve-3* $(ORTGPU) build site docs/reference docs/assets .pytest_cache .mypy_cache .ruff_cache

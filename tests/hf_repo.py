@@ -38,7 +38,7 @@ def coco_folder(folder: Path, images: int, seed: int, image_size: int = 32) -> P
     """A COCO-format folder of ``images`` SceneWorld images: ``captions.json`` (5 references each),
     ``images/``, and ``instances.json`` (each object a category annotation with its box, COCO's
     [x, y, w, h]); its scene graphs are removed, as real COCO has none."""
-    from export.world.dataset import write_dataset
+    from sceneworld.dataset import write_dataset
     from service.text.concepts import load_concepts
 
     write_dataset(folder, images=images, seed=seed, image_size=image_size, progress=False)

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from export.world.dataset import generate
+from sceneworld.dataset import generate
 from service.backends.onnxruntime.backend import OnnxRuntimeBackend
 from service.engine.engine import CaptionEngine
 from service.gateway.original import caption_with_original, resolve_with_original

@@ -20,7 +20,7 @@ import numpy as np
 from PIL import Image
 
 from export.progress import stages
-from export.world.dataset import TEST_SEED_OFFSET
+from sceneworld.dataset import TEST_SEED_OFFSET
 from service.engine.domain import calibrate
 from service.engine.engine import CaptionEngine
 from service.manifest import MANIFEST_NAME, DomainSpec, load_manifest
@@ -92,7 +92,7 @@ def calibrate_repo(
 ) -> dict[str, Any]:
     """Calibrate ``captioners`` (default: every captioner: the built-in ones on SceneWorld, the imported
     ones only with ``data``) and measure; returns the figures per captioner."""
-    from export.world.dataset import generate
+    from sceneworld.dataset import generate
 
     manifest = load_manifest(repo)
     size = manifest.image.height

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from service.probesets.builtin import BUILTIN
 
-PROBE_SEED_OFFSET = 104729  # the 10000th prime; export.world.dataset.TEST_SEED_OFFSET is 7919 (the 1000th)
+PROBE_SEED_OFFSET = 104729  # the 10000th prime; sceneworld.dataset.TEST_SEED_OFFSET is 7919 (the 1000th)
 ZOO_EVAL_SEED = 20270313  # compcap_lab.pipeline.zoo.EVAL_SEED (not imported here: that module imports torch)
 COUNTERFACTUAL = "counterfactual"  # written on demand only (export.probesets.counterfactual)
 # the formats a build writes (each set named after its kind): the built-in ones but counterfactual

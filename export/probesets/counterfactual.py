@@ -4,7 +4,7 @@ For each held-out pair of the repository's default captioner (e.g. "black cat", 
 world (seed ``probe_seed(seed)``, as the other SceneWorld sets) is walked in index order for scenes whose
 main object is the only object of the pair's noun and has another colour / size / action, forming a *seen*
 pair with the noun (e.g. a white cat; never another held-out pair). The scene is sampled again with that
-object edited to the held-out value (``export.world.scene.Edit``: same background, layout, other
+object edited to the held-out value (``sceneworld.scene.Edit``: same background, layout, other
 objects; a size or pose change keeps the object's bottom centre). Both scene graphs are captioned by
 the generator and kept only when a reference of each mentions its pair (as Test-Comb images); each
 scene is used once, for the least filled pair.
@@ -31,10 +31,10 @@ from PIL import Image
 from export.probesets import COUNTERFACTUAL, probe_seed
 from export.probesets.sceneworld import MAX_GRAPHS, ProbeWorld
 from export.probesets.write import ProbeContent, write_probe_set
-from export.world.captions import PERSONS, caption_scene
-from export.world.dataset import CAPTIONS_PER_IMAGE, GENERATOR
-from export.world.render import render
-from export.world.scene import COLOURS, EDIT_ACTIONS_EXCLUDED, SIZES, Edit, EditError, scene_graph
+from sceneworld.captions import PERSONS, caption_scene
+from sceneworld.dataset import CAPTIONS_PER_IMAGE, GENERATOR
+from sceneworld.render import render
+from sceneworld.scene import COLOURS, EDIT_ACTIONS_EXCLUDED, SIZES, Edit, EditError, scene_graph
 from service.checks import at_least
 from service.manifest import ProbeSetEntry
 from service.text.concepts import ConceptPair

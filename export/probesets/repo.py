@@ -154,7 +154,7 @@ def render_training_world(repo: Path, work: Path, preset: str) -> None:
             f"no training world under {work} and no {report} to render it from (pass --work: the build's "
             "work folder)"
         )
-    from export.world.dataset import write_dataset
+    from sceneworld.dataset import write_dataset
 
     seed = int(json.loads(report.read_text(encoding="utf-8"))["seed"])
     p = get_preset(preset)

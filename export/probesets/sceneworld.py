@@ -36,9 +36,9 @@ from export.probesets.tables import (
     systematicity_splits,
 )
 from export.probesets.write import ProbeContent, write_probe_set
-from export.world.captions import caption_scene
-from export.world.dataset import CAPTIONS_PER_IMAGE, GENERATOR, generate_one
-from export.world.scene import scene_graph
+from sceneworld.captions import caption_scene
+from sceneworld.dataset import CAPTIONS_PER_IMAGE, GENERATOR, generate_one
+from sceneworld.scene import scene_graph
 from service.evaluation.cider import CiderD
 from service.manifest import ProbeSetEntry
 from service.text.concepts import ConceptPair, load_concepts

@@ -106,7 +106,7 @@ def world_seed(repo: Path, manifest: Manifest, default: int = 0) -> int:
 
 def world_images(n: int, seed: int, size: int) -> tuple[np.ndarray, list[list[str]]]:
     """The first ``n`` images of SceneWorld ``seed`` at ``size`` pixels, and their captions."""
-    from export.world.dataset import generate
+    from sceneworld.dataset import generate
 
     images, captions, _ = generate(n, seed=seed, image_size=size)
     return images, captions

@@ -60,7 +60,7 @@ def quantize_repo(
     (0 keeps every variant whatever its speed)."""
     from export.presets import get_preset
     from export.probesets.repo import write_manifest
-    from export.world.dataset import TEST_SEED_OFFSET
+    from sceneworld.dataset import TEST_SEED_OFFSET
 
     spec = spec_for(precision)
     if spec.only_on is not None:

@@ -12,7 +12,7 @@ from PIL import Image
 def bench_images(n: int, height: int, width: int, seed: int = 20261121) -> np.ndarray:
     """SceneWorld images when the export package is importable (a dev checkout), else random ones."""
     try:
-        from export.world.dataset import generate
+        from sceneworld.dataset import generate
 
         images, _, _ = generate(n, seed=seed, image_size=height)
         return np.ascontiguousarray(images[:, :height, :width], dtype=np.uint8)

@@ -17,7 +17,7 @@ from PIL import Image
 def sample_png(seed: int = 0, size: int = 96) -> bytes:
     """A SceneWorld-like test image if export is importable, else a random one."""
     try:
-        from export.world.dataset import generate
+        from sceneworld.dataset import generate
 
         images, _, _ = generate(1, seed=seed + 104729, image_size=size)
         array = images[0]

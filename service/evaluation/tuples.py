@@ -2,7 +2,7 @@
 
 SPICE (Anderson et al. 2016) parses a caption into a scene graph, flattens both graphs into sets of
 tuples and reports the F1 of exactly matching tuples. SceneWorld images come with their true scene
-graph (``export.world.scene.scene_graph``), so the reference side needs no parser: ``graph_tuples``
+graph (``sceneworld.scene.scene_graph``), so the reference side needs no parser: ``graph_tuples``
 reads it off, and only the caption side (``caption_tuples``) is parsed.
 
 Tuples (``tuple[str, ...]``, canonical concept names of ``concepts.json``; the category is decided by
@@ -33,7 +33,7 @@ Stated choices:
   "with a sandwich"). "with" + prop resolves to holding or eating by the prop (the two prop lists of
   ``concepts.json`` are disjoint); "with" + an object noun states no relation.
 * ``graph_tuples`` states every object, prop, colour, size, action, relation and the background of the
-  graph: all of them can be said by the caption grammar (``export.world.captions``). Not stated:
+  graph: all of them can be said by the caption grammar (``sceneworld.captions``). Not stated:
   boxes, facing, layer, depth, "parked"/"floating" (not inventory verbs), counts.
 * Caption parsing is word-level on ``service.text.vocabulary.tokenize`` tokens:
 
@@ -230,7 +230,7 @@ def graph_tuples(graph: Mapping[str, Any]) -> TupleSet:
 
     ``graph``: ``{"background": str, "objects": [{"noun", "colour", "size", "action" (str | None),
     "prop" (str | None), ...}], "relations": [{"subject": int, "predicate": str, "object": int | str}]}``
-    (``export.world.scene.scene_graph``). Returns objects ``(noun,)`` and ``(prop,)``, attributes
+    (``sceneworld.scene.scene_graph``). Returns objects ``(noun,)`` and ``(prop,)``, attributes
     ``(noun, colour)``, ``(noun, size)``, ``(noun, action)``, relations in canonical form (plus
     ``(noun, "eating", prop)`` for an eating object with a prop) and ``("background", name)``."""
     objects = list(graph.get("objects", []))

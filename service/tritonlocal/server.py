@@ -29,7 +29,7 @@ from service.tritonlocal.repository import write_python_repository
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_ENV = "COMPCAP_TRITON_VENV"
-PORT_IN_USE = ("address already in use", "failed to bind")
+PORT_IN_USE = ("address already in use", "failed to bind", "cannot listen")
 
 
 def default_venv() -> Path:
@@ -89,11 +89,17 @@ class TritonInstall:
         return env
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port the OS just handed out (it may be taken again before the server binds it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct ports the OS just handed out, all held open until every one is drawn (one at a
+    time, a closed port can be handed out again at once: the server's HTTP and metrics ports once came
+    out equal). Any may be taken again before the server binds it."""
+    with contextlib.ExitStack() as held:
+        ports = []
+        for _ in range(count):
+            sock = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind((host, 0))
+            ports.append(int(sock.getsockname()[1]))
+        return ports
 
 
 class TritonError(RuntimeError):
@@ -167,9 +173,8 @@ class LocalTriton:
 
     def _launch(self) -> None:
         assert self.work is not None and self._log_file is not None and self._backends is not None
-        self.http_port, self.grpc_port, self.metrics_port = (
-            p or free_port(self.host) for p in self._requested
-        )
+        drawn = iter(free_ports(3, self.host))
+        self.http_port, self.grpc_port, self.metrics_port = (p or next(drawn) for p in self._requested)
         command = [
             str(self.install.server),
             f"--model-repository={self.work / 'models'}",

@@ -39,7 +39,7 @@ TEST_WORLD_SEED = 7919  # the held-out test world of seed 0 (compcap_lab.pipelin
 
 def sceneworld_png(path: Path, size: int) -> Path:
     """One SceneWorld scene the models never trained on, written as a PNG with PIL."""
-    from export.world.dataset import generate_one
+    from sceneworld.dataset import generate_one
 
     image, _, _ = generate_one(0, TEST_WORLD_SEED, size)
     Image.fromarray(image).save(path, format="PNG")

@@ -125,7 +125,7 @@ def disabled_methods(page: Any) -> dict[str, str]:
 
 
 def test_samples_are_served_sceneworld_test_renders_with_their_scene_graphs(demo_server: str) -> None:
-    from export.world.dataset import generate
+    from sceneworld.dataset import generate
 
     renders, references, graphs = generate(3, seed=SAMPLE_WORLD_SEED)
     common = (ROOT / "service" / "web" / "static" / "common.js").read_text(encoding="utf-8")

@@ -15,7 +15,7 @@ from compcap_lab.studies.evaluate import evaluate
 from compcap_lab.studies.rerank_select import Entry, weight_sweep
 from export.data.splits import load_split, split_path_for
 from export.presets import get_preset
-from export.world.dataset import write_dataset
+from sceneworld.dataset import write_dataset
 from service.manifest import load_manifest
 
 

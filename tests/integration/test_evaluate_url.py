@@ -23,7 +23,7 @@ from compcap_lab.cli import main
 from compcap_lab.studies.evaluate import _decode_all, evaluate, load_images, runs_for
 from export.data.coco_captions import load_folder
 from export.data.splits import load_split, split_path_for
-from export.world.dataset import write_dataset
+from sceneworld.dataset import write_dataset
 from service.manifest import load_manifest
 from tests.integration.conftest import ROOT, free_port, serving
 

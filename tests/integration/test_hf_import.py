@@ -629,7 +629,7 @@ def test_calibrated_captions_say_whether_the_image_is_in_domain(repo: Path, tmp_
     from PIL import Image
 
     from export.packaging.calibrate import calibrate_repo
-    from export.world.dataset import generate
+    from sceneworld.dataset import generate
 
     calibrated = tmp_path / "model_repo"
     shutil.copytree(repo, calibrated)

@@ -62,7 +62,7 @@ def world_pngs(tiny_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> lis
     """Test images of the tiny repository's SceneWorld (rendered again if the build's work dir is gone)."""
     folder = tiny_repo.with_name(tiny_repo.name + ".work") / "data" / "test" / "images"
     if not folder.is_dir():
-        from export.world.dataset import write_dataset
+        from sceneworld.dataset import write_dataset
 
         out = tmp_path_factory.mktemp("world")
         size = load_manifest(tiny_repo).image.height

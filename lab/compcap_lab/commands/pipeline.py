@@ -21,7 +21,7 @@ def _world_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _world(args: argparse.Namespace) -> int:
-    from export.world.dataset import write_dataset
+    from sceneworld.dataset import write_dataset
 
     summary = write_dataset(Path(args.out), images=args.images, seed=args.seed, progress=not args.quiet)
     print(json.dumps(summary, indent=2))

@@ -30,8 +30,8 @@ from export.packaging.package import TrainedRanker, architecture_entries, export
 from export.packaging.quality import evaluate_repository
 from export.presets import Preset, get_preset
 from export.probesets.repo import preset_probe_sets
-from export.world import labels as world_labels
-from export.world.dataset import GENERATOR, TEST_SEED_OFFSET, load_dataset, write_dataset
+from sceneworld import labels as world_labels
+from sceneworld.dataset import GENERATOR, TEST_SEED_OFFSET, load_dataset, write_dataset
 from service.manifest import HeldOutPair, Manifest, Training
 from service.text.vocabulary import Vocabulary
 

@@ -52,7 +52,7 @@ from export.models.vsepp import VSEPP
 from export.packaging.package import TrainedCaptioner, TrainedRanker, architecture_entries, export_repository
 from export.presets import Preset, get_preset
 from export.probesets.repo import preset_probe_sets, write_manifest
-from export.world.dataset import load_dataset, write_dataset
+from sceneworld.dataset import load_dataset, write_dataset
 from service.manifest import Manifest
 from service.text.vocabulary import Vocabulary
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from compcap_lab.studies.report.family import PERMUTATIONS, at_floor, count_text, floor_bound, verdict
 from export.packaging.decoding import decode, open_engine
 from service.manifest import load_manifest
 from service.probes.scoring.counterfactual import KS, MISS_CLASSES, OUTCOMES, counterfactual_result
@@ -144,11 +145,16 @@ def _pct(part: dict[str, Any] | None, key: str, figure: str, sub: str) -> str:
 
 
 def _diff(test: dict[str, Any] | None) -> str:
+    """A paired cell: the difference with its interval and p-value — at the permutation floor a bound
+    (``report.family``) — and "mixed" where the verdict rule gives it (a small p, an interval spanning 0)."""
     if not test:
         return "-"
     d = test["difference"]
     low, high = 100 * d["low"], 100 * d["high"]
-    return f"{100 * d['estimate']:+.1f} [{low:+.1f}, {high:+.1f}], p = {test['p_value']:.4f}"
+    n = int(test.get("permutations") or PERMUTATIONS)
+    p = f"p < {floor_bound(n):.1g}" if at_floor(test["p_value"], n) else f"p = {test['p_value']:.4f}"
+    mixed = ", mixed" if verdict(test) == "mixed" else ""
+    return f"{100 * d['estimate']:+.1f} [{low:+.1f}, {high:+.1f}], {p}{mixed}"
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -168,7 +174,11 @@ def markdown(report: dict[str, Any]) -> str:
         "another object* (attached to another noun of the scene that does not have it), *noun missing*, "
         "*wrong value* (the noun with another colour / size / verb), *modifier omitted*. Figures are "
         "percentages, means over pairs with their 95% two-stage bootstrap intervals (pairs, then minimal "
-        "pairs); held-out − seen is a paired test on the same scenes (sign-flip permutation p-value).",
+        "pairs); held-out − seen is a paired test on the same scenes (sign-flip permutation p-value). "
+        f'"p < {floor_bound(PERMUTATIONS):.1g}" is the permutation floor: none of the '
+        f"{count_text(PERMUTATIONS)} sign flips reached the observed difference. *mixed* by the "
+        "reports' verdict rule: the p-value, which takes these pairs as given, is below 0.05 but the "
+        "interval over pairs spans 0 (or the reverse).",
         "",
         "![top-1 outcomes, held-out vs seen](counterfactual.png)",
         "",

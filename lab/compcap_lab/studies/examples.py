@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from export.world.dataset import TEST_SEED_OFFSET, generate
+from sceneworld.dataset import TEST_SEED_OFFSET, generate
 from service.engine.engine import CaptionEngine
 
 RUNS: list[tuple[str, str | bool]] = [("butr", True), ("butd", False)]

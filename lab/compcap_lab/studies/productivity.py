@@ -46,7 +46,7 @@ from export.models.architectures import ARCHITECTURES
 from export.models.visual_encoder import VisualEncoder
 from export.packaging.package import architecture_entries, export_repository
 from export.presets import Preset, get_preset
-from export.world.dataset import load_dataset
+from sceneworld.dataset import load_dataset
 from service.text.vocabulary import Vocabulary, tokenize
 
 TAIL = {"length": "test_rich", "density": "test_dense"}

@@ -11,7 +11,14 @@ from typing import Any
 
 
 def _renderers() -> dict[str, Callable[[dict[str, Any]], str]]:
-    from compcap_lab.studies import explanation_report, productivity, seeds, substitutivity
+    from compcap_lab.studies import (
+        counterfactual_study,
+        explanation_report,
+        productivity,
+        search_hook,
+        seeds,
+        substitutivity,
+    )
     from compcap_lab.studies.mad import report as mad_report
 
     return {
@@ -21,6 +28,8 @@ def _renderers() -> dict[str, Callable[[dict[str, Any]], str]]:
         "productivity_density.json": productivity.markdown,
         "mad.json": mad_report.render_markdown,
         "seeds.json": seeds.markdown,
+        "counterfactual.json": counterfactual_study.markdown,
+        "search_hook.json": search_hook.render,
     }
 
 

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from compcap_lab.studies.evaluate import load_images
+from compcap_lab.studies.report.family import PERMUTATIONS, VERDICTS, p_phrase, verdict
 from export.data.splits import load_split, split_path_for
 from export.packaging.decoding import open_engine
 from service.engine.engine import CaptionEngine
@@ -303,6 +304,7 @@ def paired(rows: Mapping[str, Mapping[str, Any]], a: str, b: str) -> dict[str, A
         "low": round(100 * d.low, 2),
         "high": round(100 * d.high, 2),
         "p_value": round(test.p_value, 4),
+        "permutations": test.permutations,
     }
 
 
@@ -337,6 +339,23 @@ def parse_config(spec: str) -> Config:
         raise ValueError(f"a configuration is BEAM:WEIGHT:EVERY:POOL[:norr], got {spec!r}")
     beam, weight, every, pool = int(parts[0]), float(parts[1]), int(parts[2]), int(parts[3])
     return guided(beam, weight, every=every, pool=pool, rerank=len(parts) == 4)
+
+
+def _p(paired: Mapping[str, Any]) -> str:
+    """A stored paired test's (``paired``) p-value as the reports print it — at the permutation floor a
+    bound with the number of permutations (``paired_test``'s 10 000 where the count was not stored) —
+    and "mixed" where the reports' verdict rule gives it: the p-value, which takes the pairs as given,
+    below 0.05 while the interval over pairs spans 0 (or the reverse)."""
+    if "p_value" not in paired:
+        return "p = nan"
+    test = {
+        "difference": {"low": paired["low"], "high": paired["high"]},
+        "p_value": paired["p_value"],
+        "permutations": paired.get("permutations") or PERMUTATIONS,
+    }
+    label = verdict(test)
+    why = VERDICTS["mixed"].removeprefix("not settled: ")
+    return p_phrase(test) + (f" — mixed by the reports' verdict rule ({why})" if label == "mixed" else "")
 
 
 def _iv(figure: Mapping[str, Any] | None) -> str:
@@ -445,12 +464,11 @@ def render(state: Mapping[str, Any]) -> str:
             "",
             f"Paired against BUTR+RR on the same (pair, image) units: Recall@5 difference "
             f"{pt.get('difference', float('nan')):+.1f} [{pt.get('low', float('nan')):.1f}, "
-            f"{pt.get('high', float('nan')):.1f}], sign-flip permutation "
-            f"p = {pt.get('p_value', float('nan')):.3g}.",
+            f"{pt.get('high', float('nan')):.1f}], sign-flip permutation {_p(pt)}.",
             "",
             *(
                 f"Sensitivity row {name} (not chosen by the rule), paired against BUTR+RR: "
-                f"{v['difference']:+.1f} [{v['low']:.1f}, {v['high']:.1f}], p = {v['p_value']:.3g}."
+                f"{v['difference']:+.1f} [{v['low']:.1f}, {v['high']:.1f}], {_p(v)}."
                 for name, v in (test.get("sensitivity") or {}).items()
                 if v
             ),

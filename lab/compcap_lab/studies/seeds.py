@@ -7,10 +7,15 @@ B = 100 with the report's λ). The zoo itself is the first seed; its figures com
 (``reproduction.json``), so the seeds' table and the report agree on it.
 
 Per seed and row: mean Recall@5 on the held-out pairs with its 95% interval, in-distribution CIDEr-D;
-across seeds: mean, standard deviation and range; paired tests (BUTR+RR against the control BUTD+VSE++,
-and against BUTD) per seed and pooled over seeds (every seed's (pair, image) cases, pairs as groups).
-Written as ``seeds.json``, ``seeds.md`` and ``seeds.png``; the seed repositories as
-``<zoo>.seed<N>`` beside the zoo.
+across seeds: mean, standard deviation and range; the reproduction's five paired tests (``PAIRED``:
+BUTR+RR against the controls and BUTD, the two rankers head on) per seed and pooled over seeds. Pooled,
+the seeds share the group's held-out pairs and their images, so the pooled interval is a cluster
+bootstrap over the pairs (``uncertainty.cluster_interval``: pairs, then images, every seed kept); the
+p-value flips every (seed, pair, image) case. Every test of the report is one family, Holm-adjusted.
+Written as ``seeds.json`` (with the per-case files its figures are recomputed from, ``evaluations``),
+``seeds.md`` and ``seeds.png``; each seed's evaluations under ``seeds/seed<N>/``; the seed repositories
+as ``<zoo>.seed<N>`` beside the zoo. ``reanalyse`` recomputes the report from those stored evaluations
+(no model, no data).
 
 ``compcap-lab seeds --repo model_zoo --seeds 1 2 --out reports`` (after ``make models`` and ``make report``)
 """
@@ -23,19 +28,40 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from compcap_lab.studies.report.collect import collect
-from compcap_lab.studies.report.summary import summarise
-from compcap_lab.studies.report.uncertainty import (
-    PAIRED_METHOD,
-    difference_text,
-    intervals,
-    paired_units,
+from compcap_lab.studies.report.collect import SETS, collect
+from compcap_lab.studies.report.family import (
+    VERDICTS,
+    holm_texts,
+    holm_values,
+    holm_verdict,
+    p_phrase,
     verdict,
 )
-from service.evaluation.intervals import paired_test
+from compcap_lab.studies.report.markdown import floor_note
+from compcap_lab.studies.report.summary import summarise
+from compcap_lab.studies.report.uncertainty import (
+    PAIRED,
+    PAIRED_METHOD,
+    cluster_interval,
+    difference_text,
+    family,
+    intervals,
+    paired_cases,
+    paired_units,
+)
+from service.evaluation.intervals import PairedTest, paired_test
 
 ROWS = ("BUTD", "BUTR", "BUTR+RR", "BUTD+VSE++", "BUTD+BUTR head")
-COMPARE = (("BUTR+RR", "BUTD+VSE++"), ("BUTR+RR", "BUTD"), ("BUTD+VSE++", "BUTD"))
+COMPARE = PAIRED  # the reproduction's paired tests, per seed and pooled
+POOLED_METHOD = (
+    "Pooled: every seed's cases at once; the difference is the mean over the held-out pairs of the "
+    "mean over seeds. The seeds share the group's held-out pairs and their images, so the pairs are "
+    "clusters: the interval resamples the pairs with replacement and, within each drawn pair, its "
+    "images (one draw for every seed, which see the same images), every seed kept (2000 resamples, "
+    "seed 0): an interval over other pairs and images for these training runs, not over other training "
+    "seeds (the per-seed columns show that spread); the p-value flips the sign of every (seed, pair, "
+    "image) case (10 000 flips)."
+)
 
 
 def seed_repo(zoo: Path, seed: int) -> Path:
@@ -116,9 +142,10 @@ def across_seeds(per_seed: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def pooled_tests(collected: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """``COMPARE``'s paired tests over every seed's cases at once (each seed's held-out pairs are groups
-    of their own: the difference is the mean over seeds and pairs)."""
+def independent_tests(collected: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """``COMPARE``'s paired tests over every seed's cases at once with each seed's held-out pairs as
+    groups of their own (the difference is the mean over seeds and pairs) — as if the seeds' pairs were
+    independent, which they are not (``pooled_tests``); kept for comparison."""
     out: dict[str, Any] = {}
     for a, b in COMPARE:
         units_a: list[list[float]] = []
@@ -134,6 +161,112 @@ def pooled_tests(collected: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _images(collected: dict[str, Any], row: str) -> dict[tuple[int, str], list[str]]:
+    """(group, pair) → the image ids row ``row`` was scored on, sorted (the order of ``paired_cases``)."""
+    out: dict[tuple[int, str], list[str]] = {}
+    for g, cap, ranker in collected["rows"][row]:
+        for result in collected["raw"][f"group{g}/test"]["results"]:
+            if result["captioner"] == cap and result["ranker"] == ranker:
+                for label, pair in (result.get("per_pair") or {}).items():
+                    out[(g, label)] = sorted(pair.get("first_rank") or {})
+    return out
+
+
+def pooled_tests(collected: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """``COMPARE``'s paired tests over every seed's cases at once (``PairedTest.as_dict``): the
+    difference a − b is the mean over the held-out pairs of the mean over seeds, its interval a cluster
+    bootstrap over the pairs the seeds share (``cluster_interval``: ``groups`` = pairs, ``units`` = seed
+    × image cases), its p-value the sign-flip test over every (seed, pair, image) case. A comparison is
+    left out unless every seed has both rows with stored first ranks on the same pairs and images."""
+    out: dict[str, Any] = {}
+    for a, b in COMPARE:
+        if not collected or any(a not in c["rows"] or b not in c["rows"] for c in collected):
+            continue
+        per_seed = [paired_cases(c, a, b) for c in collected]
+        if not all(per_seed):
+            continue
+        keys = list(per_seed[0])
+        images = [_images(c, a) for c in collected]
+        if any(list(cases) != keys for cases in per_seed) or any(i != images[0] for i in images):
+            raise ValueError(f"{a} vs {b}: the seeds were not scored on the same pairs and images")
+        clusters = [[[x - y for x, y in zip(*cases[key], strict=True)] for cases in per_seed] for key in keys]
+        units_a = [cases[key][0] for cases in per_seed for key in keys]
+        units_b = [cases[key][1] for cases in per_seed for key in keys]
+        test = paired_test(units_a, units_b)
+        interval = cluster_interval(clusters)
+        if test is not None and interval is not None:
+            out[f"{a} vs {b}"] = PairedTest(interval, test.p_value, test.permutations).as_dict()
+    return out
+
+
+def family_tests(report: dict[str, Any]) -> dict[str, Any]:
+    """The report's family: every paired test it prints, "seed <s>: a vs b" and "pooled: a vs b"."""
+    tests: dict[str, Any] = {}
+    for name in report["pooled"]:
+        for s, figures in report["per_seed"].items():
+            if name in figures["paired"]:
+                tests[f"seed {s}: {name}"] = figures["paired"][name]
+        tests[f"pooled: {name}"] = report["pooled"][name]
+    return tests
+
+
+def build_report(
+    collected: dict[str, dict[str, Any]], group: int, meta: dict[str, Any], evaluations: dict[str, Any]
+) -> dict[str, Any]:
+    """``seeds.json`` from each seed's evaluations (seed → ``restrict``-ed report data): ``meta`` (group,
+    eval_data, rerank_weight, rerank_beam, zoo), ``evaluations`` (seed → where its per-case data lie,
+    relative to the report folder, and its rows)."""
+    per_seed = {s: seed_figures(c, group) for s, c in collected.items()}
+    report = {
+        **meta,
+        "group": group,
+        "paired_method": PAIRED_METHOD,
+        "pooled_method": POOLED_METHOD,
+        "evaluations": evaluations,
+        "per_seed": per_seed,
+        "across": across_seeds(per_seed),
+        "pooled": pooled_tests(list(collected.values())),
+        "pooled_independent": independent_tests(list(collected.values())),
+    }
+    report["family"] = family(family_tests(report), "every paired test of this report, per seed and pooled")
+    return report
+
+
+def _stored(folder: Path, group: int) -> dict[str, Any]:
+    """A seed's evaluations as ``collect`` wrote them: ``group<g>/<set>`` → the result JSON."""
+    files = {s: folder / f"systematicity_{group}_{s}.json" for s in SETS}
+    return {f"group{group}/{s}": json.loads(path.read_text(encoding="utf-8")) for s, path in files.items()}
+
+
+def reanalyse(out: Path) -> dict[str, Any]:
+    """Recompute ``seeds.json`` and ``seeds.md`` in ``out`` from the evaluations they rest on — the zoo's
+    seed from ``reproduction.json``, every other seed from ``seeds/seed<N>/systematicity_<g>_*.json`` —
+    without the models or the data; the seeds, group and settings from the ``seeds.json`` there. A
+    report written before ``evaluations`` was stored takes each seed's rows from the reproduction's
+    (the seed repositories name their models as the zoo does)."""
+    old = json.loads((out / "seeds.json").read_text(encoding="utf-8"))
+    reproduction = json.loads((out / "reproduction.json").read_text(encoding="utf-8"))
+    group = int(old["group"])
+    seeds = list(old["per_seed"])
+    stored = old.get("evaluations") or {}
+    zoo_rows = restrict(reproduction, group)["rows"]
+    collected: dict[str, dict[str, Any]] = {}
+    evaluations: dict[str, Any] = {}
+    for i, s in enumerate(seeds):
+        source = (stored.get(s) or {}).get("source") or ("reproduction.json" if i == 0 else f"seeds/seed{s}")
+        if source == "reproduction.json":
+            collected[s] = restrict(reproduction, group)
+        else:
+            rows = (stored.get(s) or {}).get("rows") or zoo_rows
+            collected[s] = restrict({"rows": rows, "raw": _stored(out / source, group)}, group)
+        evaluations[s] = {"source": source, "rows": collected[s]["rows"]}
+    meta = {k: old[k] for k in ("eval_data", "rerank_weight", "rerank_beam", "zoo")}
+    report = build_report(collected, group, meta, evaluations)
+    (out / "seeds.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
+    (out / "seeds.md").write_text(markdown(report), encoding="utf-8")
+    return report
+
+
 def run_seeds(
     zoo: Path, seeds: Sequence[int], out: Path, group: int = 1, data: Path | None = None
 ) -> dict[str, Any]:
@@ -142,23 +275,22 @@ def run_seeds(
     weight = float(reproduction["rerank"]["weight"])
     zoo_build = json.loads((zoo / "build_report.json").read_text(encoding="utf-8"))
     data = data or zoo.with_name(zoo.name + ".work") / "data" / f"eval_{zoo_build['eval_seed']}"
-    collected = {str(zoo_build.get("train_seed", zoo_build["seed"])): restrict(reproduction, group)}
+    first = str(zoo_build.get("train_seed", zoo_build["seed"]))
+    collected = {first: restrict(reproduction, group)}
+    evaluations: dict[str, Any] = {first: {"source": "reproduction.json", "rows": collected[first]["rows"]}}
     for seed in seeds:
         repo = train_seed_repo(zoo, seed, group)
-        evaluated = collect(repo, data, [group], out / "seeds" / f"seed{seed}", rerank_weight=weight)
+        folder = out / "seeds" / f"seed{seed}"
+        evaluated = collect(repo, data, [group], folder, rerank_weight=weight)
         collected[str(seed)] = restrict(evaluated, group)
-    per_seed = {s: seed_figures(c, group) for s, c in collected.items()}
-    report = {
-        "group": group,
+        evaluations[str(seed)] = {"source": f"seeds/seed{seed}", "rows": collected[str(seed)]["rows"]}
+    meta = {
         "eval_data": str(data),
         "rerank_weight": weight,
         "rerank_beam": reproduction["rerank"]["beam"],
         "zoo": str(zoo),
-        "paired_method": PAIRED_METHOD,
-        "per_seed": per_seed,
-        "across": across_seeds(per_seed),
-        "pooled": pooled_tests(list(collected.values())),
     }
+    report = build_report(collected, group, meta, evaluations)
     out.mkdir(parents=True, exist_ok=True)
     (out / "seeds.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
     seeds_plot(report, out / "seeds.png")
@@ -174,14 +306,64 @@ def _iv(found: dict[str, Any]) -> str:
     return f"{100 * found['estimate']:.1f} [{100 * found['low']:.1f}, {100 * found['high']:.1f}]"
 
 
-def _diff(test: dict[str, Any]) -> str:
-    return f"{difference_text(test['difference'])}, p = {test['p_value']:.3g}"
+def _diff(test: dict[str, Any], holm: str | None = None) -> str:
+    adjusted = f", Holm {holm}" if holm is not None else ""
+    return f"{difference_text(test['difference'])}, {p_phrase(test, count=False)}{adjusted}"
+
+
+def joint_training(report: dict[str, Any], holm: dict[str, str]) -> list[str]:
+    """What the seeds say about joint training: BUTR+RR against BUTD+VSE++ pooled (its interval's bounds:
+    an absence of evidence when it spans 0), how many seeds favour each, the smallest per-seed p-value
+    with its verdict, and the two rankers head on."""
+    main, head = "BUTR+RR vs BUTD+VSE++", "BUTD+BUTR head vs BUTD+VSE++"
+    pooled = report["pooled"].get(main)
+    if pooled is None:
+        return []
+    d = pooled["difference"]
+    control = (report["across"].get("BUTD+VSE++") or {}).get("mean")
+    share = f" ({100 * d['high'] / control:.0f}% of BUTD+VSE++'s {100 * control:.1f})" if control else ""
+    v = verdict(pooled)
+    said = {
+        "not significant": "no difference is detected — an absence of evidence, not evidence that joint "
+        f"training adds nothing: the interval allows up to {100 * d['high']:+.1f} points in BUTR+RR's "
+        f"favour{share}.",
+        "higher": "BUTR+RR is higher.",
+        "lower": "BUTD+VSE++ is higher.",
+        "mixed": "not settled: " + VERDICTS["mixed"] + ".",
+    }[v]
+    per = {s: f["paired"][main] for s, f in report["per_seed"].items() if main in f["paired"]}
+    ahead = [s for s, t in per.items() if t["difference"]["estimate"] > 0]
+    text = (
+        f"**Joint training.** Pooled over {len(report['per_seed'])} seeds, BUTR+RR − BUTD+VSE++ = "
+        f"{_diff(pooled, holm[f'pooled: {main}'])}: {said} "
+        f"{len(ahead)} of {len(per)} seeds' estimates favour BUTR+RR ("
+        + ", ".join(f"seed {s} {difference_text(t['difference']).split(' ')[0]}" for s, t in per.items())
+        + ")"
+    )
+    if per:
+        s, t = min(per.items(), key=lambda item: item[1]["p_value"])
+        text += (
+            f"; the smallest per-seed p-value, seed {s}'s {p_phrase(t, count=False)}, is "
+            f"{verdict(t)} at the 5% level and {holm[f'seed {s}: {main}']} after Holm over the family"
+        )
+    text += "."
+    if head in report["pooled"]:
+        h = report["pooled"][head]
+        favour = "the jointly trained head's" if h["difference"]["estimate"] > 0 else "VSE++'s"
+        text += (
+            " Head on, both rankers on the same BUTD beams (BUTD+BUTR head vs BUTD+VSE++), pooled: "
+            f"{_diff(h, holm[f'pooled: {head}'])}, in {favour} favour ({verdict(h)})."
+        )
+    return ["", text]
 
 
 def markdown(report: dict[str, Any]) -> str:
     """``seeds.md`` from ``seeds.json``."""
     seeds = list(report["per_seed"])
     g = report["group"]
+    tests = family_tests(report)
+    holm = holm_texts(tests)
+    adjusted = holm_values(tests)
     lines = [
         f"# Training seeds: held-out group {g}",
         "",
@@ -207,27 +389,50 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {label} | " + " | ".join(cells) + f" | {100 * spread['mean']:.1f} ± {sd} "
             f"[{100 * spread['min']:.1f}, {100 * spread['max']:.1f}] |"
         )
+    permutations = max((int(t.get("permutations") or 10_000) for t in tests.values()), default=10_000)
+    independent = (report.get("pooled_independent") or {}).get("BUTR+RR vs BUTD+VSE++")
     lines += [
         "",
-        "## Paired tests (difference a − b in mean Recall@5 ×100, 95% interval, p-value)",
+        "## Paired tests (difference a − b in mean Recall@5 ×100, 95% interval, p-value, Holm-adjusted p)",
         "",
-        report["paired_method"] + " Pooled: every seed's cases at once, each seed's pairs as groups.",
+        report["paired_method"]
+        + " "
+        + report.get("pooled_method", "Pooled: every seed's cases at once, each seed's pairs as groups."),
         "",
         "| comparison | " + " | ".join(f"seed {s}" for s in seeds) + " | pooled over seeds |",
         "|---" * (len(seeds) + 2) + "|",
     ]
     for name, pooled in report["pooled"].items():
         cells = [
-            _diff(report["per_seed"][s]["paired"][name]) if name in report["per_seed"][s]["paired"] else "—"
+            _diff(report["per_seed"][s]["paired"][name], holm[f"seed {s}: {name}"])
+            if name in report["per_seed"][s]["paired"]
+            else "—"
             for s in seeds
         ]
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {_diff(pooled)} |")
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {_diff(pooled, holm[f'pooled: {name}'])} |")
+    lines += [
+        "",
+        f"The family: the {len(tests)} paired tests of this table ({len(report['pooled'])} comparisons, each "
+        f"per seed and pooled). Holm–Bonferroni over it keeps the chance of any false “higher” or “lower” "
+        "among them at 5%, whatever their dependence (the pooled test and the per-seed tests share their "
+        "cases). " + floor_note(permutations),
+    ]
+    if independent:
+        n_groups = independent["difference"]["groups"]
+        lines += [
+            "",
+            f"Treating the {n_groups} seed × pair groups as independent, as this report did before, gives "
+            f"BUTR+RR − BUTD+VSE++ = {difference_text(independent['difference'])}: they share "
+            f"{report['pooled']['BUTR+RR vs BUTD+VSE++']['difference']['groups']} pairs and their images, "
+            "so the pooled interval above resamples the pairs as clusters.",
+        ]
     lines += [
         "",
         "## What this supports",
         "",
         "At the 5% level: higher / lower when the interval excludes 0 and p < 0.05; mixed when only one",
-        "does (the permutation test takes the seed's pairs as given, the interval resamples them).",
+        "does (the permutation test takes the seed's pairs as given, the interval resamples them); after",
+        "Holm, the same rule on the adjusted p-value.",
         "",
     ]
     for name, pooled in report["pooled"].items():
@@ -236,7 +441,17 @@ def markdown(report: dict[str, Any]) -> str:
             for s in seeds
             if name in report["per_seed"][s]["paired"]
         ]
-        lines.append(f"- {name}: pooled {verdict(pooled)} ({_diff(pooled)}); per seed: {', '.join(per)}.")
+        after = [
+            holm_verdict(report["per_seed"][s]["paired"][name], adjusted[f"seed {s}: {name}"])
+            for s in seeds
+            if name in report["per_seed"][s]["paired"]
+        ]
+        lines.append(
+            f"- {name}: pooled {verdict(pooled)} ({_diff(pooled, holm[f'pooled: {name}'])}; after Holm "
+            f"{holm_verdict(pooled, adjusted[f'pooled: {name}'])}); per seed: {', '.join(per)} (after Holm: "
+            f"{', '.join(after)})."
+        )
+    lines += joint_training(report, holm)
     lines += ["", "![Recall@5 per training seed](seeds.png)", ""]
     return "\n".join(lines)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from export.world.dataset import generate_graphs
+from sceneworld.dataset import generate_graphs
 from service.evaluation.tuples import (
     CATEGORIES,
     caption_tuple_f1,

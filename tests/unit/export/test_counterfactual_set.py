@@ -1,5 +1,5 @@
 """The counterfactual probe set (``export.probesets.counterfactual``): a scene edited in exactly one
-object's colour, size or action (``export.world.scene.Edit``), both sides rendered so that only that
+object's colour, size or action (``sceneworld.scene.Edit``), both sides rendered so that only that
 object's pixels differ, deterministic from the seed, written and read back as a probe set."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from export.probesets.counterfactual import (
     select_counterfactual,
 )
 from export.probesets.sceneworld import ProbeWorld
-from export.world.scene import Edit, EditError, scene_graph
+from sceneworld.scene import Edit, EditError, scene_graph
 from service.probesets import ProbeSetError, load_probe_set
 from service.text.concepts import ConceptPair
 

@@ -31,7 +31,7 @@ from compcap_lab.studies.mad.ties import (
     tie_counts,
     ties_from_selection,
 )
-from export.world.dataset import generate_graphs
+from sceneworld.dataset import generate_graphs
 from service.compare.configs import Configuration
 from service.compare.ngsm import ngsm_profile
 

@@ -16,7 +16,7 @@ from compcap_lab.pipeline.zoo import EVAL_SEED
 from export.data.splits import load_split
 from export.probesets import KINDS, PROBE_SEED_OFFSET, ZOO_EVAL_SEED, probe_seed
 from export.probesets.coco import coco_probe_set
-from export.world.dataset import TEST_SEED_OFFSET, generate_one
+from sceneworld.dataset import TEST_SEED_OFFSET, generate_one
 from service import cli
 from service.manifest import Manifest, load_manifest, load_probe_index, repo_probe_set_entries
 from service.probesets import ProbeSet, ProbeSetError, load_probe_set, repo_probe_sets

@@ -11,8 +11,16 @@ from typing import Any
 import pytest
 
 from compcap_lab.studies.report.collect import rows_for
-from compcap_lab.studies.report.uncertainty import paired_tests, paired_units, verdict
-from compcap_lab.studies.seeds import across_seeds, markdown, pooled_tests, restrict, seed_figures
+from compcap_lab.studies.report.family import verdict
+from compcap_lab.studies.report.uncertainty import paired_tests, paired_units
+from compcap_lab.studies.seeds import (
+    across_seeds,
+    independent_tests,
+    markdown,
+    pooled_tests,
+    restrict,
+    seed_figures,
+)
 
 PAIRS = ("red dog", "small cat", "blue car")
 
@@ -134,7 +142,12 @@ def test_the_seeds_study_summarises_and_pools_its_seeds() -> None:
     assert across["BUTR+RR"]["sd"] == pytest.approx(0.2828427, rel=1e-6)
     pooled = pooled_tests(list(seeds.values()))
     assert pooled["BUTR+RR vs BUTD"]["difference"]["estimate"] == pytest.approx(0.3)
-    assert pooled["BUTR+RR vs BUTD"]["difference"]["groups"] == 6  # 3 pairs × 2 seeds
+    # the seeds share their 3 pairs: the pooled interval resamples the pairs as clusters
+    assert pooled["BUTR+RR vs BUTD"]["difference"]["groups"] == 3
+    assert pooled["BUTR+RR vs BUTD"]["difference"]["units"] == 120  # 3 pairs × 20 images × 2 seeds
+    independent = independent_tests(list(seeds.values()))
+    assert independent["BUTR+RR vs BUTD"]["difference"]["groups"] == 6  # 3 pairs × 2 seeds
+    assert independent["BUTR+RR vs BUTD"]["p_value"] == pooled["BUTR+RR vs BUTD"]["p_value"]
     report = {
         "group": 1,
         "eval_data": "eval",
@@ -148,6 +161,8 @@ def test_the_seeds_study_summarises_and_pools_its_seeds() -> None:
     text = markdown(report)
     assert "| BUTR+RR | 50.0 [" in text and "30.0 ± 28.3 [10.0, 50.0]" in text
     assert "- BUTR+RR vs BUTD+VSE++: pooled higher" in text
+    assert "The family: the 15 paired tests of this table (5 comparisons, each per seed and pooled)" in text
+    assert "p = 0.0001" not in text and "p < 0.0002" in text  # the permutation floor reads as a bound
 
 
 def test_a_bad_plan_is_refused_before_any_work(tmp_path: Path) -> None:

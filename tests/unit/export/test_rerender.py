@@ -21,6 +21,10 @@ STUDIES = [
     "productivity_density",
     "mad",
     "mad_zoo/mad",
+    "seeds",
+    "counterfactual",
+    "counterfactual_zoo/counterfactual",
+    "search_hook",
 ]
 
 

@@ -12,7 +12,7 @@ import export.data.splits as splits_module
 from export.data.coco_captions import CaptionDataset
 from export.data.pairs import caption_pairs_truth
 from export.data.splits import Split, build_split
-from export.world.dataset import generate_graphs
+from sceneworld.dataset import generate_graphs
 from service.text.concepts import ConceptPair, load_concepts
 
 C = load_concepts()

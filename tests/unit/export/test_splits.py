@@ -19,7 +19,7 @@ from export.data.splits import (
     run_splits_cli,
     write_split,
 )
-from export.world.dataset import write_dataset
+from sceneworld.dataset import write_dataset
 from service.text.attachment import AttachmentChecker
 from service.text.concepts import ConceptPair, load_concepts
 from service.text.vocabulary import tokenize

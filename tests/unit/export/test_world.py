@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from export.world.dataset import generate, generate_graphs, load_dataset, write_dataset
-from export.world.labels import ACTION_LABELS, COLOUR_LABELS, NOUN_LABELS, SIZE_LABELS, cell_labels
+from sceneworld.dataset import generate, generate_graphs, load_dataset, write_dataset
+from sceneworld.labels import ACTION_LABELS, COLOUR_LABELS, NOUN_LABELS, SIZE_LABELS, cell_labels
 from service.text.concepts import load_concepts
 from service.text.vocabulary import tokenize
 

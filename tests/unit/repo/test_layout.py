@@ -16,10 +16,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 PAGE = ROOT / "docs" / "layout.md"
-ROOMS = ("service", "export", "loadtests", "client")
+ROOMS = ("service", "export", "sceneworld", "loadtests", "client", "lab")
 PACKAGES = {
     "service": "service",
     "export": "export",
+    "sceneworld": "sceneworld",
     "loadtests": "loadtests",
     "compcap_client": "client/compcap_client",
     "compcap_lab": "lab/compcap_lab",
@@ -33,7 +34,7 @@ EXTENSIONS = {".py", ".json", ".md", ".pbtxt", ".onnx", ".npz", ".pt2", ".sh", "
 
 
 def packages(root: Path) -> set[str]:
-    """Every room the page must name: the four roots and each package below them, as ``path/``."""
+    """Every room the page must name: the roots and each package below them, as ``path/``."""
     found = {f"{room}/" for room in ROOMS if (root / room).is_dir()}
     for room in ROOMS:
         for init in (root / room).rglob("__init__.py"):

@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 PRODUCT_TEXT = (
-    "service", "client", "export", "loadtests", "scripts", "docs", "reports", "k8s",
+    "service", "client", "export", "sceneworld", "loadtests", "lab", "scripts", "docs", "reports", "k8s",
     "README.md", "Makefile", "Dockerfile", "mkdocs.yml", "pyproject.toml",
 )  # fmt: skip
 TEXT_SUFFIXES = {".py", ".md", ".html", ".js", ".css", ".txt", ".yml", ".yaml", ".toml", ".json", ".sh", ""}

@@ -1,8 +1,9 @@
 """The line between the product and the lab (docs/architecture.md): what a person serving and probing
-captioners runs is the product (``service``, ``export``, ``loadtests``, the client: the ``compcap``
-distribution at the repository's root); what reproduces or extends the papers is the lab (``compcap_lab``
-under ``lab/``, the ``compcap-lab`` distribution). The lab depends on the product, never the reverse;
-neither distribution's modules import each other in a loop; the product's wheel holds no lab module."""
+captioners runs is the product (``service``, ``export``, ``sceneworld``, ``loadtests``, the client: the
+``compcap`` distribution at the repository's root); what reproduces or extends the papers is the lab
+(``compcap_lab`` under ``lab/``, the ``compcap-lab`` distribution). The lab depends on the product, never
+the reverse; neither distribution's modules import each other in a loop; the product's wheel holds no lab
+module."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from pathlib import Path
 from tests.unit.repo.test_layering import cycles, import_statements
 
 ROOT = Path(__file__).resolve().parents[3]
-PRODUCT_ROOTS = {"service": ROOT / "service", "export": ROOT / "export", "loadtests": ROOT / "loadtests",
-                 "compcap_client": ROOT / "client" / "compcap_client"}  # fmt: skip
+PRODUCT_ROOTS = {name: ROOT / name for name in ("service", "export", "sceneworld", "loadtests")} | {
+    "compcap_client": ROOT / "client" / "compcap_client"
+}
 LAB_ROOTS = {"compcap_lab": ROOT / "lab" / "compcap_lab"}
 
 

@@ -133,7 +133,7 @@ def test_agreement_arithmetic() -> None:
 
 
 def test_agreement_with_sceneworld_scene_graphs(checker: AttachmentChecker) -> None:
-    from export.world.dataset import generate_graphs
+    from sceneworld.dataset import generate_graphs
 
     graphs = generate_graphs(150, seed=11)
     captions = [c["text"] for g in graphs for c in g["captions"]]

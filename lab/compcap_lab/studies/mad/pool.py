@@ -77,7 +77,7 @@ def pool_dir(workdir: Path, seed: int, images: int) -> Path:
 
 
 def _world_complete(folder: Path, seed: int, images: int) -> bool:
-    from export.world.dataset import GENERATOR
+    from sceneworld.dataset import GENERATOR
 
     try:
         info = json.loads((folder / "captions.json").read_text(encoding="utf-8"))["info"]
@@ -93,7 +93,7 @@ def _world_complete(folder: Path, seed: int, images: int) -> bool:
 def sceneworld_pool(workdir: Path, seed: int, images: int, image_size: int) -> Pool:
     """The world ``<workdir>/pool_<seed>_<images>``, written (into a temporary folder, then renamed) unless
     it is already complete."""
-    from export.world.dataset import write_dataset
+    from sceneworld.dataset import write_dataset
 
     folder = pool_dir(workdir, seed, images)
     if not _world_complete(folder, seed, images):

@@ -44,7 +44,16 @@ def write_report(
     if stored:
         collected = {
             k: stored[k]
-            for k in ("rows", "raw", "selection", "rerank", "rerank_sweep", "build", "notes")
+            for k in (
+                "rows",
+                "raw",
+                "selection",
+                "rerank",
+                "rerank_sweep",
+                "rerank_sweep_cases",
+                "build",
+                "notes",
+            )
             if k in stored
         }
     else:
@@ -60,7 +69,9 @@ def write_report(
         collected["rerank"] = rerank
         collected["build"] = build_summary(zoo)
         if sweep:
-            collected["rerank_sweep"] = rerank_sweep(zoo, data, groups, rerank["weight"])
+            means, cases = rerank_sweep(zoo, data, groups, rerank["weight"])
+            collected["rerank_sweep"] = means  # mean Recall@5 per B
+            collected["rerank_sweep_cases"] = cases  # per B and group: per_pair with first ranks
     table = summarise(collected, groups)
     found = intervals(collected)
     (out / "reproduction.json").write_text(

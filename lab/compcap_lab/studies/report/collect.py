@@ -133,11 +133,16 @@ def rerank_sweep(
     groups: Sequence[int],
     rerank_weight: float,
     candidates: Sequence[int] = (5, 10, 20, 40, 100),
-) -> dict[str, float | None]:
-    """Mean Recall@5 of BUTR+RR on Test Comb when the ranker re-ranks B beams (B in ``candidates``)."""
-    out: dict[str, float | None] = {}
+) -> tuple[dict[str, float | None], dict[str, dict[str, Any]]]:
+    """BUTR+RR on Test Comb when the ranker re-ranks B beams (B in ``candidates``): its mean Recall@5
+    per B, and per B and group the run's ``per_pair`` (images, hits, category and each image's first
+    rank: B → "group<g>" → pair label → ...) so that each B gets an interval and a paired test against
+    the largest B (``uncertainty.sweep_tests``)."""
+    means: dict[str, float | None] = {}
+    cases: dict[str, dict[str, Any]] = {}
     for b in candidates:
         values = []
+        cases[str(b)] = {}
         for g in groups:
             result = evaluate(
                 zoo,
@@ -152,9 +157,14 @@ def rerank_sweep(
                 rerank_beam_size=b,
                 rerank_weight=rerank_weight,
             )
-            values.append(find_result(result["results"], f"butr_g{g}", f"butr_g{g}")["recall_at_5_mean"])
-        out[str(b)] = mean_of(values)
-    return out
+            found = find_result(result["results"], f"butr_g{g}", f"butr_g{g}")
+            values.append(found["recall_at_5_mean"])
+            cases[str(b)][f"group{g}"] = {
+                label: {k: pair[k] for k in ("category", "images", "hits", "first_rank") if k in pair}
+                for label, pair in (found.get("per_pair") or {}).items()
+            }
+        means[str(b)] = mean_of(values)
+    return means, cases
 
 
 def rerank_entries(zoo: Path, groups: Sequence[int]) -> list[Entry]:

@@ -6,6 +6,17 @@ import json
 from pathlib import Path
 from typing import Any
 
+from compcap_lab.studies.report.family import (
+    PERMUTATIONS,
+    VERDICTS,
+    count_text,
+    holm_texts,
+    holm_values,
+    holm_verdict,
+    p_phrase,
+    p_text,
+    verdict,
+)
 from compcap_lab.studies.report.summary import (
     CATEGORIES,
     pct,
@@ -17,10 +28,8 @@ from compcap_lab.studies.report.summary import (
 from compcap_lab.studies.report.uncertainty import (
     METHOD,
     PAIRED_METHOD,
-    VERDICTS,
     cell,
     difference_text,
-    verdict,
 )
 
 
@@ -77,9 +86,9 @@ def world_note(table: dict[str, Any], build: dict[str, Any]) -> str:
 """
 
 
-def rerank_lines(collected: dict[str, Any]) -> list[str]:
+def rerank_lines(collected: dict[str, Any], found: dict[str, Any] | None = None) -> list[str]:
     """How BUTR+RR re-ranks (B and the weight), the weight's selection on the development world, and the
-    sensitivity of both targets to B and to the weight on the evaluation world."""
+    sensitivity of both targets to B (``sweep_lines``) and to the weight on the evaluation world."""
     rerank = collected.get("rerank")
     if not rerank:
         return []
@@ -131,28 +140,130 @@ def rerank_lines(collected: dict[str, Any]) -> list[str]:
             "",
             *weight_table(test, weight),
         ]
+    lines += sweep_lines(collected, found or {}, weight, beam)
+    return lines
+
+
+def sweep_lines(collected: dict[str, Any], found: dict[str, Any], weight: float, beam: int) -> list[str]:
+    """BUTR+RR's Recall@5 against the number of re-ranked beams B: with the sweep's per-pair first
+    ranks (``found["rerank_sweep"]``, ``uncertainty.sweep_tests``) each B with its interval and its
+    paired difference against the largest B, Holm-adjusted over the sweep's family; without them the
+    means, and why they have neither."""
     sweep = collected.get("rerank_sweep")
-    if sweep:
-        lines += [
-            "",
-            f"Recall@5 of BUTR+RR against the number of re-ranked beams B (λ = {weight:g}; "
-            f"the tables use B = {beam}):",
-            "",
-            "| B | " + " | ".join(sweep) + " |",
-            "|---" * (len(sweep) + 1) + "|",
+    if not sweep:
+        return []
+    lines = [
+        "",
+        f"Recall@5 of BUTR+RR against the number of re-ranked beams B (λ = {weight:g}; "
+        f"the tables use B = {beam}):",
+        "",
+        "| B | " + " | ".join(sweep) + " |",
+        "|---" * (len(sweep) + 1) + "|",
+    ]
+    tested = found.get("rerank_sweep")
+    if not tested:
+        return [
+            *lines,
             "| R@5 | " + " | ".join(pct(v) for v in sweep.values()) + " |",
             "",
-            "(The sweep stores each run's mean only, not its per-pair counts, so these have no interval.)",
+            f"These have no interval and no paired test against B = {beam}: the sweep's runs stored each",
+            "run's mean Recall@5 only (`rerank_sweep` in `reproduction.json`), neither its per-pair counts",
+            "nor which image each run hit, and nothing else in the JSON holds them. `compcap-lab report",
+            "--rerank-sweep` now stores each run's per-pair first ranks (`rerank_sweep_cases`); its next",
+            f"run prints each B with its 95% interval and its paired difference against B = {beam},",
+            f"Holm-adjusted over the {len(sweep) - 1}.",
         ]
-    return lines
+    reference = tested["reference"]
+    holm = holm_texts(tested["paired"])
+    row, diff, p_row, h_row = [], [], [], []
+    for b, mean in sweep.items():
+        row.append(cell(mean, tested["recall_at_5"].get(b)))
+        test = tested["paired"].get(f"B = {b} vs B = {reference}")
+        diff.append(difference_text(test["difference"]) if test else "—")
+        p_row.append(p_text(test["p_value"], test["permutations"]) if test else "—")
+        h_row.append(holm[f"B = {b} vs B = {reference}"] if test else "—")
+    return [
+        *lines,
+        "| R@5 [95% interval] | " + " | ".join(row) + " |",
+        f"| B − {reference} [95% interval] | " + " | ".join(diff) + " |",
+        "| p (sign-flip) | " + " | ".join(p_row) + " |",
+        f"| p, Holm over the {len(tested['paired'])} tests | " + " | ".join(h_row) + " |",
+        "",
+        tested["method"],
+    ]
+
+
+def floor_note(permutations: int = PERMUTATIONS) -> str:
+    """What a p-value printed at the permutation floor means."""
+    bound = p_text(0.0, permutations)
+    return (
+        f'A p-value printed "{bound}" is the permutation floor: none of the {count_text(permutations)} '
+        f"sign flips reached the observed difference, and the test's smallest value, "
+        f"1/{count_text(permutations + 1)}, is set by the number of flips, not by the data; a "
+        "Holm-adjusted value that such a p-value decides is a bound too."
+    )
+
+
+def _holm_note(n: int, what: str) -> str:
+    return (
+        f"The family: the {n} paired tests of {what}. Holm–Bonferroni over it keeps the chance of any false "
+        "“higher” or “lower” among them at 5%, whatever their dependence; the verdict after Holm reads the "
+        "adjusted p-value by the same rule."
+    )
+
+
+SIGNIFICANCE = {
+    "not significant": "short of significance",
+    "mixed": "mixed (the permutation test rejects equality for these pairs; the interval over pairs spans 0)",
+    "higher": "significant",
+    "lower": "significant",
+}
+
+
+def joint_training_lines(table: dict[str, Any], paired: dict[str, Any], holm: dict[str, str]) -> list[str]:
+    """What the control rows say about joint training, as the tests have it: BUTR+RR against BUTD+VSE++
+    with the interval's bounds (an absence of evidence when it spans 0), and the head-on comparison of
+    the two rankers on the same BUTD beams."""
+    main, head = "BUTR+RR vs BUTD+VSE++", "BUTD+BUTR head vs BUTD+VSE++"
+    if main not in paired:
+        return []
+    t = paired[main]
+    d, v = t["difference"], verdict(t)
+    control = table.get("BUTD+VSE++", {}).get("test", {}).get("recall_at_5_mean")
+    share = f" ({100 * d['high'] / control:.0f}% of BUTD+VSE++'s {100 * control:.1f})" if control else ""
+    said = {
+        "not significant": "no difference is detected. That is an absence of evidence, not evidence that "
+        f"joint training adds nothing: the interval allows up to {100 * d['high']:+.1f} points in BUTR+RR's "
+        f"favour{share}, as it allows {100 * d['low']:+.1f}.",
+        "higher": "BUTR+RR is higher.",
+        "lower": "BUTD+VSE++ is higher.",
+        "mixed": "not settled: " + VERDICTS["mixed"] + ".",
+    }[v]
+    text = (
+        "**Joint training.** BUTR+RR against BUTD+VSE++ (the jointly trained ranker on its own beams against "
+        f"a separately trained one on BUTD's): {difference_text(d)} points, {p_phrase(t)} "
+        f"(Holm {holm[main]}) — {said}"
+    )
+    if head in paired:
+        h = paired[head]
+        favour = "the jointly trained head's" if h["difference"]["estimate"] > 0 else "VSE++'s"
+        text += (
+            " Head on, both rankers on the same BUTD beams (BUTD+BUTR head vs BUTD+VSE++, the test of the "
+            f"ranker alone): {difference_text(h['difference'])} points, {p_phrase(h)} (Holm {holm[head]}), "
+            f"in {favour} favour, {SIGNIFICANCE[verdict(h)]}."
+        )
+    return ["", text]
 
 
 def control_lines(table: dict[str, Any], found: dict[str, Any]) -> list[str]:
     """The control rows' section: what each separates, and the paired tests (``uncertainty.PAIRED``) —
-    differences of mean Recall@5 ×100 with their intervals and p-values — with what they support."""
+    differences of mean Recall@5 ×100 with their intervals, raw and Holm-adjusted p-values — with what
+    they support, at the raw and at the adjusted p-value, and what they say about joint training."""
     paired = found.get("paired") or {}
     if "BUTD+VSE++" not in table or not paired:
         return []
+    holm = holm_texts(paired)
+    adjusted = holm_values(paired)
     lines = [
         "",
         "## Re-ranking or joint training? The control rows",
@@ -163,15 +274,25 @@ def control_lines(table: dict[str, Any], found: dict[str, Any]) -> list[str]:
         "on the same split, and **BUTD+BUTR head** by the ranking head of the group's BUTR (joint training's",
         "ranker on beams that joint training did not shape). " + PAIRED_METHOD,
         "",
-        "| comparison (a vs b) | difference a − b in R@5 ×100 [95% interval] | p-value |",
-        "|---|---|---|",
+        "| comparison (a vs b) | difference a − b in R@5 ×100 [95% interval] | p-value | p-value, Holm "
+        "| at 5%: raw p / Holm p |",
+        "|---|---|---|---|---|",
     ]
     for name, test in paired.items():
-        lines.append(f"| {name} | {difference_text(test['difference'])} | {test['p_value']:.3g} |")
-    verdicts = [
-        f"{name}: {VERDICTS[verdict(test)]} (p = {test['p_value']:.3g})" for name, test in paired.items()
+        after = holm_verdict(test, adjusted[name])
+        raw = p_text(test["p_value"], test["permutations"])
+        diff = difference_text(test["difference"])
+        lines.append(f"| {name} | {diff} | {raw} | {holm[name]} | {verdict(test)} / {after} |")
+    permutations = max(int(t["permutations"]) for t in paired.values())
+    lines += [
+        "",
+        _holm_note(len(paired), "this table") + " The B sweep's tests, when the sweep stores "
+        "its cases, are a family of their own; the targets are judged on their intervals and are in "
+        "neither. " + floor_note(permutations),
     ]
+    verdicts = [f"{name}: {VERDICTS[verdict(test)]} ({p_phrase(test)})" for name, test in paired.items()]
     lines += ["", "At the 5% level: " + "; ".join(verdicts) + "."]
+    lines += joint_training_lines(table, paired, holm)
     return lines
 
 
@@ -286,6 +407,6 @@ def render(
     for what, measured, met, point in targets(table, found.get("ratios")):
         bound = "—" if met is None else ("yes" if met else "no")
         lines.append(f"| {what} | {measured} | {bound} | {'yes' if point else 'no'} |")
-    lines += rerank_lines(collected)
+    lines += rerank_lines(collected, found)
     lines += ["", world_note(table, build), ""] + [f"![{p}]({p})" for p in plots] + [""]
     return "\n".join(lines)

@@ -279,7 +279,7 @@ def _draw_prop(lim: Limbs, prop: str | None, hand: tuple[float, float], colour: 
 
 def draw_person(rng: np.random.Generator, pen: Pen, obj: dict[str, Any], colour: RGB) -> None:
     pose = obj["action"] if obj["action"] in _SKELETONS else "stand"
-    from export.world.scene import POSE_BOX
+    from sceneworld.scene import POSE_BOX
 
     fw, fh = POSE_BOX[obj["noun"]][pose]
     lim = Limbs(pen, fw, fh)

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from export.world.captions import caption_scene, present_pairs
-from export.world.render import render
-from export.world.scene import scene_graph
+from sceneworld.captions import caption_scene, present_pairs
+from sceneworld.render import render
+from sceneworld.scene import scene_graph
 from service.checks import at_least
 
 TEST_SEED_OFFSET = 7919  # a test world is drawn from seed + this (the 1000th prime), never a training seed
