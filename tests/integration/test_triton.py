@@ -30,8 +30,8 @@ from service.gateway.app import create_app
 from service.manifest import Manifest, load_manifest
 from service.metrics import Metrics
 from service.settings import Settings
-from service.tritonlocal.server import LocalTriton, TritonError, TritonInstall, free_port
-from tests.integration.conftest import local_triton
+from service.tritonlocal.server import LocalTriton, TritonError, TritonInstall
+from tests.integration.conftest import free_port, local_triton
 
 pytestmark = pytest.mark.integration
 
