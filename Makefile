@@ -144,6 +144,31 @@ run: $(STAMP) $(REPO)/manifest.json
 test: $(STAMP) $(TSTAMP) $(OSTAMP) $(OPSTAMP) test-tools
 	PY=$(VPY) bash scripts/test_tiers.sh
 
+# The images, with podman (docs/operations.md, "Container"; podman, runc and mmdebstrap are installed from
+# the OS's packages where absent, as root). base-image: the local Python bases from this machine's apt
+# sources (no registry), cached in podman's storage under a content key; image: the gateway of
+# VARIANT=serve|serve-gpu|serve-triton on them (compcap-gateway:<version>-cpu|-gpu|-triton);
+# probesets-image: compcap-probesets:<version> from $(REPO) after `make probesets`; test-container: the
+# container tier alone (make test runs it beside the others); clean-images: removes all of those images,
+# the cached bases included, and what a killed container tier left.
+VARIANT ?= serve
+.PHONY: base-image image probesets-image test-container clean-images
+
+base-image:
+	bash scripts/base_image.sh
+
+image:
+	bash scripts/build_image.sh --variant $(VARIANT)
+
+probesets-image:
+	bash scripts/build_image.sh --probesets --context $(REPO)
+
+test-container: $(STAMP)
+	$(VPY) -m pytest -q -p no:cacheprovider -rs tests/container
+
+clean-images:
+	bash scripts/clean_images.sh
+
 # the GPU check (scripts/gpu_check.py; docs/gpu.md): on a GPU host with onnxruntime's CUDA build in
 # .venv, one table and reports/gpu/gpu_check.json; where CUDA cannot be used, one line saying why
 gpu-check: $(STAMP)

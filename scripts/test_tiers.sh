@@ -10,6 +10,11 @@
 # (`make serve-venv`, from its lock; .venv-serve-312 / -313, kept between runs) with the tests' tools beside
 # it (`make serve-test-tools`), serving a tiny repository this script builds once with $PY (those venvs have
 # no torch). A Python with no interpreter here (python3.X on PATH or pyenv's) is skipped, saying so.
+#
+# Beside both, from the start, the container tier (tests/container: podman builds and runs the images,
+# about 3 minutes alone, most of it two image builds; it skips with one line where the machine cannot run
+# containers). It is a third process rather than a tail of either side so that its builds' disk and
+# network waits overlap the others' work.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -38,19 +43,37 @@ build_repo(Path(sys.argv[1]), preset='tiny', seed=0)" "$out/tiny/model_repo" > "
 
 "$PY" -m pytest -q -p no:cacheprovider tests/integration > "$out/slow.txt" 2>&1 &
 slow=$!
+# (each tier's header below says when it ended, in seconds from the start: what it takes beside the others)
+(
+    "$PY" -m pytest -q -p no:cacheprovider -rs tests/container
+    rc=$?
+    echo "$SECONDS" > "$out/container.s"
+    exit "$rc"
+) > "$out/container.txt" 2>&1 &
+container=$!
 "$PY" -m pytest -q -p no:cacheprovider tests/unit tests/api tests/ops tests/browser > "$out/fast.txt" 2>&1
 fast_rc=$?
 versions_rc=0
 for version in $TEST_PYTHONS; do
     api_on "$version" || { [ "$versions_rc" -ne 0 ] || versions_rc=1; }
 done
+echo "$SECONDS" > "$out/fast.s"
 wait "$slow"
 slow_rc=$?
-for tier in fast slow; do
-    echo "=== tests: $([ "$tier" = fast ] && echo 'unit, api, ops, browser' || echo 'integration') ==="
+echo "$SECONDS" > "$out/slow.s"
+wait "$container"
+container_rc=$?
+for tier in fast slow container; do
+    case $tier in
+        fast) name="unit, api, ops, browser; then the API on ${TEST_PYTHONS:-no other Python}" ;;
+        slow) name=integration ;;
+        container) name=container ;;
+    esac
+    ended=$(cat "$out/$tier.s" 2>/dev/null || echo "?")
+    echo "=== tests: $name (ended at ${ended} s) ==="
     cat "$out/$tier.txt"
 done
-logs=("$out/fast.txt" "$out/slow.txt")
+logs=("$out/fast.txt" "$out/slow.txt" "$out/container.txt")
 for version in $TEST_PYTHONS; do
     echo "=== tests: api on Python $version ==="
     cat "$out/py$version.txt"
@@ -62,7 +85,8 @@ total() {  # the sum of "<n> $1" over every run's closing lines
 passed=$(total passed)
 failed=$(( $(total failed) + $(total error) ))  # collection errors count as failures
 skipped=$(total skipped)
-echo "$passed passed, $failed failed, $skipped skipped"
+echo "$passed passed, $failed failed, $skipped skipped in $((SECONDS / 60)) min $((SECONDS % 60)) s"
 [ "$fast_rc" -ne 0 ] && exit "$fast_rc"
 [ "$slow_rc" -ne 0 ] && exit "$slow_rc"
+[ "$container_rc" -ne 0 ] && exit "$container_rc"
 exit "$versions_rc"
