@@ -4,6 +4,8 @@ the shared state), the gauges and the API-key check."""
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +70,15 @@ class Spec:
         return {"model": "butd", "rerank": False, "probe_set": "systematicity"}
 
 
+async def until(condition: Callable[[], bool], limit_s: float = 30.0) -> None:
+    """Yield to the loop until ``condition()`` holds: a job's first step waits on the store's thread,
+    which a busy machine may run late (no fixed sleep is long enough everywhere)."""
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        assert time.monotonic() < deadline, "the condition did not hold in time"
+        await asyncio.sleep(0.005)
+
+
 def test_job_manager_bounds_runs_cancels_and_records() -> None:
     recorded: list[str] = []
 
@@ -92,7 +103,7 @@ def test_job_manager_bounds_runs_cancels_and_records() -> None:
         assert 1 <= full.value.retry_after_s <= 300 and full.value.code == "too_many_probes"
         assert full.value.headers == {"Retry-After": str(round(full.value.retry_after_s))}
         forced = await jobs.submit(Spec(), broken, force=True)  # type: ignore[arg-type]
-        await asyncio.sleep(0.01)
+        await until(lambda: a.progress.total == 10)  # its start is written through the store's thread
         assert a.status is JobStatus.RUNNING and a.view()["progress"] == {"done": 0, "total": 10}
         cancelled = await jobs.cancel(b.id)
         assert cancelled is b and b.status is JobStatus.CANCELLED and "cancelled" in (b.error or "")
@@ -108,7 +119,7 @@ def test_job_manager_bounds_runs_cancels_and_records() -> None:
         c = await jobs.submit(Spec(), slow)  # type: ignore[arg-type]
         listed = await jobs.recent()
         assert len(listed) == 3 and c in listed  # keep=3: the newest three are listed
-        await asyncio.sleep(0.01)
+        await until(lambda: c.progress.total == 10)
         assert c.status is JobStatus.RUNNING
         await jobs.close()
         assert c.status is JobStatus.CANCELLED
