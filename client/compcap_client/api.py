@@ -10,11 +10,13 @@ through.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import sys
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
@@ -59,6 +61,7 @@ if sys.version_info >= (3, 10):
 else:  # Python 3.9 has no ParamSpec; a TypeVar stands in at run time (type checkers read the branch above)
     P = TypeVar("P")
 T = TypeVar("T")
+TransportT = TypeVar("TransportT", httpx.BaseTransport, httpx.AsyncBaseTransport)
 Method = Literal["attention", "saliency", "guided_backprop", "integrated_gradients"]
 
 
@@ -104,16 +107,22 @@ class operation(Generic[P, T]):  # lower case: used as a decorator
         return bound
 
 
-class _Api:
-    """The API's calls, shared by both clients (see ``compcap_client`` for the whole list)."""
+class _Api(Generic[TransportT]):
+    """The API's calls and options, shared by both clients (see ``compcap_client`` for the whole list);
+    ``TransportT``: the ``httpx`` transport type the client's ``transport`` option takes."""
 
     def __init__(
         self,
-        base_url: str,
-        api_key: str | None,
-        timeout: float,
-        connect_timeout: float,
-        retry: RetryPolicy | None,
+        base_url: str = DEFAULT_URL,
+        *,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        connect_timeout: float = 5.0,
+        retry: RetryPolicy | None = None,
+        headers: Mapping[str, str] | None = None,
+        transport: TransportT | None = None,
+        trust_env: bool = True,
+        max_connections: int = 100,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
@@ -123,6 +132,18 @@ class _Api:
         self.retry = retry if retry is not None else RetryPolicy()
         self.retries = 0  # requests tried again so far (503/429 or connect failures)
         self._kinds: dict[str, ProbeKindInfo] = {}  # GET /v1/probe-kinds, read by probe_kind()
+        self._open(
+            base_url=self.base_url,
+            headers=_headers(api_key, headers),
+            timeout=self.timeout,
+            transport=transport,
+            trust_env=trust_env,
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        )
+
+    def _open(self, **options: Any) -> None:
+        """Open the transport's ``httpx`` client with ``options``."""
+        raise NotImplementedError
 
     def _counted(self) -> None:
         self.retries += 1
@@ -409,35 +430,35 @@ def _headers(api_key: str | None, headers: Mapping[str, str] | None) -> dict[str
 # -- the two transports --------------------------------------------------------------------------------
 
 
-class CompCapClient(_Api):
+@dataclass(frozen=True)
+class _Returned(Generic[T]):
+    """What a flow returned (``_advance``)."""
+
+    value: T
+
+
+def _advance(flow: Flow[T], outcome: Outcome) -> Request | Sleep | _Returned[T]:
+    """Give ``flow`` the outcome of its last step: its next step, or what it returned."""
+    try:
+        return flow.send(outcome)
+    except StopIteration as stop:
+        return _Returned(stop.value)
+
+
+class CompCapClient(_Api[httpx.BaseTransport]):
     """Blocking client of one gateway; a context manager (closes its connection pool).
 
     ``timeout``: seconds for each read/write (``caption(timeout=...)`` and the like override it per
     call); ``connect_timeout``: seconds to open a connection; ``retry``: when a 503/429 or a refused
     connection is tried again (``RetryPolicy``; ``NO_RETRY``); ``api_key``: sent as
-    ``Authorization: Bearer``. ``transport``/``trust_env`` go to ``httpx.Client``.
+    ``Authorization: Bearer``; ``max_connections``: the connection pool's size (threads sharing the
+    client beyond it wait). ``transport``/``trust_env`` go to ``httpx.Client``.
     """
 
-    def __init__(
-        self,
-        base_url: str = DEFAULT_URL,
-        *,
-        api_key: str | None = None,
-        timeout: float = 60.0,
-        connect_timeout: float = 5.0,
-        retry: RetryPolicy | None = None,
-        headers: Mapping[str, str] | None = None,
-        transport: httpx.BaseTransport | None = None,
-        trust_env: bool = True,
-    ) -> None:
-        super().__init__(base_url, api_key, timeout, connect_timeout, retry)
-        self._http = httpx.Client(
-            base_url=self.base_url,
-            headers=_headers(api_key, headers),
-            timeout=self.timeout,
-            transport=transport,
-            trust_env=trust_env,
-        )
+    _http: httpx.Client
+
+    def _open(self, **options: Any) -> None:
+        self._http = httpx.Client(**options)
 
     def __enter__(self) -> Self:
         return self
@@ -452,51 +473,29 @@ class CompCapClient(_Api):
         """Drive ``flow``: send each request it yields (once; retries are the flow's), sleep each
         ``Sleep``, until it returns."""
         outcome: Outcome = None
+        with contextlib.closing(flow):
+            while not isinstance(step := _advance(flow, outcome), _Returned):
+                outcome = self._step(step)
+            return step.value
+
+    def _step(self, step: Request | Sleep) -> Outcome:
+        if isinstance(step, Sleep):
+            time.sleep(step.seconds)
+            return None
         try:
-            while True:
-                try:
-                    step = flow.send(outcome)
-                except StopIteration as stop:
-                    result: T = stop.value
-                    return result
-                if isinstance(step, Sleep):
-                    time.sleep(step.seconds)
-                    outcome = None
-                    continue
-                try:
-                    outcome = self._http.request(**step.send_args(self.timeout))
-                except httpx.TransportError as exc:
-                    outcome = exc
-        finally:
-            flow.close()
+            return self._http.request(**step.send_args(self.timeout))
+        except httpx.TransportError as exc:
+            return exc
 
 
-class AsyncCompCapClient(_Api):
-    """``CompCapClient``'s methods as coroutines, on one ``httpx.AsyncClient``; ``async with``.
-    ``max_connections``: the connection pool's size (concurrent requests beyond it wait)."""
+class AsyncCompCapClient(_Api[httpx.AsyncBaseTransport]):
+    """``CompCapClient``'s methods as coroutines, with the same options, on one ``httpx.AsyncClient``;
+    ``async with``."""
 
-    def __init__(
-        self,
-        base_url: str = DEFAULT_URL,
-        *,
-        api_key: str | None = None,
-        timeout: float = 60.0,
-        connect_timeout: float = 5.0,
-        retry: RetryPolicy | None = None,
-        headers: Mapping[str, str] | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-        trust_env: bool = True,
-        max_connections: int = 100,
-    ) -> None:
-        super().__init__(base_url, api_key, timeout, connect_timeout, retry)
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url,
-            headers=_headers(api_key, headers),
-            timeout=self.timeout,
-            transport=transport,
-            trust_env=trust_env,
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-        )
+    _http: httpx.AsyncClient
+
+    def _open(self, **options: Any) -> None:
+        self._http = httpx.AsyncClient(**options)
 
     async def __aenter__(self) -> Self:
         return self
@@ -511,26 +510,22 @@ class AsyncCompCapClient(_Api):
 
     async def _run(self, flow: Flow[T]) -> T:
         """``CompCapClient._run`` with ``await``."""
+        outcome: Outcome = None
+        with contextlib.closing(flow):
+            while not isinstance(step := _advance(flow, outcome), _Returned):
+                outcome = await self._step(step)
+            return step.value
+
+    async def _step(self, step: Request | Sleep) -> Outcome:
         import asyncio  # here: a blocking client's import need not load asyncio (a quarter of it)
 
-        outcome: Outcome = None
+        if isinstance(step, Sleep):
+            await asyncio.sleep(step.seconds)
+            return None
         try:
-            while True:
-                try:
-                    step = flow.send(outcome)
-                except StopIteration as stop:
-                    result: T = stop.value
-                    return result
-                if isinstance(step, Sleep):
-                    await asyncio.sleep(step.seconds)
-                    outcome = None
-                    continue
-                try:
-                    outcome = await self._http.request(**step.send_args(self.timeout))
-                except httpx.TransportError as exc:
-                    outcome = exc
-        finally:
-            flow.close()
+            return await self._http.request(**step.send_args(self.timeout))
+        except httpx.TransportError as exc:
+            return exc
 
 
 __all__ = ["DEFAULT_URL", "AsyncCompCapClient", "CompCapClient", "operation"]

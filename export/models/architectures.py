@@ -59,14 +59,16 @@ class Architecture:
 
 def _butr(vocab_size: int, region_dim: int, regions: int, p: Preset) -> nn.Module:
     from export.models.butr import BUTR
+    from export.models.lstm_sizes import LSTMSizes
 
-    return BUTR(vocab_size, region_dim, p.word_dim, p.hidden_dim, p.joint_dim, p.attention_dim)
+    return BUTR(LSTMSizes.of(vocab_size, region_dim, p), p.joint_dim)
 
 
 def _sat(vocab_size: int, region_dim: int, regions: int, p: Preset) -> nn.Module:
+    from export.models.lstm_sizes import LSTMSizes
     from export.models.sat import SAT
 
-    return SAT(vocab_size, region_dim, p.word_dim, p.hidden_dim, p.attention_dim)
+    return SAT(LSTMSizes.of(vocab_size, region_dim, p))
 
 
 def _transformer(vocab_size: int, region_dim: int, regions: int, p: Preset) -> nn.Module:

@@ -8,27 +8,23 @@ State carried by the decoder step: [h_l, c_l, h_g, c_g] → S = 4L.
 
 from __future__ import annotations
 
+from dataclasses import astuple
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from export.models.lstm_sizes import LSTMSizes
 from export.models.step_contract import CaptionerStep, StepInputs, StepOutputs
 from service.checks import above, within
 
 
 class BUTR(CaptionerStep, nn.Module):
-    def __init__(
-        self,
-        vocab_size: int,
-        region_dim: int,
-        word_dim: int,
-        hidden_dim: int,
-        joint_dim: int,
-        attention_dim: int,
-        dropout: float = 0.2,
-    ) -> None:
+    def __init__(self, sizes: LSTMSizes, joint_dim: int) -> None:
+        """``joint_dim``: J, the joint space of the embedded regions and the ranking head."""
         super().__init__()
-        above(0, vocab_size=vocab_size, region_dim=region_dim, hidden_dim=hidden_dim)
+        above(0, joint_dim=joint_dim)
+        vocab_size, region_dim, word_dim, hidden_dim, attention_dim, dropout = astuple(sizes)
         self.hidden_dim = hidden_dim
         self.embed = nn.Embedding(vocab_size, word_dim, padding_idx=0)  # W1
         self.language = nn.LSTM(word_dim, hidden_dim, batch_first=True)  # eq. 2

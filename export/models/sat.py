@@ -5,26 +5,20 @@ Shapes: B batch, R regions, D region dim, A attention dim, L hidden, T tokens, V
 
 from __future__ import annotations
 
+from dataclasses import astuple
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from export.models.lstm_sizes import LSTMSizes
 from export.models.step_contract import CaptionerStep, StepInputs, StepOutputs
-from service.checks import above
 
 
 class SAT(CaptionerStep, nn.Module):
-    def __init__(
-        self,
-        vocab_size: int,
-        region_dim: int,
-        word_dim: int,
-        hidden_dim: int,
-        attention_dim: int,
-        dropout: float = 0.2,
-    ) -> None:
+    def __init__(self, sizes: LSTMSizes) -> None:
         super().__init__()
-        above(0, vocab_size=vocab_size, region_dim=region_dim, hidden_dim=hidden_dim)
+        vocab_size, region_dim, word_dim, hidden_dim, attention_dim, dropout = astuple(sizes)
         self.hidden_dim = hidden_dim
         self.init_h = nn.Linear(region_dim, hidden_dim)
         self.init_c = nn.Linear(region_dim, hidden_dim)

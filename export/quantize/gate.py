@@ -155,7 +155,7 @@ async def _systematicity(
 ) -> dict[str, dict[str, float | None]]:
     """Per systematicity run: the probe's mean Recall@5 of the held-out and the seen pairs (or of every
     pair where the held-out pairs are not known)."""
-    from service.probes.kinds.record import ProbeSpec, Progress
+    from service.probes.kinds.record import KindRun, ProbeSpec, Progress
     from service.probes.kinds.systematicity_kind import run as run_probe
     from service.probes.scoring.parser import PairParser
     from service.probesets import load_probe_set
@@ -176,7 +176,7 @@ async def _systematicity(
                 rerank=ranker if ranker else False,
             )
             spec = ProbeSpec("systematicity", probe_set, params, None, images)
-            result = await run_probe(engine, spec, loaded, parser, Progress())
+            result = await run_probe(KindRun(engine, spec, loaded, parser, Progress()))
             held = (result.get("held_out") or result.get("all") or {}).get("recall", {})
             seen = (result.get("seen") or {}).get("recall", {})
             out[label((cap, ranker))] = {"held_out": held.get("5"), "seen": seen.get("5")}

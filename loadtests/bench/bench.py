@@ -53,7 +53,7 @@ from service.cli.args import (
 )
 from service.engine.engine import CaptionEngine
 from service.engine.params import SearchParams
-from service.engine.runner import ModelRunner
+from service.engine.runner import ModelRunner, StepInput
 from service.manifest import PRECISIONS, Manifest, Precision, load_manifest
 from service.metrics import Metrics
 from service.settings import Settings
@@ -257,15 +257,17 @@ async def _step_curve(
     out: list[dict[str, float]] = []
     for rows in [r for r in BATCH_ROWS if r <= max_rows]:
         n = rows // BEAM_SIZE
-        memory = np.ascontiguousarray(enc.memory[:n])
-        image_index = np.repeat(np.arange(n), BEAM_SIZE).astype(np.int64)
         size = cap.tokens.size if cap.tokens is not None else manifest.vocabulary.size  # its own tokens
-        tokens = rng.integers(4, size, (rows, t)).astype(np.int64)
-        lengths = np.full(rows, t, dtype=np.int64)
-        state = np.repeat(enc.state[:n], BEAM_SIZE, axis=0)
+        step_rows = StepInput(
+            memory=np.ascontiguousarray(enc.memory[:n]),
+            image_index=np.repeat(np.arange(n), BEAM_SIZE).astype(np.int64),
+            tokens=rng.integers(4, size, (rows, t)).astype(np.int64),
+            lengths=np.full(rows, t, dtype=np.int64),
+            state=np.repeat(enc.state[:n], BEAM_SIZE, axis=0),
+        )
 
         async def call() -> object:
-            return await runner.step(cap.name, memory, image_index, tokens, lengths, state)  # noqa: B023
+            return await runner.step(cap.name, step_rows)  # noqa: B023
 
         seconds, cpu_s = await _timed(call, seconds_per_size)
         out.append(

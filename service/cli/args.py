@@ -13,10 +13,11 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 ArgumentTypeError = argparse.ArgumentTypeError
+N = TypeVar("N", int, float)
 
 # -- numbers --------------------------------------------------------------------------------------
 
@@ -44,50 +45,29 @@ def _require(ok: bool, rule: str, got: object) -> None:
         raise ArgumentTypeError(f"must be {rule}, got {got}")
 
 
-def positive_int(text: str) -> int:
-    """A count: a whole number >= 1."""
-    value = _int(text)
-    _require(value >= 1, ">= 1", value)
-    return value
+def _checked(read: Callable[[str], N], rule: str, test: Callable[[N], bool], name: str) -> Callable[[str], N]:
+    """An argument type: ``read`` the text, then refuse a value failing ``test`` (``must be RULE, got
+    TEXT``)."""
+
+    def parse(text: str) -> N:
+        value = read(text)
+        _require(test(value), rule, text)
+        return value
+
+    parse.__name__ = parse.__qualname__ = name
+    return parse
 
 
-def non_negative_int(text: str) -> int:
-    """A whole number >= 0 (0 usually turns something off)."""
-    value = _int(text)
-    _require(value >= 0, ">= 0", value)
-    return value
-
-
-def positive_float(text: str) -> float:
-    """Seconds, a rate: a finite number > 0."""
-    value = _float(text)
-    _require(value > 0, "> 0", text)
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    value = _float(text)
-    _require(value >= 0, ">= 0", text)
-    return value
-
-
-def fraction(text: str) -> float:
-    """A share: a number in 0..1."""
-    value = _float(text)
-    _require(0.0 <= value <= 1.0, "in 0..1", text)
-    return value
+positive_int = _checked(_int, ">= 1", lambda v: v >= 1, "positive_int")  # a count
+non_negative_int = _checked(_int, ">= 0", lambda v: v >= 0, "non_negative_int")  # 0 usually turns it off
+positive_float = _checked(_float, "> 0", lambda v: v > 0, "positive_float")  # seconds, a rate
+non_negative_float = _checked(_float, ">= 0", lambda v: v >= 0, "non_negative_float")
+fraction = _checked(_float, "in 0..1", lambda v: 0.0 <= v <= 1.0, "fraction")  # a share
 
 
 def int_between(low: int, high: int) -> Callable[[str], int]:
     """A whole number in ``low..high``."""
-
-    def parse(text: str) -> int:
-        value = _int(text)
-        _require(low <= value <= high, f"in {low}..{high}", value)
-        return value
-
-    parse.__name__ = f"int_{low}_{high}"
-    return parse
+    return _checked(_int, f"in {low}..{high}", lambda v: low <= v <= high, f"int_{low}_{high}")
 
 
 def port(text: str) -> int:

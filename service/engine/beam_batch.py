@@ -31,6 +31,7 @@ power of the penalty can no longer beat the pool's worst (transformers' heuristi
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -128,7 +129,52 @@ class StepUpdate:
     failed: dict[int, Exception] = field(default_factory=dict)
 
 
-class BeamBatch:
+StepPart = tuple["BeamBatch", BatchRows, slice]  # a batch's rows of a step call, at its rows ``slice``
+
+
+class SteppedBatch(ABC):
+    """What the scheduler steps: ``rows()`` for a step call, ``advance`` with that call's output. A
+    ``BeamBatch``, or ``service.engine.cohorts.CohortBatch``, several fed by one step call."""
+
+    @abstractmethod
+    def rows(self) -> BatchRows:
+        """The live rows of the next step call."""
+
+    @abstractmethod
+    def _parts(self, step: BatchRows) -> Sequence[StepPart]:
+        """The ``BeamBatch`` es with rows in ``step``, each with its own rows and where they are in it."""
+
+    @abstractmethod
+    def _keep(self, state_out: object) -> None:
+        """Keep a step call's ``state_out``, to which the beams now refer; the call's rows are spent."""
+
+    def advance(
+        self,
+        step: BatchRows,
+        logprobs: np.ndarray | RowTopK,
+        state_out: object,
+        attention: np.ndarray | None = None,
+    ) -> StepUpdate:
+        """Consume the step output for ``step`` (what ``rows()`` returned): ``logprobs`` [N, V] (or each
+        row's best words, ``RowTopK``, while no request ``reads_whole_rows``), ``state_out`` [N, S] (an
+        array, or as the backend kept it on its device: never read here, only referred to and kept as it
+        is), and the step model's ``attention`` [N, M] for observers. Each ``BeamBatch`` consumes its
+        own rows (``BeamBatch.advance_rows``)."""
+        parts = self._parts(step)
+        n = step.rows.shape[0]
+        if logprobs.ndim != 2 or logprobs.shape[0] != n:
+            raise ValueError(f"logprobs must have shape [{n}, V], got {logprobs.shape}")
+        check_state_out(state_out, step)
+        self._keep(state_out)
+        update = StepUpdate()
+        for batch, rows, span in parts:
+            part = batch.advance_rows(rows, span, logprobs, attention)
+            update.finished.extend(part.finished)
+            update.failed.update(part.failed)
+        return update
+
+
+class BeamBatch(SteppedBatch):
     """The beam-search state of many requests (see module docstring)."""
 
     def __init__(
@@ -474,33 +520,25 @@ class BeamBatch:
             default=0,
         )
 
-    def advance(
-        self,
-        step: BatchRows,
-        logprobs: np.ndarray | RowTopK,
-        state_out: object,
-        attention: np.ndarray | None = None,
-    ) -> StepUpdate:
-        """Consume the step output for ``step`` (what ``rows()`` returned): ``logprobs`` [N, V] (or each
-        row's best words, ``RowTopK``, while no request ``reads_whole_rows``), ``state_out`` [N, S] (an
-        array, or as the backend kept it on its device: never read here, only referred to), and the
-        step model's ``attention`` [N, M] for observers."""
-        check_state_out(state_out, step)
+    def _parts(self, step: BatchRows) -> list[StepPart]:
+        return [(self, step, slice(0, int(step.rows.shape[0])))]
+
+    def _keep(self, state_out: object) -> None:
         self.pool = state_out
-        return self.advance_rows(step, logprobs, 0, attention)
 
     def advance_rows(
         self,
         step: BatchRows,
+        span: slice,
         logprobs: np.ndarray | RowTopK,
-        offset: int,
-        attention: np.ndarray | None = None,
+        attention: np.ndarray | None,
     ) -> StepUpdate:
-        """``advance`` for this batch's rows of a larger step call (``service.engine.cohorts``), whose
-        state_out rows ``offset ..`` are this batch's, the caller keeping that state_out."""
+        """``advance`` of this batch's rows ``step``: rows ``span`` of a step call (all of it, or in
+        ``service.engine.cohorts`` this batch's part) whose ``logprobs`` and ``attention`` these are;
+        its state_out rows ``span`` are now those rows' states, the caller keeping that state_out."""
+        logprobs = logprobs[span]
+        attention = None if attention is None else attention[span]
         n = step.rows.shape[0]
-        if logprobs.ndim != 2 or logprobs.shape[0] != n:
-            raise ValueError(f"logprobs must have shape [{n}, V], got {logprobs.shape}")
         self.new_states = self.new_states[:0]  # the rows that read them now have their state_out rows
         update = StepUpdate()
         words: np.ndarray | None = None  # [N, k + 1] the word of each column of a compact RowTopK
@@ -528,7 +566,7 @@ class BeamBatch:
             full = np.full((i * c, v), NEG_INF)
             full[step.rows] = live
         position = np.full(i * c, -1, dtype=np.int64)  # grid row -> its row of state_out
-        position[step.rows] = offset + np.arange(n)
+        position[step.rows] = span.start + np.arange(n)
         cum = np.where(self.done[:, None], NEG_INF, self.cum)
         parent, column, sel_cum, eos_cum = self._select(cum, full.reshape(i, c, v), eos)
         grid = np.arange(i)[:, None]

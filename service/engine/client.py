@@ -5,14 +5,16 @@ studies) and ``service.engine.core_client.RemoteEngine`` (an engine core in anot
 ``compcap serve --api-processes N``). Options are resolved and images checked on the client's side
 (the same repository, settings and hook registry), so a bad request is refused without a round trip;
 the search itself runs wherever the models are. That caller's side is written once, in
-``ClientSide``, which both implementations extend.
+``EngineClient``, which both implementations extend.
 """
 
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Generic, NamedTuple, Protocol, TypeVar, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -28,41 +30,15 @@ from service.manifest import Manifest
 from service.text.subword import TokenVocabulary
 
 
-@runtime_checkable
-class EngineClient(Protocol):
-    """The engine's public API (``CaptionEngine``'s; see ``service.engine.engine``)."""
+@dataclass
+class CaptionOutput:
+    """What ``EngineClient.caption`` answers."""
 
-    @property
-    def manifest(self) -> Manifest: ...
-
-    @property
-    def vocabs(self) -> Mapping[str, TokenVocabulary]: ...
-
-    @property
-    def settings(self) -> EngineSettings: ...
-
-    def resolve(self, **options: Any) -> SearchParams: ...
-
-    def encoder_images(self, model: str, images: np.ndarray) -> np.ndarray: ...
-
-    async def caption(
-        self,
-        images: np.ndarray,
-        params: SearchParams,
-        timeout_s: float | None = None,
-        priority: Priority = Priority.USER,
-        observer: StepObserver | None = None,
-    ) -> Any: ...
-
-    async def caption_many(
-        self,
-        images: np.ndarray,
-        params: SearchParams,
-        priority: Priority = Priority.BACKGROUND,
-        progress: Callable[[int], object] | None = None,
-    ) -> list[list[Caption]]: ...
-
-    async def close(self) -> None: ...
+    params: SearchParams
+    results: list[list[Caption]]  # per image, final order (ranker order if re-ranked), n_best each
+    timings_ms: dict[str, float] = field(default_factory=dict)  # queue, encode, decode, rerank
+    iterations: int = 0  # step calls the request took part in
+    domain: tuple[list[float], list[bool]] | None = None  # per image: typicality score, in domain
 
 
 def check_request(
@@ -111,11 +87,8 @@ async def caption_in_parts(
     return [per for results in done for per in results]
 
 
-Output = TypeVar("Output")
-
-
 class Checked(NamedTuple):
-    """A caption request ``ClientSide.caption`` has checked, with its deadline set."""
+    """A caption request ``EngineClient.caption`` has checked, with its deadline set."""
 
     images: np.ndarray
     params: SearchParams
@@ -124,11 +97,11 @@ class Checked(NamedTuple):
     observer: StepObserver | None
 
 
-class ClientSide(Generic[Output]):
-    """The caller's side of an ``EngineClient``, the same in process and across one: options resolved,
-    images prepared for an encoder, a request checked and its deadline set before ``_submit`` (what
-    differs: a scheduler here, a frame to the engine core there), many images captioned in parts. A
-    subclass sets ``manifest``, ``vocabs`` and ``settings``."""
+class EngineClient(ABC):
+    """The engine's public API (see module docstring), and the caller's side of it, the same in process
+    and across one: options resolved, images prepared for an encoder, a request checked and its
+    deadline set before ``_submit`` (what differs: a scheduler here, a frame to the engine core there),
+    many images captioned in parts. A subclass sets ``manifest``, ``vocabs`` and ``settings``."""
 
     manifest: Manifest
     vocabs: Mapping[str, TokenVocabulary]
@@ -153,7 +126,7 @@ class ClientSide(Generic[Output]):
         timeout_s: float | None = None,
         priority: Priority = Priority.USER,
         observer: StepObserver | None = None,
-    ) -> Output:
+    ) -> CaptionOutput:
         """Caption uint8 [B, H, W, 3] images within ``timeout_s`` (default: its captioner's request
         deadline, ``service.engine.deadlines``; ``TimeoutError`` after it). ``observer`` gets this
         request's ``StepEvent`` at every step."""
@@ -164,9 +137,9 @@ class ClientSide(Generic[Output]):
             timeout = timeout_s
         return await self._submit(Checked(images, params, timeout, priority, observer))
 
-    async def _submit(self, request: Checked) -> Output:
+    @abstractmethod
+    async def _submit(self, request: Checked) -> CaptionOutput:
         """Decode a checked request within its ``timeout_s``."""
-        raise NotImplementedError
 
     async def caption_many(
         self,
@@ -181,5 +154,9 @@ class ClientSide(Generic[Output]):
         images finish."""
         return await caption_in_parts(self.caption, self.settings, images, params, priority, progress)
 
+    @abstractmethod
+    async def close(self) -> None:
+        """Free what the client holds."""
 
-__all__ = ["Checked", "ClientSide", "EngineClient", "caption_in_parts", "check_request"]
+
+__all__ = ["CaptionOutput", "Checked", "EngineClient", "caption_in_parts", "check_request"]

@@ -21,14 +21,13 @@ import numpy as np
 
 from service.checks import at_least
 from service.engine.beam import Hypothesis
-from service.engine.beam_batch import BatchRows, BeamBatch, Joining, StepUpdate, check_state_out, read_only
-from service.engine.sparse import RowTopK
+from service.engine.beam_batch import BatchRows, BeamBatch, Joining, StepPart, SteppedBatch, read_only
 from service.engine.state_rows import StateRows
 
 COHORT_BOUNDS = (8, 32)  # beam sizes ≤ 8, ≤ 32, and the rest (up to the batch's capacity)
 
 
-class CohortBatch:
+class CohortBatch(SteppedBatch):
     """``BeamBatch`` es by beam width behind one step call (see module docstring)."""
 
     def __init__(
@@ -49,7 +48,7 @@ class CohortBatch:
         self._memory: np.ndarray | None = None
         self._memory_valid = False
         self._pool: object | None = None  # the last step call's state_out
-        self._last: tuple[BatchRows, list[tuple[BeamBatch, BatchRows, int, int]]] | None = None
+        self._last: tuple[BatchRows, list[StepPart]] | None = None  # the last rows(), and its parts
 
     # -- membership -----------------------------------------------------------------------------------
 
@@ -158,19 +157,30 @@ class CohortBatch:
                 lengths=np.concatenate([sub.lengths for _, sub, _, _ in parts]),
                 state=StateRows(pool, new, np.concatenate([sub.state.index for _, sub, _, _ in parts])),
             )
-        spans, at = [], 0
+        spans: list[StepPart] = []
+        at = 0
         for cohort, sub, _, _ in parts:
-            spans.append((cohort, sub, at, at + int(sub.rows.size)))
+            spans.append((cohort, sub, slice(at, at + int(sub.rows.size))))
             at += int(sub.rows.size)
         self._last = (joined, spans)
         return joined
 
+    def _parts(self, step: BatchRows) -> list[StepPart]:
+        """Each cohort with rows in ``step`` (the last ``rows()``): its rows, and where they are in it."""
+        if self._last is None or self._last[0] is not step:
+            raise ValueError("step must be the BatchRows the last rows() call returned")
+        return self._last[1]
+
+    def _keep(self, state_out: object) -> None:
+        """Every cohort's beams refer to ``state_out``'s rows: kept here as it is (an array, or a
+        backend's ``DeviceArray`` on the model's device)."""
+        self._pool = state_out
+        self._last = None
+
     def row_owners(self, step: BatchRows) -> tuple[np.ndarray, np.ndarray]:
         """(request key [N], image within that request [N]) of each row of ``step`` (the last
         ``rows()``), as ``BeamBatch.row_owners``."""
-        if self._last is None or self._last[0] is not step:
-            raise ValueError("step must be the BatchRows the last rows() call returned")
-        parts = [cohort.row_owners(sub) for cohort, sub, _, _ in self._last[1]]
+        parts = [cohort.row_owners(sub) for cohort, sub, _ in self._parts(step)]
         if not parts:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         return np.concatenate([k for k, _ in parts]), np.concatenate([i for _, i in parts])
@@ -190,31 +200,6 @@ class CohortBatch:
             news[0] if len(news) == 1 else np.concatenate(news) if news else np.zeros((0, width), np.float32)
         )
         return pool, new, offsets
-
-    def advance(
-        self,
-        step: BatchRows,
-        logprobs: np.ndarray | RowTopK,
-        state_out: object,
-        attention: np.ndarray | None = None,
-    ) -> StepUpdate:
-        """Consume the step output for ``step`` (the last ``rows()``), each cohort its own slice; the
-        cohorts' beams refer to ``state_out``'s rows, which this batch keeps as it is (an array, or a
-        backend's ``DeviceArray`` on the model's device)."""
-        if self._last is None or self._last[0] is not step:
-            raise ValueError("step must be the BatchRows the last rows() call returned")
-        n = step.rows.shape[0]
-        if logprobs.ndim != 2 or logprobs.shape[0] != n:
-            raise ValueError(f"logprobs must have shape [{n}, V], got {logprobs.shape}")
-        check_state_out(state_out, step)
-        self._pool = state_out
-        update = StepUpdate()
-        for cohort, sub, a, b in self._last[1]:
-            part = cohort.advance_rows(sub, logprobs[a:b], a, None if attention is None else attention[a:b])
-            update.finished.extend(part.finished)
-            update.failed.update(part.failed)
-        self._last = None
-        return update
 
 
 __all__ = ["COHORT_BOUNDS", "CohortBatch"]

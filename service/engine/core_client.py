@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from service.backends.base import BackendError
-from service.engine.client import Checked, ClientSide
-from service.engine.engine import CaptionOutput
+from service.engine.client import CaptionOutput, Checked, EngineClient
 from service.engine.observer import StepEvent, StepObserver
 from service.engine.params import (
     InvalidParameterError,
@@ -91,7 +90,7 @@ class _Pending:
     observer: StepObserver | None
 
 
-class RemoteEngine(ClientSide[CaptionOutput]):
+class RemoteEngine(EngineClient):
     """``EngineClient`` of an engine core at ``path`` (see module docstring). ``connected`` says
     whether the core answers now; ``devices`` and ``backend`` are what it said when it did;
     ``on_connected(bool)`` is called as that changes (the gateway's ``compcap_ready`` gauge)."""
@@ -146,7 +145,7 @@ class RemoteEngine(ClientSide[CaptionOutput]):
     # -- the engine's API -------------------------------------------------------------------------
 
     async def _submit(self, request: Checked) -> CaptionOutput:
-        """``caption`` (``ClientSide``) of a checked request: one frame to the core, its answer."""
+        """``caption`` (``EngineClient``) of a checked request: one frame to the core, its answer."""
         images, params, timeout, priority, observer = request
         options = params.options()
         writer, key, future = self._request(observer)

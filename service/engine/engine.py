@@ -12,15 +12,14 @@ step calls.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from service.backends.base import Backend
-from service.engine.client import Checked, ClientSide
+from service.engine.client import CaptionOutput, Checked, EngineClient
 from service.engine.domain import DomainModel
 from service.engine.limits import QueueFullError
-from service.engine.params import OverloadedError, SearchParams
+from service.engine.params import OverloadedError
 from service.engine.rerank import Caption, order_captions
 from service.engine.runner import ModelRunner
 from service.engine.scheduler import Scheduler
@@ -32,16 +31,7 @@ from service.text.subword import TokenVocabulary
 from service.text.vocabulary import Vocabulary
 
 
-@dataclass
-class CaptionOutput:
-    params: SearchParams
-    results: list[list[Caption]]  # per image, final order (ranker order if re-ranked), n_best each
-    timings_ms: dict[str, float] = field(default_factory=dict)  # queue, encode, decode, rerank
-    iterations: int = 0  # step calls the request took part in
-    domain: tuple[list[float], list[bool]] | None = None  # per image: typicality score, in domain
-
-
-class CaptionEngine(ClientSide[CaptionOutput]):
+class CaptionEngine(EngineClient):
     """Captions images with a repository's models on ``backend`` (see module docstring)."""
 
     def __init__(
@@ -151,7 +141,7 @@ class CaptionEngine(ClientSide[CaptionOutput]):
         return sum(s.user_requests for s in self._schedulers.values())
 
     async def _submit(self, request: Checked) -> CaptionOutput:
-        """``caption`` (``ClientSide``) of a checked request: through the captioner's scheduler, or
+        """``caption`` (``EngineClient``) of a checked request: through the captioner's scheduler, or
         one of its own without cross-request batching."""
         images, params, timeout, priority, observer = request
         alone = not self.settings.cross_request_batching

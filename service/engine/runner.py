@@ -44,6 +44,17 @@ class Encoded:
 
 
 @dataclass(frozen=True)
+class StepInput:
+    """The rows of one ``<cap>_step`` call (N rows of I images)."""
+
+    memory: np.ndarray  # float32 [I, M, Dm], once per image
+    image_index: np.ndarray  # int64 [N], each row's image
+    tokens: np.ndarray  # int64 [N, T], prefixes BOS w1..wt right-padded
+    lengths: np.ndarray  # int64 [N], real tokens per row
+    state: np.ndarray | StateRows  # float32 [N, S], or the rows' states by reference
+
+
+@dataclass(frozen=True)
 class StepOutput:
     logprobs: np.ndarray | RowTopK  # float32 [N, V], or each row's best words (``step``'s ``top_k``)
     state: np.ndarray | DeviceArray  # float32 [N, S]: on the model's device for a v3 step where kept
@@ -185,21 +196,13 @@ class ModelRunner:
     # -- decoding -------------------------------------------------------------------------------------
 
     def step_inputs(
-        self,
-        captioner: str,
-        memory: np.ndarray,
-        image_index: np.ndarray,
-        tokens: np.ndarray,
-        lengths: np.ndarray,
-        state: np.ndarray | StateRows,
-        top_k: int | None = None,
+        self, captioner: str, rows: StepInput, top_k: int | None = None
     ) -> dict[str, np.ndarray | DeviceArray]:
-        """Inputs of ``<cap>_step`` for N rows: ``memory`` [I, M, Dm] once per image, ``image_index``
-        int64 [N], ``tokens`` int64 [N, T] prefixes ``BOS w1..wt`` right-padded, ``lengths`` int64 [N]
-        real tokens per row, ``state`` float32 [N, S] or the rows' states by reference (``StateRows``:
-        a v3 step's ``state``, ``state_new`` and ``state_index``; gathered here for an older step); for
-        a step that returns its top k, ``top_k`` int64 [1] (1 when whole rows are read)."""
-        lengths = np.asarray(lengths, dtype=np.int64)
+        """Inputs of ``<cap>_step`` for ``rows``; states by reference (``StateRows``) become a v3 step's
+        ``state``, ``state_new`` and ``state_index``, and are gathered here for an older step; for a step
+        that returns its top k, ``top_k`` int64 [1] (1 when whole rows are read)."""
+        tokens, state = rows.tokens, rows.state
+        lengths = np.asarray(rows.lengths, dtype=np.int64)
         if self._last_token[captioner]:  # the LSTM reads only the last real token: T = 1
             tokens = tokens[np.arange(tokens.shape[0]), lengths - 1][:, None]
             lengths = np.ones_like(lengths)
@@ -210,8 +213,8 @@ class ModelRunner:
                 padded[:, : tokens.shape[1]] = tokens
                 tokens = padded
         inputs: dict[str, np.ndarray | DeviceArray] = {
-            "memory": np.ascontiguousarray(memory, dtype=np.float32),
-            "image_index": np.asarray(image_index, dtype=np.int64),
+            "memory": np.ascontiguousarray(rows.memory, dtype=np.float32),
+            "image_index": np.asarray(rows.image_index, dtype=np.int64),
             "tokens": np.ascontiguousarray(tokens, dtype=np.int64),
             "length": lengths,
         }
@@ -230,21 +233,12 @@ class ModelRunner:
             inputs["top_k"] = np.array([top_k or 1], dtype=np.int64)
         return inputs
 
-    async def step(
-        self,
-        captioner: str,
-        memory: np.ndarray,
-        image_index: np.ndarray,
-        tokens: np.ndarray,
-        lengths: np.ndarray,
-        state: np.ndarray | StateRows,
-        top_k: int | None = None,
-    ) -> StepOutput:
-        """One ``<cap>_step`` call (arguments as ``step_inputs``). ``top_k``: each row's ``top_k`` best
+    async def step(self, captioner: str, rows: StepInput, top_k: int | None = None) -> StepOutput:
+        """One ``<cap>_step`` call for ``rows`` (``step_inputs``). ``top_k``: each row's ``top_k`` best
         words and end-token log-prob (``RowTopK``) instead of whole rows — from the step graph where it
         returns them (only they leave the device), else taken here from the whole rows. A v3 step's
         ``state_out`` stays where the backend keeps it (``DeviceArray``), for the next call's ``state``."""
-        inputs = self.step_inputs(captioner, memory, image_index, tokens, lengths, state, top_k)
+        inputs = self.step_inputs(captioner, rows, top_k)
         model = self.captioner(captioner).step
         graph = self._top_graph.get(captioner)
         keep = ("state_out",) if self._v3[captioner] else ()

@@ -36,7 +36,7 @@ from service.engine.observer import StepObserver
 from service.engine.params import SearchParams
 from service.engine.request import DecodeResult, Priority, Request, RequestStatus
 from service.engine.rerank import rank_finished
-from service.engine.runner import Encoded, ModelRunner, StepOutput
+from service.engine.runner import Encoded, ModelRunner, StepInput, StepOutput
 from service.engine.settings import EngineSettings
 from service.engine.sparse import SPARSE_MIN_VOCAB, top_k_for
 from service.engine.tokens import token_ids
@@ -221,15 +221,8 @@ class Scheduler:
     async def _execute(self, rows: BatchRows, stepped: list[Request]) -> StepOutput | None:
         assert self._batch.memory is not None
         try:
-            out = await self.runner.step(
-                self.cap.name,
-                self._batch.memory,
-                rows.image_index,
-                rows.tokens,
-                rows.lengths,
-                rows.state,
-                self._top_k(),
-            )
+            call = StepInput(self._batch.memory, rows.image_index, rows.tokens, rows.lengths, rows.state)
+            out = await self.runner.step(self.cap.name, call, self._top_k())
         except Exception as exc:
             self._release(stepped, S.FAILED, exc)
             return None

@@ -22,26 +22,22 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from compcap_client import CompCapClient
 from service.cli import main as cli
-from service.engine.engine import CaptionEngine
 from service.gateway.app import create_app
 from service.probes.jobs.schedule import parse_schedule
 from service.probes.kinds import kind_names, register, unregister
-from service.probes.kinds.record import ProbeKind, ProbeSpec, Progress, cap, decode
+from service.probes.kinds.record import KindRun, ProbeKind, cap, decode
 from service.probes.kinds.tables import cell, table
-from service.probes.scoring.parser import PairParser
-from service.probesets import ProbeSet
 from service.settings import Settings
 from tests.api.conftest import wait_ready
 
 NAME = "mean_length"
 
 
-async def run(
-    engine: CaptionEngine, spec: ProbeSpec, probe_set: ProbeSet, parser: PairParser, progress: Progress
-) -> dict[str, Any]:
-    ids = cap(probe_set.image_ids, spec.images or 4)
-    progress.total = len(ids)
-    top1 = {i: c[0] for i, c in (await decode(engine, probe_set, ids, spec.params, progress)).items()}
+async def run(job: KindRun) -> dict[str, Any]:
+    ids = cap(job.probe_set.image_ids, job.spec.images or 4)
+    job.progress.total = len(ids)
+    decoded = await decode(job.engine, job.probe_set, ids, job.spec.params, job.progress)
+    top1 = {i: c[0] for i, c in decoded.items()}
     words = [len(c.split()) for c in top1.values()]
     return {"images": len(words), "mean_words": sum(words) / len(words), "captions": top1}
 

@@ -128,19 +128,19 @@ def test_samples_are_served_sceneworld_test_renders_with_their_scene_graphs(demo
     from sceneworld.dataset import generate
 
     renders, references, graphs = generate(3, seed=SAMPLE_WORLD_SEED)
-    common = (ROOT / "service" / "web" / "static" / "common.js").read_text(encoding="utf-8")
+    samples = (ROOT / "service" / "web" / "static" / "samples.js").read_text(encoding="utf-8")
     for i, (render, refs, graph) in enumerate(zip(renders, references, graphs, strict=True)):
         response = httpx.get(f"{demo_server}/demo-static/samples/example_{i}.png", trust_env=False)
         assert response.status_code == 200 and response.headers["content-type"] == "image/png"
         served = np.asarray(Image.open(io.BytesIO(response.content)).convert("RGB"))
         assert np.array_equal(served, render), f"sample {i} is not the test world's render"
-        assert refs[0] in common
+        assert refs[0] in samples
         # its scene graph as the generator drew it (no captions), the size its boxes are in
         scene = httpx.get(f"{demo_server}/demo-static/samples/example_{i}.scene.json", trust_env=False)
         assert scene.status_code == 200 and scene.headers["content-type"] == "application/json"
         want = {k: graph[k] for k in ("image_id", "background", "horizon", "objects", "relations")}
         assert scene.json() == {**want, "size": list(render.shape[:2])}, f"sample {i}'s scene graph"
-        assert f"example_{i}.scene.json" in common
+        assert f"example_{i}.scene.json" in samples
 
 
 def test_a_sample_click_captions_it_with_what_the_model_knows(

@@ -23,7 +23,7 @@ from compcap_lab.snapshots import blip
 from export.hf.architectures.blip import max_tokens
 from export.hf.importer import PARITY_TOLERANCE, import_hf
 from service.engine.engine import CaptionEngine
-from service.engine.runner import resize_images
+from service.engine.runner import StepInput, resize_images
 from service.gateway.app import create_app
 from service.manifest import load_manifest
 from service.settings import Settings
@@ -124,7 +124,8 @@ def test_the_engine_steps_as_transformers_does(repo: Path, model: Any, ids: dict
     async def engine_step() -> np.ndarray:
         async with await CaptionEngine.from_repo(repo, max_beam_size=8) as engine:
             enc = await engine.runner.encode(NAME, images)
-            out = await engine.runner.step(NAME, enc.memory, image_index, tokens, length, enc.state)
+            rows = StepInput(enc.memory, image_index, tokens, length, enc.state)
+            out = await engine.runner.step(NAME, rows)
             return np.asarray(out.logprobs)
 
     ours = asyncio.run(engine_step())

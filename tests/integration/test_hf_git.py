@@ -24,7 +24,7 @@ from compcap_lab.snapshots import git
 from export.hf.importer import PARITY_TOLERANCE, import_hf
 from export.hf.snapshot import SnapshotError
 from service.engine.engine import CaptionEngine
-from service.engine.runner import prepare_images
+from service.engine.runner import StepInput, prepare_images
 from service.gateway.app import create_app
 from service.manifest import Preprocessing, load_manifest
 from service.settings import Settings
@@ -101,7 +101,8 @@ def test_the_engine_computes_what_transformers_computes(repo: Path, snapshot: Pa
     async def engine_step() -> tuple[np.ndarray, np.ndarray | None, list[Any]]:
         async with await CaptionEngine.from_repo(repo, max_beam_size=8) as engine:
             enc = await engine.runner.encode(NAME, images)
-            out = await engine.runner.step(NAME, enc.memory, np.arange(4), prefixes, length, enc.state)
+            rows = StepInput(enc.memory, np.arange(4), prefixes, length, enc.state)
+            out = await engine.runner.step(NAME, rows)
             captions = await engine.caption(images, engine.resolve(model=NAME, beam_size=3, n_best=3))
             return out.logprobs, out.attention, captions.results
 

@@ -29,7 +29,7 @@ from export.quantize import PRECISION
 from service.backends.base import infer_outputs
 from service.cli import main as cli
 from service.engine.engine import CaptionEngine
-from service.engine.runner import resize_images
+from service.engine.runner import StepInput, resize_images
 from service.engine.sparse import row_top_k
 from service.gateway.app import create_app
 from service.manifest import load_manifest
@@ -88,7 +88,8 @@ def test_the_engine_computes_what_transformers_computes(repo: Path, snapshot: Pa
         async with await CaptionEngine.from_repo(repo, max_beam_size=8) as engine:
             enc = await engine.runner.encode(NAME, images)
             tokens = np.zeros((4, 1), dtype=np.int64)  # the decoder start token
-            out = await engine.runner.step(NAME, enc.memory, np.arange(4), tokens, np.ones(4), enc.state)
+            rows = StepInput(enc.memory, np.arange(4), tokens, np.ones(4), enc.state)
+            out = await engine.runner.step(NAME, rows)
             captions = await engine.caption(images, engine.resolve(model=NAME, beam_size=3, n_best=3))
             return out.logprobs, captions.results
 

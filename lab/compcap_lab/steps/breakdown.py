@@ -57,7 +57,7 @@ def breakdown(
 
     from loadtests.load.inputs import bench_images
     from service.backends.onnxruntime.backend import OnnxRuntimeBackend
-    from service.engine.runner import ModelRunner
+    from service.engine.runner import ModelRunner, StepInput
     from service.manifest import load_manifest
 
     manifest = load_manifest(repo)
@@ -77,7 +77,8 @@ def breakdown(
             index = (np.arange(n) // 5).astype(np.int64)
             tokens = rng.integers(4, size, (n, width)).astype(np.int64)
             memory = np.array(enc.memory[: index[-1] + 1])
-            inputs = runner.step_inputs(cap.name, memory, index, tokens, np.full(n, width), enc.state[index])
+            step_rows = StepInput(memory, index, tokens, np.full(n, width), enc.state[index])
+            inputs = runner.step_inputs(cap.name, step_rows)
             resident = dict(inputs)
             frozen = np.array(memory)
             frozen.flags.writeable = False  # read-only: the backend keeps it on the device

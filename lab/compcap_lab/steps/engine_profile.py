@@ -50,7 +50,7 @@ SECTIONS: tuple[tuple[str, str, str, str], ...] = (
     ("service.engine.runner", "ModelRunner", "step", "execute: runner inputs"),
     ("service.backends.null", "NullBackend", "infer", "MODEL"),
     ("service.engine.scheduler", "Scheduler", "_update", "update: other"),
-    ("service.engine.cohorts", "CohortBatch", "advance", "advance: cohorts split"),
+    ("service.engine.beam_batch", "SteppedBatch", "advance", "advance: cohorts split"),
     ("service.engine.beam_batch", "BeamBatch", "advance_rows", "advance: other"),
     ("service.engine.beam_batch", "BeamBatch", "_constrain", "advance: constrain"),
     ("service.engine.beam_batch", "BeamBatch", "_process", "advance: processors"),
@@ -131,6 +131,7 @@ async def _level(
     repo: Path, rows: int, seconds: float, warmup: float, clients: float, clock: Clock
 ) -> dict[str, Any]:
     from service.engine.engine import CaptionEngine
+    from service.engine.runner import StepInput
     from service.metrics import Metrics
 
     engine = await CaptionEngine.from_repo(
@@ -167,10 +168,10 @@ async def _level(
     seen_rows, seen_requests = [], []
     runner_step = type(scheduler.runner).step
 
-    async def counting(self: Any, captioner: str, memory: Any, image_index: np.ndarray, *a: Any) -> Any:
-        seen_rows.append(int(image_index.shape[0]))
+    async def counting(self: Any, captioner: str, rows: StepInput, *a: Any) -> Any:
+        seen_rows.append(int(rows.image_index.shape[0]))
         seen_requests.append(len(scheduler._decoding))
-        return await runner_step(self, captioner, memory, image_index, *a)
+        return await runner_step(self, captioner, rows, *a)
 
     scheduler.runner.step = counting.__get__(scheduler.runner)  # type: ignore[method-assign]
     await asyncio.sleep(seconds)

@@ -30,7 +30,7 @@ from service.probes.jobs.probe_store import ProbeStore
 from service.probes.jobs.schedule import ProbeSchedule
 from service.probes.jobs.spec import build_spec
 from service.probes.kinds import KINDS
-from service.probes.kinds.record import ProbeSpec
+from service.probes.kinds.record import KindRun, ProbeSpec
 from service.probes.scoring.parser import PairParser
 from service.probesets import ProbeSet, repo_probe_sets
 from service.state.lease import Lease
@@ -99,7 +99,7 @@ class ProbeService:
 
         async def work(job: ProbeJob) -> dict[str, Any]:
             start = time.perf_counter()
-            result = await KINDS[spec.kind].run(engine, spec, probe_set, self.parser, job.progress)
+            result = await KINDS[spec.kind].run(KindRun(engine, spec, probe_set, self.parser, job.progress))
             job.progress.timings_s["run"] = round(time.perf_counter() - start, 3)
             return result
 

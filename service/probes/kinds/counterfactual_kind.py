@@ -7,36 +7,23 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from service.probes.kinds.bounds import BoundedGauge, latest_gauge
-from service.probes.kinds.record import (
-    ProbeKind,
-    ProbeSpec,
-    Progress,
-    check_labels,
-    declared_held_out,
-    decode,
-)
+from service.probes.kinds.record import KindRun, decode, module_kind, pairs_check, pairs_details
 from service.probes.kinds.tables import cell, fixed, get, table, with_bounds
 from service.probes.kinds.view import Chart, Figure, KindView, Shares, Side
 from service.probes.scoring.counterfactual import KS, MISS_CLASSES, OUTCOMES, SIDES, counterfactual_result
 from service.probesets import builtin
 from service.text.concepts import ConceptPair
 
-if TYPE_CHECKING:
-    from service.engine.client import EngineClient
-    from service.probes.scoring.parser import PairParser
-    from service.probesets import ProbeSet
 
-
-async def run(
-    engine: EngineClient, spec: ProbeSpec, probe_set: ProbeSet, parser: PairParser, progress: Progress
-) -> dict[str, Any]:
+async def run(job: KindRun) -> dict[str, Any]:
     """Pair by pair: decode both images of its minimal pairs (at most ``images`` of them), parse the
     top-K captions, score; a partial result (without intervals) after each pair but the last."""
+    engine, spec, probe_set, progress = job.engine, job.spec, job.probe_set, job.progress
     entries = builtin.minimal_pairs(probe_set)
     if spec.pairs is not None:
         entries = [e for e in entries if e.pair.label in spec.pairs]
@@ -45,7 +32,7 @@ async def run(
         for e in entries
     }
     progress.total = 2 * sum(len(v) for v in minimal.values())
-    declared = declared_held_out(engine, spec.model)
+    declared = job.declared_held_out()
     held_out = frozenset(declared) if declared is not None else None
     scenes = probe_set.scenes or {}
     generated: dict[int, list[str]] = {}
@@ -55,7 +42,7 @@ async def run(
         ids = [i for m in minimal[entry.pair.label] for i in (m.held_out, m.seen)]
         generated.update(await decode(engine, probe_set, ids, spec.params, progress))
         texts = [c for i in ids for c in generated[i][: KS[-1]]]
-        attached.update(await parser.pairs([t for t in texts if t not in attached]))
+        attached.update(await job.parser.pairs([t for t in texts if t not in attached]))
         last = n == len(entries)
         result = await asyncio.to_thread(
             counterfactual_result,
@@ -73,10 +60,7 @@ async def run(
     return result
 
 
-def check(probe_set: ProbeSet, pairs: tuple[str, ...] | None) -> None:
-    """Every label of ``pairs`` is one of the set's held-out pairs."""
-    if pairs is not None:
-        check_labels(pairs, {p.pair.label for p in builtin.minimal_pairs(probe_set)})
+check = pairs_check(builtin.minimal_pairs)  # every label of pairs is one of the set's held-out pairs
 
 
 class Gauges:
@@ -218,14 +202,10 @@ def summary(result: Mapping[str, Any]) -> str:
     )
 
 
-def set_details(probe_set: ProbeSet) -> dict[str, Any]:
-    """Each held-out pair of the set with its field and number of minimal pairs."""
-    return {
-        "pairs": [
-            {"pair": p.pair.label, "field": p.field, "minimal_pairs": len(p.minimal_pairs)}
-            for p in builtin.minimal_pairs(probe_set)
-        ]
-    }
+# each held-out pair of the set with its field and number of minimal pairs
+set_details = pairs_details(
+    builtin.minimal_pairs, lambda p: {"field": p.field, "minimal_pairs": len(p.minimal_pairs)}
+)
 
 
 HELD = Side(
@@ -296,18 +276,10 @@ FIGURES = (
     Figure("seen.outcomes.*", "seen twin top-1 {}", "seen.outcome_intervals.*"),
 )
 
-KIND = ProbeKind(
+KIND = module_kind(
+    globals(),
     name="counterfactual",
     description="Counterfactual minimal pairs (a seen pair's scene with one attribute or action set to the "
     "held-out value): hit rates held-out vs seen, every miss classified by the scene graph",
-    run=run,
     takes_pairs=True,
-    check=check,
-    gauges=Gauges,
-    table=lines,
-    summary=summary,
-    set_details=set_details,
-    fields=FIELDS,
-    figures=FIGURES,
-    view=VIEW,
 )

@@ -11,30 +11,27 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry
 
 from service.probes.kinds.bounds import BoundedGauge
-from service.probes.kinds.record import ProbeKind, ProbeSpec, Progress, cap, decode, invalid
+from service.probes.kinds.record import KindRun, cap, decode, invalid, module_kind
 from service.probes.kinds.tables import cell, fixed, get, table, with_bounds
 from service.probes.kinds.view import Figure
 from service.probes.scoring.productivity import compare, productivity_result
 from service.probesets import builtin
 
 if TYPE_CHECKING:
-    from service.engine.client import EngineClient
-    from service.probes.scoring.parser import PairParser
     from service.probesets import ProbeSet
 
 
-async def run(
-    engine: EngineClient, spec: ProbeSpec, probe_set: ProbeSet, parser: PairParser, progress: Progress
-) -> dict[str, Any]:
+async def run(job: KindRun) -> dict[str, Any]:
     """Decode every bucket's images once, score each bucket's top-1 captions."""
+    spec, probe_set = job.spec, job.probe_set
     buckets = {
         by: {name: cap(ids, spec.images) for name, ids in builtin.buckets(probe_set, by).items()}
         for by in ("density", "length")
         if probe_set.info.get(by) is not None
     }
     ids = sorted({i for named in buckets.values() for v in named.values() for i in v})
-    progress.total = len(ids)
-    generated = await decode(engine, probe_set, ids, spec.params, progress)
+    job.progress.total = len(ids)
+    generated = await decode(job.engine, probe_set, ids, spec.params, job.progress)
     top1 = {i: caps[0] if caps else "" for i, caps in generated.items()}
     # every bucket draws from the decoded images: a cap per bucket keeps both bucketings' images
     return await asyncio.to_thread(
@@ -131,16 +128,10 @@ FIGURES = tuple(
     )
 )
 
-KIND = ProbeKind(
+KIND = module_kind(
+    globals(),
     name="productivity",
     description="Pantazopoulos et al., 2022: length, nouns, object coverage and CIDEr-D of the top-1 caption "
     "per scene density",
-    run=run,
-    check=check,
-    gauges=Gauges,
-    table=lines,
-    summary=summary,
     compare=compare,
-    fields=FIELDS,
-    figures=FIGURES,
 )

@@ -17,7 +17,7 @@ import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from service.api.gate import RequestError
 from service.engine.params import SearchParams
@@ -55,9 +55,7 @@ class KindGauges(Protocol):
     def accept(self, model: str, ranker: str, result: Mapping[str, Any]) -> None: ...
 
 
-Runner = Callable[
-    ["EngineClient", "ProbeSpec", "ProbeSet", "PairParser", Progress], Awaitable[dict[str, Any]]
-]
+Runner = Callable[["KindRun"], Awaitable[dict[str, Any]]]
 Check = Callable[["ProbeSet", "tuple[str, ...] | None"], None]
 Compare = Callable[[Mapping[str, Any], Mapping[str, Any]], dict[str, Any]]
 
@@ -95,15 +93,70 @@ class ProbeSpec:
         }
 
 
+@dataclass(frozen=True)
+class KindRun:
+    """What a kind's ``run`` is handed: the engine it decodes with, the request (``spec``), the probe
+    set it names, the parser process and the job's ``progress``."""
+
+    engine: EngineClient
+    spec: ProbeSpec
+    probe_set: ProbeSet
+    parser: PairParser
+    progress: Progress
+
+    def declared_held_out(self) -> list[ConceptPair] | None:
+        """The pairs the request's captioner was trained without, or None when its import declared none
+        (an imported captioner: per-pair figures only)."""
+        training = self.engine.manifest.captioner(self.spec.model).training
+        if not training.held_out_known:
+            return None
+        return [ConceptPair(p.kind, p.modifier, p.noun) for p in training.held_out_pairs]
+
+
 def no_check(probe_set: ProbeSet, pairs: tuple[str, ...] | None) -> None:
     """A kind that takes any set of its format and no ``pairs``."""
+
+
+class HasPair(Protocol):
+    """An entry of a probe set that belongs to one concept pair (``builtin.PairImages``,
+    ``builtin.PairMinimalPairs``)."""
+
+    @property
+    def pair(self) -> ConceptPair: ...
+
+
+E = TypeVar("E", bound=HasPair)
+
+
+def pairs_check(entries: Callable[[ProbeSet], Sequence[HasPair]]) -> Check:
+    """The ``check`` of a kind that takes ``pairs``: every label is one of the pairs of the set's
+    ``entries`` (422 naming ``pairs.<n>``)."""
+
+    def check(probe_set: ProbeSet, pairs: tuple[str, ...] | None) -> None:
+        if pairs is not None:
+            check_labels(pairs, {e.pair.label for e in entries(probe_set)})
+
+    return check
+
+
+def pairs_details(
+    entries: Callable[[ProbeSet], Sequence[E]], row: Callable[[E], dict[str, Any]]
+) -> Callable[[ProbeSet], dict[str, Any]]:
+    """The ``set_details`` of a kind that takes ``pairs``: each pair of the set's ``entries``, its label
+    and ``row(entry)`` (e.g. its image counts)."""
+
+    def set_details(probe_set: ProbeSet) -> dict[str, Any]:
+        return {"pairs": [{"pair": e.pair.label, **row(e)} for e in entries(probe_set)]}
+
+    return set_details
 
 
 @dataclass(frozen=True)
 class ProbeKind:
     """One kind of live probe.
 
-    - ``run(engine, spec, probe_set, parser, progress)``: the result (a JSON-able dict);
+    - ``run(job)``: the result (a JSON-able dict) of the request ``job`` (a ``KindRun``: the engine,
+      the spec, the probe set, the parser and the progress);
     - ``sets``: the probe-set format it reads (default: its ``set_format``'s name, else its own name);
     - ``set_format``: a probe-set format of its own (``service.probesets.SetFormat``: its keys of
       ``probe.json`` and their check), registered with the kind and removed with it;
@@ -173,6 +226,30 @@ class ProbeKind:
         }
 
 
+MODULE_NAMES = {
+    "run": "run",
+    "check": "check",
+    "Gauges": "gauges",
+    "lines": "table",
+    "summary": "summary",
+    "set_details": "set_details",
+    "compare": "compare",
+    "FIELDS": "fields",
+    "FIGURES": "figures",
+    "VIEW": "view",
+}  # a kind module's name -> the field of its record it fills (``module_kind``)
+
+
+def module_kind(namespace: Mapping[str, Any], **record: Any) -> ProbeKind:
+    """The record of the kind module whose names are ``namespace`` (its ``globals()``): each name of
+    ``MODULE_NAMES`` it holds (``run``, ``check``, ``Gauges``, ``lines``: its table, ``summary``,
+    ``set_details``, ``compare``, ``FIELDS``, ``FIGURES``, ``VIEW``) fills its field; ``record``, the
+    rest (``name``, ``description``, ``takes_pairs``, ...) and what the module imports, e.g. its scoring
+    module's ``compare``."""
+    named = {field: namespace[name] for name, field in MODULE_NAMES.items() if name in namespace}
+    return ProbeKind(**(named | record))
+
+
 def cap(ids: Sequence[int], n: int | None) -> list[int]:
     """The first ``n`` of ``ids`` (all when ``n`` is None)."""
     return list(ids if n is None else ids[:n])
@@ -202,24 +279,19 @@ def check_labels(pairs: Sequence[str] | None, known: set[str]) -> None:
             raise invalid(f"unknown pair {label!r} (known: {', '.join(sorted(known))})", f"pairs.{n}")
 
 
-def declared_held_out(engine: EngineClient, model: str) -> list[ConceptPair] | None:
-    """The pairs captioner ``model`` was trained without, or None when its import declared none (an
-    imported captioner: per-pair figures only)."""
-    training = engine.manifest.captioner(model).training
-    if not training.held_out_known:
-        return None
-    return [ConceptPair(p.kind, p.modifier, p.noun) for p in training.held_out_pairs]
-
-
 __all__ = [
+    "MODULE_NAMES",
     "KindGauges",
+    "KindRun",
     "ProbeKind",
     "ProbeSpec",
     "Progress",
     "cap",
     "check_labels",
-    "declared_held_out",
     "decode",
     "invalid",
+    "module_kind",
     "no_check",
+    "pairs_check",
+    "pairs_details",
 ]

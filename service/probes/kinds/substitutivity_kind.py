@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from service.evaluation.intervals import SEED
 from service.probes.kinds.bounds import BoundedGauge
-from service.probes.kinds.record import ProbeKind, ProbeSpec, Progress, cap, decode
+from service.probes.kinds.record import KindRun, cap, decode, module_kind
 from service.probes.kinds.tables import cell, fixed, get, table, with_bounds
 from service.probes.kinds.view import Figure
 from service.probes.scoring.substitutivity import (
@@ -24,19 +24,13 @@ from service.probes.scoring.substitutivity import (
 from service.probesets import builtin
 from service.text.synonyms import distinct_first_tokens, vocabulary_words
 
-if TYPE_CHECKING:
-    from service.engine.client import EngineClient
-    from service.probes.scoring.parser import PairParser
-    from service.probesets import ProbeSet
 
-
-async def run(
-    engine: EngineClient, spec: ProbeSpec, probe_set: ProbeSet, parser: PairParser, progress: Progress
-) -> dict[str, Any]:
+async def run(job: KindRun) -> dict[str, Any]:
     """O for every image; S (``synonym_substitution`` on the S1 words O generated, restricted to the
     words the captioner's tokens can write, ``vocabulary_words``, and for a subword captioner to S1
     words that start with distinct tokens, ``distinct_first_tokens``) for the images whose O holds one;
     Table 6 rows."""
+    engine, spec, probe_set, progress = job.engine, job.spec, job.probe_set, job.progress
     chosen_pairs = builtin.substitution_pairs(probe_set)
     ids = sorted({i for _, _, images in chosen_pairs for i in cap(images, spec.images)})
     progress.total = len(ids)
@@ -153,15 +147,10 @@ FIGURES = (
     Figure("exact_replacement", "exact replacement"),
 )
 
-KIND = ProbeKind(
+KIND = module_kind(
+    globals(),
     name="substitutivity",
     description="Pantazopoulos et al., 2022: captions O next to S, decoded with fine-grained words replaced "
     "by their synonyms",
-    run=run,
-    gauges=Gauges,
-    table=lines,
-    summary=summary,
     compare=compare,
-    fields=FIELDS,
-    figures=FIGURES,
 )

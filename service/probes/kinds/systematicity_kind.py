@@ -7,20 +7,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from service.probes.kinds.bounds import BoundedGauge, latest_gauge
-from service.probes.kinds.record import (
-    ProbeKind,
-    ProbeSpec,
-    Progress,
-    cap,
-    check_labels,
-    declared_held_out,
-    decode,
-)
+from service.probes.kinds.record import KindRun, cap, decode, module_kind, pairs_check, pairs_details
 from service.probes.kinds.tables import bounds, cell, fixed, get, table, with_bounds
 from service.probes.kinds.view import Chart, Figure, KindView, Side
 from service.probes.scoring.parser import lookup
@@ -28,18 +20,12 @@ from service.probes.scoring.systematicity import KS, compare, systematicity_resu
 from service.probesets import builtin
 from service.text.concepts import ConceptPair
 
-if TYPE_CHECKING:
-    from service.engine.client import EngineClient
-    from service.probes.scoring.parser import PairParser
-    from service.probesets import ProbeSet
 
-
-async def run(
-    engine: EngineClient, spec: ProbeSpec, probe_set: ProbeSet, parser: PairParser, progress: Progress
-) -> dict[str, Any]:
+async def run(job: KindRun) -> dict[str, Any]:
     """Group by group: decode its Test-Comb images (every pair of the group, as ``compcap-lab evaluate``
     does) and the Test-no-Comb images of the reported pairs, parse, score; partial result after each
     (without intervals), the final one with them (``with_intervals``)."""
+    engine, spec, probe_set, progress = job.engine, job.spec, job.probe_set, job.progress
     entries = builtin.pair_images(probe_set)
     wanted = set(spec.pairs) if spec.pairs is not None else {e.pair.label for e in entries}
     reported = [e for e in entries if e.pair.label in wanted]
@@ -48,7 +34,7 @@ async def run(
     comb = {g: sorted({i for e in members[g] for i in cap(e.comb, spec.images)}) for g in groups}
     no_comb = {e.pair.label: cap(e.no_comb, spec.images) for e in reported}
     progress.total = sum(len(comb[g]) for g in groups) + sum(len(v) for v in no_comb.values())
-    held_out = declared_held_out(engine, spec.model)
+    held_out = job.declared_held_out()
     generated: dict[int, list[str]] = {}
     parsed: dict[str, frozenset[ConceptPair]] = {}
     result: dict[str, Any] = {}
@@ -61,7 +47,7 @@ async def run(
         done_groups = groups[:n]
         texts = [c for i in ids for c in generated[i][: KS[-1]]]
         texts += [r for i in comb[g] for r in probe_set.captions[i]]
-        parsed.update(await parser.pairs([t for t in texts if t not in parsed]))
+        parsed.update(await job.parser.pairs([t for t in texts if t not in parsed]))
         result = systematicity_result(
             {g2: [e.pair for e in members[g2]] for g2 in done_groups},
             {g2: comb[g2] for g2 in done_groups},
@@ -83,10 +69,7 @@ async def run(
     return result
 
 
-def check(probe_set: ProbeSet, pairs: tuple[str, ...] | None) -> None:
-    """Every label of ``pairs`` is one of the set's pairs."""
-    if pairs is not None:
-        check_labels(pairs, {p.pair.label for p in builtin.pair_images(probe_set)})
+check = pairs_check(builtin.pair_images)  # every label of pairs is one of the set's pairs
 
 
 def held_out_known(result: Mapping[str, Any]) -> bool:
@@ -258,14 +241,10 @@ def summary(result: Mapping[str, Any]) -> str:
     )
 
 
-def set_details(probe_set: ProbeSet) -> dict[str, Any]:
-    """Each pair of the set with its group and its Test-Comb / Test-no-Comb image counts."""
-    return {
-        "pairs": [
-            {"pair": p.pair.label, "group": p.group, "comb": len(p.comb), "no_comb": len(p.no_comb)}
-            for p in builtin.pair_images(probe_set)
-        ]
-    }
+# each pair of the set with its group and its Test-Comb / Test-no-Comb image counts
+set_details = pairs_details(
+    builtin.pair_images, lambda p: {"group": p.group, "comb": len(p.comb), "no_comb": len(p.no_comb)}
+)
 
 
 VIEW = KindView(
@@ -305,19 +284,11 @@ FIGURES = (
     Figure("false_composition.*", "false composition @{}"),
 )
 
-KIND = ProbeKind(
+KIND = module_kind(
+    globals(),
     name="systematicity",
     description="Nikolaus et al., 2019: Recall@K of held-out concept pairs on their Test-Comb images, false "
     "composition",
-    run=run,
     takes_pairs=True,
-    check=check,
-    gauges=Gauges,
-    table=lines,
-    summary=summary,
     compare=compare,
-    set_details=set_details,
-    fields=FIELDS,
-    figures=FIGURES,
-    view=VIEW,
 )

@@ -1,28 +1,23 @@
 // CompCap web demo: plain JavaScript over the public HTTP API, same origin only (ES modules: this one
 // runs the image panel — samples, upload, caption, in-domain badge, per-word explanations — and starts
-// the probes panel, probes.js, and the compare view, compare.js; common.js is their kit).
+// the probes panel, probes.js, and the compare view, compare.js; common.js, models.js and samples.js
+// are their kit).
 // Every value that comes from the API is written with textContent, never as HTML.
 
 import {
   $,
-  ApiProblem,
-  SAMPLES,
   api,
+  ApiProblem,
   asProblem,
   busyButton,
-  catalog,
   el,
-  fillCaptionerOptions,
-  fillRankerOptions,
   num,
   postJson,
   readBase64,
-  sampleFile,
-  sampleImage,
-  sampleScene,
-  sampleTitle,
   showProblem,
 } from "./common.js";
+import { catalog, fillCaptionerOptions, fillRankerOptions } from "./models.js";
+import { sampleFile, sampleImage, SAMPLES, sampleScene, sampleTitle } from "./samples.js";
 import { addDefaultConfigs, initCompare } from "./compare.js";
 import { fillProbeModels, initProbes, loadProbeKinds, loadProbes } from "./probes.js";
 

@@ -3,27 +3,9 @@
 // the NGSM of the pair that disagrees most and its n-gram overlap per order (n = 1..4, what the NGSM is
 // the geometric mean of), images most discrepant first as the API orders them.
 
-import {
-  $,
-  ApiProblem,
-  SAMPLES,
-  asProblem,
-  busyButton,
-  captionerNamed,
-  catalog,
-  el,
-  fillCaptionerOptions,
-  fillRankerOptions,
-  num,
-  postJson,
-  readBase64,
-  rerankValue,
-  sampleFile,
-  sampleImage,
-  sampleTitle,
-  sampleUrl,
-  showProblem,
-} from "./common.js";
+import { $, ApiProblem, asProblem, busyButton, el, num, postJson, readBase64, showProblem } from "./common.js";
+import { captionerNamed, catalog, fillCaptionerOptions, fillRankerOptions, rerankValue } from "./models.js";
+import { sampleFile, sampleImage, SAMPLES, sampleTitle, sampleUrl } from "./samples.js";
 
 const view = {
   uploads: [], // the user's own images: { file, url }

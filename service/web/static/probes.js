@@ -6,19 +6,8 @@
 // the sides' means, e.g. held out against seen) or "bars" (one bar per entry of a mapping) — in its own
 // words, and the shares of classes per side (a table and a chart, with the paired difference).
 
-import {
-  $,
-  api,
-  captionerNamed,
-  catalog,
-  el,
-  fillCaptionerOptions,
-  fillRankerOptions,
-  num,
-  postJson,
-  rerankValue,
-  showProblem,
-} from "./common.js";
+import { $, api, el, num, postJson, showProblem } from "./common.js";
+import { captionerNamed, catalog, fillCaptionerOptions, fillRankerOptions, rerankValue } from "./models.js";
 
 const run = {
   kinds: [], // GET /v1/probe-kinds

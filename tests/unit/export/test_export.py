@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from export.models.butr import BUTR, not_negatives, ranking_loss
+from export.models.lstm_sizes import LSTMSizes
 from export.models.vsepp import VSEPP
 from export.packaging.onnx import GraphSpec, export_graph, parity
 from export.packaging.triton_repo import config_pbtxt, parse_config
@@ -20,7 +21,7 @@ V, R, D = 30, 36, 16
 @pytest.fixture(scope="module")
 def butr() -> BUTR:
     torch.manual_seed(0)
-    return BUTR(V, D, word_dim=8, hidden_dim=12, joint_dim=10, attention_dim=6).eval()
+    return BUTR(LSTMSizes(V, D, word_dim=8, hidden_dim=12, attention_dim=6), joint_dim=10).eval()
 
 
 def test_step_matches_teacher_forcing(butr: BUTR) -> None:
@@ -131,7 +132,7 @@ def test_zoo_captioner_step_parity_and_teacher_forcing(name: str, tmp_path: Path
     torch.manual_seed(1)
     model: torch.nn.Module
     if name == "sat":
-        model = SAT(V, D, word_dim=8, hidden_dim=12, attention_dim=6)
+        model = SAT(LSTMSizes(V, D, word_dim=8, hidden_dim=12, attention_dim=6))
     else:
         model = TransformerCaptioner(
             V, D, R, dim=16, heads=2, layers=3, memory_slots=4 if name == "m2" else 0, meshed=name == "m2"
@@ -195,7 +196,7 @@ def _tiny_butd(vocab_size: int) -> BUTR:
 
     p = get_preset("tiny")
     torch.manual_seed(0)
-    return BUTR(vocab_size, D, p.word_dim, p.hidden_dim, p.joint_dim, p.attention_dim)
+    return BUTR(LSTMSizes.of(vocab_size, D, p), p.joint_dim)
 
 
 def test_model_selection_keeps_the_best_val_epoch() -> None:

@@ -23,14 +23,12 @@ from fastapi.testclient import TestClient
 from compcap_client import ProbeJob, ProbeKindInfo
 from export.probesets.repo import register_probe_sets
 from export.probesets.write import ProbeContent, write_probe_set
-from service.engine.client import EngineClient
 from service.evaluation.intervals import bootstrap_interval
 from service.gateway.app import create_app
 from service.manifest import load_manifest
 from service.probes.kinds import kind_names, register, unregister
-from service.probes.kinds.record import ProbeKind, ProbeSpec, Progress, decode, invalid
+from service.probes.kinds.record import KindRun, ProbeKind, decode, invalid
 from service.probes.kinds.view import Chart, Figure, KindView, Side
-from service.probes.scoring.parser import PairParser
 from service.probesets import (
     ProbeSet,
     ProbeSetError,
@@ -90,13 +88,11 @@ def word_result(targets: Mapping[str, list[int]], top1: Mapping[int, str]) -> di
 # -- the record ----------------------------------------------------------------------------------------
 
 
-async def run(
-    engine: EngineClient, spec: ProbeSpec, probe_set: ProbeSet, parser: PairParser, progress: Progress
-) -> dict[str, Any]:
-    chosen = {word: ids[: spec.images] for word, ids in targets(probe_set).items()}
+async def run(job: KindRun) -> dict[str, Any]:
+    chosen = {word: ids[: job.spec.images] for word, ids in targets(job.probe_set).items()}
     ids = sorted({i for v in chosen.values() for i in v})
-    progress.total = len(ids)
-    generated = await decode(engine, probe_set, ids, spec.params, progress)
+    job.progress.total = len(ids)
+    generated = await decode(job.engine, job.probe_set, ids, job.spec.params, job.progress)
     return word_result(chosen, {i: caps[0] if caps else "" for i, caps in generated.items()})
 
 

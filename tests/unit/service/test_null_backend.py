@@ -16,7 +16,7 @@ from service.backends.base import BackendError, backend_devices, infer_outputs
 from service.backends.null import END_WORDS, NullBackend, end_words, logprob_table
 from service.backends.registry import make_backend
 from service.engine.engine import CaptionEngine
-from service.engine.runner import ModelRunner
+from service.engine.runner import ModelRunner, StepInput
 from service.engine.state_rows import StateRows
 from service.manifest import Manifest, ModelEntry, TensorSpec, load_manifest
 from service.metrics import Metrics
@@ -231,8 +231,9 @@ def test_v3_state_rows_and_an_older_step(manifest: Manifest) -> None:
     pool = np.zeros((4, width), np.float32)
     pool[:, 0] = [3, 5, 6, 7]
     new = np.zeros((2, width), np.float32)  # two images' initial states: no words yet
-    rows = StateRows(pool, new, np.array([1, 4, 3], dtype=np.int64))
-    out = run(runner.step(cap.name, memory, np.array([0, 1, 1]), tokens, np.array([2, 2, 2]), rows))
+    states = StateRows(pool, new, np.array([1, 4, 3], dtype=np.int64))
+    rows = StepInput(memory, np.array([0, 1, 1]), tokens, np.array([2, 2, 2]), states)
+    out = run(runner.step(cap.name, rows))
     assert out.logprobs.shape == (3, runner.vocab_size(cap.name))
     assert out.state.shape == (3, width) and out.attention is not None and out.attention.shape == (3, slots)
     np.testing.assert_array_equal(out.state[:, 0], [6, 1, 8])  # each row's words so far, plus this one
@@ -246,6 +247,6 @@ def test_v3_state_rows_and_an_older_step(manifest: Manifest) -> None:
         update={"models": [old_step if m.name == cap.step else m for m in manifest.models]}
     )
     older = ModelRunner(NullBackend(old), old)
-    again = run(older.step(cap.name, memory, np.array([0, 1, 1]), tokens, np.array([2, 2, 2]), rows))
+    again = run(older.step(cap.name, rows))
     np.testing.assert_array_equal(again.logprobs, out.logprobs)
     np.testing.assert_array_equal(again.state, out.state)
