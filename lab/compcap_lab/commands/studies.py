@@ -1,6 +1,6 @@
 """The studies' ``compcap-lab`` commands: evaluate, report, substitutivity, productivity, explain-report,
-render-reports, counterfactual, seeds, mad. Light at import (argparse only); each command imports its
-study when it runs."""
+render-reports, counterfactual, seeds, compositional, mad. Light at import (argparse only); each command
+imports its study when it runs."""
 
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ from service.cli.args import (
     existing_dir,
     existing_file,
     held_out_group,
+    non_negative_float,
     positive_int,
+    writable_dir,
     writable_file,
 )
 from service.cli.table import Command, CommandTable
@@ -414,6 +416,82 @@ def _seeds(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compositional_arguments(parser: argparse.ArgumentParser) -> None:
+    blocks.zoo_repository(parser)
+    parser.add_argument(
+        "--out",
+        type=writable_dir,
+        default=None,
+        help="the new repository: the zoo's models plus the compositional rankers (default: <repo>.comp)",
+    )
+    blocks.value_list(
+        parser,
+        "--groups",
+        "GROUP",
+        "held-out pair groups, one ranker comp_g<group> each (default: every group of the zoo)",
+        item=held_out_group,
+    )
+    blocks.value_list(
+        parser,
+        "--seeds",
+        "SEED",
+        "more training seeds of --seeds-group's ranker, comp_g<group>_seed<N> (default: none)",
+        item=positive_int,
+    )
+    parser.add_argument(
+        "--seeds-group", type=held_out_group, default=1, help="the held-out group trained on --seeds"
+    )
+    parser.add_argument(
+        "--weight", type=non_negative_float, default=1.0, help="weight of the counterfactual hinge terms"
+    )
+    parser.add_argument(
+        "--image-negatives",
+        type=positive_int,
+        default=3,
+        help="counterfactual images rendered per training image, at most",
+    )
+    parser.add_argument(
+        "--evaluate",
+        action="store_true",
+        help="then re-rank BUTD's 100 beams by each group's VSE++ and compositional rankers on the zoo's "
+        "evaluation world; writes compositional.{json,md} into --report",
+    )
+    parser.add_argument(
+        "--report", type=writable_dir, default="reports", help="with --evaluate: folder of the report"
+    )
+    blocks.rerank_weight(parser, 0.0, "with --evaluate; default 0: the ranker alone")
+    blocks.no_meteor(parser)
+
+
+def _compositional(args: argparse.Namespace) -> int:
+    from compcap_lab.pipeline.compositional_rankers import (
+        Options,
+        default_out,
+        evaluate_rankers,
+        run_compositional,
+    )
+
+    zoo = Path(args.repo)
+    out = Path(args.out) if args.out else default_out(zoo)
+    groups = list(args.groups) if args.groups else None
+    options = Options(weight=args.weight, per_image=args.image_negatives)
+    try:
+        report = run_compositional(zoo, out, groups, list(args.seeds or []), args.seeds_group, options)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"compcap-lab compositional: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {out}: rankers {', '.join(report['ranker_seeds'])} in {report['seconds']} s")
+    if args.evaluate:
+        summary = evaluate_rankers(
+            out, zoo, report["groups"], Path(args.report), args.rerank_weight, meteor=not args.no_meteor
+        )
+        for name, row in summary["runs"].items():
+            recall = (row.get("recall_at_k") or {}).get("5")
+            print(f"{name}: Recall@5 held-out {'-' if recall is None else f'{100 * recall:.1f}'}")
+        print(f"wrote {Path(args.report) / 'compositional.md'}")
+    return 0
+
+
 COMMANDS: CommandTable = {
     "evaluate": Command(
         "evaluate every captioner of a repository on a split", _evaluate_arguments, _evaluate
@@ -449,6 +527,12 @@ COMMANDS: CommandTable = {
         "one group's BUTD, BUTR, VSE++ on more training seeds; the control rows' paired tests",
         _seeds_arguments,
         _seeds,
+    ),
+    "compositional": Command(
+        "compositional rankers: VSE++ (Faghri et al., 2018) trained with SceneWorld's counterfactual "
+        "hard negatives, one per held-out group, served beside a copy of the zoo",
+        _compositional_arguments,
+        _compositional,
     ),
     "mad": Command(
         "maximum-discrepancy comparison (Wan et al., 2022): NGSM-selected pairwise sets, "

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -394,9 +394,29 @@ def _gradnorm_update(
     return updated * len(weights) / updated.sum()
 
 
+class ExtraLoss(Protocol):
+    """A term added to VSE++'s ranking loss at every step (``train_vsepp(extra=...)``)."""
+
+    def __call__(
+        self, model: VSEPP, pairs: np.ndarray, images: torch.Tensor, texts: torch.Tensor
+    ) -> torch.Tensor:
+        """The term for one batch: ``pairs`` int [B], the batch's rows of the (image, caption) pairs
+        (``_caption_pairs`` order); ``images``, ``texts`` [B, J] their embeddings (L2-normalised)."""
+        ...
+
+
 def train_vsepp(
-    regions: torch.Tensor, captions: Sequence[Sequence[str]], vocab: Vocabulary, preset: Preset, seed: int
+    regions: torch.Tensor,
+    captions: Sequence[Sequence[str]],
+    vocab: Vocabulary,
+    preset: Preset,
+    seed: int,
+    *,
+    desc: str = "vsepp",
+    extra: ExtraLoss | None = None,
 ) -> tuple[VSEPP, TrainLog]:
+    """A VSE++ ranker on ``regions`` [N, R, D] and their ``captions``: the hardest-negative ranking loss
+    (VSE0 for the first epoch), plus ``extra``'s term where given; ``desc`` names the progress bar."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     model = VSEPP(len(vocab), regions.size(-1), preset.word_dim, preset.hidden_dim, preset.joint_dim)
@@ -409,17 +429,21 @@ def train_vsepp(
     )
     log, start = TrainLog(), time.perf_counter()
     model.train()
-    with tqdm(total=steps, desc="vsepp", unit="batch") as bar:
+    with tqdm(total=steps, desc=desc, unit="batch") as bar:
         for _ in range(preset.ranker_epochs):
             for idx in _batches(len(tokens), preset.batch_size, rng):
                 width = int(lengths[idx].max())
+                images = model.image_embedding(regions[image_ids[idx]])
+                texts = model.text_embedding(tokens[idx, :width], lengths[idx] - 1)
                 loss = ranking_loss(
-                    model.image_embedding(regions[image_ids[idx]]),
-                    model.text_embedding(tokens[idx, :width], lengths[idx] - 1),
+                    images,
+                    texts,
                     not_negatives(image_ids[idx], tokens[idx, :width]),
                     preset.margin,
                     hardest=preset.hardest_negative_weight if bar.n >= warmup else 0.0,
                 )
+                if extra is not None:
+                    loss = loss + extra(model, idx, images, texts)
                 _update(optimizer, schedule, loss, clip=model.parameters())
                 _logged(log, bar, loss)
     model.eval()

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[3]
 LAB_COMMANDS = {
     "world", "train", "build", "splits", "models", "evaluate", "report", "substitutivity", "productivity",
     "explain-report", "render-reports", "counterfactual", "seeds", "mad", "probe-load", "shadow-load",
+    "compositional",
 }  # fmt: skip
 
 
