@@ -453,13 +453,19 @@ def _compositional_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--evaluate",
         action="store_true",
-        help="then re-rank BUTD's 100 beams by each group's VSE++ and compositional rankers on the zoo's "
-        "evaluation world; writes compositional.{json,md} into --report",
+        help="then evaluate them as the reproduction's control rows (BUTD's 100 beams re-ranked, paired "
+        "tests against BUTD+VSE++ and BUTR+RR, the beam ceiling, the targets) on the zoo's evaluation "
+        "world; writes compositional.{json,md,png} into --report",
     )
     parser.add_argument(
         "--report", type=writable_dir, default="reports", help="with --evaluate: folder of the report"
     )
-    blocks.rerank_weight(parser, 0.0, "with --evaluate; default 0: the ranker alone")
+    blocks.rerank_weight(
+        parser,
+        None,
+        "with --evaluate; default: the reproduction's, rerank.weight of reproduction.json in --report or the "
+        "folder above it",
+    )
     blocks.no_meteor(parser)
 
 
@@ -470,25 +476,45 @@ def _compositional(args: argparse.Namespace) -> int:
         evaluate_rankers,
         run_compositional,
     )
+    from compcap_lab.studies.compositional import reproduction_weight
 
     zoo = Path(args.repo)
     out = Path(args.out) if args.out else default_out(zoo)
     groups = list(args.groups) if args.groups else None
     options = Options(weight=args.weight, per_image=args.image_negatives)
+    weight = (args.rerank_weight, "--rerank-weight") if args.rerank_weight is not None else None
+    if args.evaluate and weight is None:
+        weight = reproduction_weight(Path(args.report))
+        if weight is None:
+            print(
+                f"compcap-lab compositional: no reproduction.json with rerank.weight in {args.report} or the "
+                "folder above it: pass --rerank-weight (the reproduction's λ)",
+                file=sys.stderr,
+            )
+            return 2
     try:
         report = run_compositional(zoo, out, groups, list(args.seeds or []), args.seeds_group, options)
     except (FileNotFoundError, ValueError) as exc:
         print(f"compcap-lab compositional: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {out}: rankers {', '.join(report['ranker_seeds'])} in {report['seconds']} s")
-    if args.evaluate:
-        summary = evaluate_rankers(
-            out, zoo, report["groups"], Path(args.report), args.rerank_weight, meteor=not args.no_meteor
+    if args.evaluate and weight is not None:
+        found = evaluate_rankers(
+            out,
+            zoo,
+            report["groups"],
+            Path(args.report),
+            weight[0],
+            meteor=not args.no_meteor,
+            seeds_group=args.seeds_group,
+            weight_source=weight[1],
         )
-        for name, row in summary["runs"].items():
-            recall = (row.get("recall_at_k") or {}).get("5")
-            print(f"{name}: Recall@5 held-out {'-' if recall is None else f'{100 * recall:.1f}'}")
-        print(f"wrote {Path(args.report) / 'compositional.md'}")
+        for label, row in found["held_out"].items():
+            recall = "-" if row["recall_at_5"] is None else f"{100 * row['recall_at_5']['estimate']:.1f}"
+            print(f"{label}: held-out Recall@5 {recall}")
+        for target in found["targets"]:
+            print(f"{target['what']}: {target['verdict']}")
+        print(f"wrote {Path(args.report) / 'compositional.md'} (λ = {weight[0]:g} from {weight[1]})")
     return 0
 
 

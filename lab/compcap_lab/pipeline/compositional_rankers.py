@@ -16,10 +16,12 @@ changed. Trained rankers are kept under ``<out>.work/checkpoints`` (keyed by wha
 from), so a rerun that was cut off trains only what is missing. ``compositional_report.json`` in the new
 repository records the negatives and each ranker's training.
 
-With ``evaluate``, BUTD's beams of each group are re-ranked (B = 100) by the group's VSE++ and by its
-compositional ranker(s), on the zoo's evaluation world: Recall@K of the held-out pairs on Test Comb and
-caption quality on Test no Comb (``compcap_lab.studies.evaluate``), written as ``compositional.json`` and
-``compositional.md`` into the report folder.
+With ``evaluate``, the rankers are evaluated exactly as the reproduction's control rows
+(``compcap_lab.studies.compositional``): BUTD's 100 beams of each group re-ranked by the group's VSE++ and
+by its compositional ranker(s) with the reproduction's λ, beside BUTD and BUTR+RR, on the zoo's evaluation
+world; intervals, paired tests (Holm), the beam ceiling and the targets, written as ``compositional.json``
+(with the per-case first ranks they rest on), ``compositional.md`` and ``compositional.png`` into the
+report folder.
 
 ``compcap-lab compositional --repo model_zoo --out model_zoo.comp --seeds 1 2 --evaluate --report reports``
 """
@@ -376,74 +378,38 @@ def evaluate_rankers(
     zoo: Path,
     groups: Sequence[int],
     out: Path,
-    rerank_weight: float = 0.0,
+    rerank_weight: float,
     data: Path | None = None,
     pairs_fn: PairsFn | None = None,
     meteor: bool = True,
+    seeds_group: int = 1,
+    weight_source: str = "--rerank-weight",
 ) -> dict[str, Any]:
-    """BUTD of each group re-ranked by its VSE++ and by its compositional rankers (B = 100,
-    ``rerank_weight``) on both sets of the group's split of the evaluation world (default: the zoo's,
-    rendered where missing); writes ``compositional.json`` and ``compositional.md`` into ``out``.
-    ``pairs_fn``, ``meteor``: as ``compcap_lab.studies.evaluate.evaluate``'s."""
-    from compcap_lab.studies.evaluate import evaluate
+    """The rankers of ``repo`` evaluated as the reproduction's control rows
+    (``compcap_lab.studies.compositional.evaluate_compositional``: BUTD, BUTD+VSE++, BUTD+comp, BUTR+RR per
+    group, B = 100 re-ranked with ``rerank_weight``, paired tests, the beam ceiling, the targets) on the
+    evaluation world ``data`` (default: the zoo's, rendered where missing); writes
+    ``compositional.{json,md,png}`` into ``out`` and returns the report. ``pairs_fn``, ``meteor``: as
+    ``compcap_lab.studies.evaluate.evaluate``'s."""
+    from compcap_lab.studies.compositional import evaluate_compositional
 
     if data is None:
         build = json.loads((Path(zoo) / "build_report.json").read_text(encoding="utf-8"))
         work = Path(zoo).with_name(Path(zoo).name + ".work")
         eval_seed = build.get("eval_seed", EVAL_SEED)
         data = ensure_eval_world(work, get_preset(build["preset"]), eval_seed, build["seed"])
-    served = [r.name for r in load_manifest(repo).rankers]
-    rows: dict[str, Any] = {}
-    for group in groups:
-        ours = [r for r in served if r == ranker_name(group) or r.startswith(ranker_name(group) + "_seed")]
-        runs = [(f"butd_g{group}", r) for r in [f"vsepp_g{group}", *ours]]
-        for set_name, key in (("test", "recall_at_k"), ("test_no_comb", "cider_d")):
-            result = evaluate(
-                repo,
-                data,
-                None,
-                "systematicity",
-                group,
-                Path(out) / f"compositional_{group}_{set_name}.json",
-                set_name=set_name,
-                runs=runs,
-                rerank_weight=rerank_weight,
-                pairs_fn=pairs_fn,
-                meteor=meteor,
-            )
-            for row in result["results"]:
-                rows.setdefault(f"{row['captioner']}+{row['ranker']}", {"group": group})[key] = row[key]
-    summary = {"repo": str(repo), "data": str(data), "rerank_weight": rerank_weight, "runs": rows}
-    Path(out).mkdir(parents=True, exist_ok=True)
-    (Path(out) / "compositional.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    (Path(out) / "compositional.md").write_text(markdown(summary), encoding="utf-8")
-    return summary
-
-
-def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}"
-
-
-INTRO = (
-    "Repository `{repo}`, evaluation world `{data}`: BUTD's 100 beams re-ranked (weight {rerank_weight}) by "
-    "its group's VSE++ and by the rankers trained with counterfactual negatives. Recall@K: share of "
-    "held-out-pair images whose top-K captions mention the pair (Test Comb); CIDEr-D on Test no Comb."
-)
-
-
-def markdown(summary: dict[str, Any]) -> str:
-    """The evaluation's table: per run, Recall@1/5 of the held-out pairs and CIDEr-D on Test no Comb."""
-    title, columns = "# Compositional rankers", "| run | group | R@1 | R@5 | CIDEr-D (no comb) |"
-    lines = [title, "", INTRO.format(**summary), "", columns, "|---|---|---|---|---|"]
-    for name, row in summary["runs"].items():
-        recall = row.get("recall_at_k") or {}
-        cider = row.get("cider_d")
-        lines.append(
-            f"| {name} | {row['group']} | {_percent(recall.get('1'))} | {_percent(recall.get('5'))} | "
-            + ("-" if cider is None else f"{cider:.3f}")
-            + " |"
-        )
-    return "\n".join(lines) + "\n"
+    return evaluate_compositional(
+        Path(repo),
+        Path(data),
+        groups,
+        Path(out),
+        rerank_weight,
+        weight_source,
+        seeds_group,
+        zoo=Path(zoo),
+        pairs_fn=pairs_fn,
+        meteor=meteor,
+    )
 
 
 __all__ = [

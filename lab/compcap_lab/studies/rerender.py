@@ -12,6 +12,7 @@ from typing import Any
 
 def _renderers() -> dict[str, Callable[[dict[str, Any]], str]]:
     from compcap_lab.studies import (
+        compositional,
         counterfactual_study,
         explanation_report,
         productivity,
@@ -30,6 +31,7 @@ def _renderers() -> dict[str, Callable[[dict[str, Any]], str]]:
         "seeds.json": seeds.markdown,
         "counterfactual.json": counterfactual_study.markdown,
         "search_hook.json": search_hook.render,
+        "compositional.json": compositional.markdown,
     }
 
 

@@ -172,14 +172,17 @@ def _images(collected: dict[str, Any], row: str) -> dict[tuple[int, str], list[s
     return out
 
 
-def pooled_tests(collected: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """``COMPARE``'s paired tests over every seed's cases at once (``PairedTest.as_dict``): the
-    difference a − b is the mean over the held-out pairs of the mean over seeds, its interval a cluster
-    bootstrap over the pairs the seeds share (``cluster_interval``: ``groups`` = pairs, ``units`` = seed
-    × image cases), its p-value the sign-flip test over every (seed, pair, image) case. A comparison is
-    left out unless every seed has both rows with stored first ranks on the same pairs and images."""
+def pooled_tests(
+    collected: Sequence[dict[str, Any]], compare: Sequence[tuple[str, str]] = COMPARE
+) -> dict[str, Any]:
+    """``compare``'s paired tests (default ``COMPARE``) over every seed's cases at once
+    (``PairedTest.as_dict``): the difference a − b is the mean over the held-out pairs of the mean over
+    seeds, its interval a cluster bootstrap over the pairs the seeds share (``cluster_interval``:
+    ``groups`` = pairs, ``units`` = seed × image cases), its p-value the sign-flip test over every (seed,
+    pair, image) case. A comparison is left out unless every seed has both rows with stored first ranks
+    on the same pairs and images."""
     out: dict[str, Any] = {}
-    for a, b in COMPARE:
+    for a, b in compare:
         if not collected or any(a not in c["rows"] or b not in c["rows"] for c in collected):
             continue
         per_seed = [paired_cases(c, a, b) for c in collected]
@@ -458,34 +461,66 @@ def markdown(report: dict[str, Any]) -> str:
 
 def seeds_plot(report: dict[str, Any], path: Path) -> None:
     """Mean Recall@5 per row and seed with its interval, the seeds' mean as a bar."""
+    series = {
+        f"seed {s} (95% interval)": {label: row["recall_at_5"] for label, row in figures["rows"].items()}
+        for s, figures in report["per_seed"].items()
+    }
+    interval_plot(
+        path,
+        list(report["across"]),
+        {label: spread["mean"] for label, spread in report["across"].items()},
+        "mean over seeds",
+        series,
+        f"Group {report['group']}: re-ranking or joint training, per training seed",
+    )
+
+
+def interval_plot(
+    path: Path,
+    labels: Sequence[str],
+    bars: dict[str, float],
+    bar_label: str,
+    series: dict[str, dict[str, dict[str, Any]]],
+    title: str,
+    bar_intervals: dict[str, dict[str, Any]] | None = None,
+    lines: Sequence[tuple[float, str]] = (),
+) -> None:
+    """Mean Recall@5 (held-out pairs) per row of ``labels``: a grey bar (``bars``: row → fraction; with
+    ``bar_intervals``, row → its interval, drawn as an error bar), and per series (legend label → row →
+    interval dict) a point with its 95% interval beside it; ``lines``: (fraction, label) drawn as dashed
+    horizontal lines."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = list(report["across"])
-    seeds = list(report["per_seed"])
     fig, ax = plt.subplots(figsize=(7, 3.8))
-    ax.bar(
-        range(len(labels)),
-        [100 * report["across"][r]["mean"] for r in labels],
-        color="#dddddd",
-        label="mean over seeds",
-    )
-    for j, s in enumerate(seeds):
+    shown = [(i, label) for i, label in enumerate(labels) if label in bars]
+    heights = [100 * bars[label] for _, label in shown]
+    errors = None
+    if bar_intervals is not None:
+        found = [bar_intervals[label] for _, label in shown]
+        errors = [
+            [h - 100 * f["low"] for h, f in zip(heights, found, strict=True)],
+            [100 * f["high"] - h for h, f in zip(heights, found, strict=True)],
+        ]
+    ax.bar([i for i, _ in shown], heights, yerr=errors, color="#dddddd", label=bar_label)
+    for j, (name, rows) in enumerate(series.items()):
         xs, ys, lo, hi = [], [], [], []
         for i, label in enumerate(labels):
-            row = report["per_seed"][s]["rows"].get(label)
-            if row:
-                iv = row["recall_at_5"]
-                xs.append(i + (j - (len(seeds) - 1) / 2) * 0.2)
+            iv = rows.get(label)
+            if iv:
+                xs.append(i + (j - (len(series) - 1) / 2) * 0.2)
                 ys.append(100 * iv["estimate"])
                 lo.append(100 * (iv["estimate"] - iv["low"]))
                 hi.append(100 * (iv["high"] - iv["estimate"]))
-        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=3, label=f"seed {s} (95% interval)")
+        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=3, label=name)
+    for value, label in lines:
+        ax.axhline(100 * value, linestyle="--", linewidth=1, color="#777777")
+        ax.annotate(label, (len(labels) - 0.5, 100 * value), fontsize=7, ha="right", va="bottom")
     ax.set_xticks(range(len(labels)), labels, fontsize=8)
     ax.set_ylabel("mean Recall@5, held-out pairs (%)")
-    ax.set_title(f"Group {report['group']}: re-ranking or joint training, per training seed", fontsize=10)
+    ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

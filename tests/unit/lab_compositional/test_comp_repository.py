@@ -2,7 +2,7 @@
 ``compcap-lab models`` builds one (group 1 only: BUTR, BUTD, VSE++), the rankers are trained from the zoo's
 own world, split, encoder and vocabulary, written with the zoo's models into a new repository, listed
 there, and used by the product's engine for ``rerank=comp_g1``; ``compcap-lab compositional`` finds
-them trained and writes the same repository; the evaluation compares them with the group's VSE++."""
+them trained and writes the same repository; the evaluation compares them as the reproduction's controls."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from compcap_lab.pipeline.compositional_rankers import (
     train_rankers,
 )
 from compcap_lab.pipeline.zoo import build_zoo
+from compcap_lab.studies.compositional import reanalyse
 from compcap_lab.training.compositional import ARCHITECTURE, attached_modifiers
 from export.packaging.decoding import decode, open_engine
 from export.packaging.package import TrainedRanker
@@ -136,10 +137,26 @@ def _pairs(texts: list[str] | Any) -> list[frozenset[ConceptPair]]:
     return [frozenset(m.pair for m in attached_modifiers(tokenize(t))) for t in texts]
 
 
-def test_the_evaluation_compares_the_rankers_with_the_groups_vsepp(built: Built, tmp_path: Path) -> None:
-    summary = evaluate_rankers(built.out, built.zoo.zoo, [1], tmp_path, pairs_fn=_pairs, meteor=False)
-    assert list(summary["runs"]) == ["butd_g1+vsepp_g1", "butd_g1+comp_g1", "butd_g1+comp_g1_seed1"]
-    for row in summary["runs"].values():
-        assert set(row["recall_at_k"]) == {"1", "2", "3", "4", "5"} and row["cider_d"] is not None
+def test_the_evaluation_compares_the_rankers_as_the_controls(built: Built, tmp_path: Path) -> None:
+    """BUTD's beams re-ranked by VSE++ and by the compositional rankers beside BUTD and BUTR+RR, as the
+    reproduction's controls: every row's first ranks stored, its paired tests, the seen pairs (the other
+    groups') on Test no Comb, and the ceiling from the very beams the rankers re-ordered."""
+    report = evaluate_rankers(built.out, built.zoo.zoo, [1], tmp_path, 0.0, pairs_fn=_pairs, meteor=False)
+    assert list(report["held_out"]) == ["BUTD", "BUTD+VSE++", "BUTD+comp", "BUTR+RR", "BUTD+comp seed 1"]
+    assert report["data"]["rows"]["BUTD+comp"] == [[1, "butd_g1", "comp_g1"]]
+    for label, row in report["held_out"].items():
+        assert row["recall_at_5"] is not None and report["quality"][label]["cider_d"] is not None
+    assert set(report["paired"]["pooled"]) == {"BUTD+comp vs BUTD+VSE++", "BUTD+comp vs BUTR+RR"}
+    assert set(report["seeds"]["tests"]) == {"zoo", "1"} and report["seeds"]["pooled"] is not None
+    seen = report["data"]["raw"]["group1/test_no_comb"]["results"][0]["per_pair"]
+    others = [p for g in (2, 3, 4) for p in load_concepts().group(g)]
+    assert list(seen) == [p.label for p in others]
+    cases = report["data"]["raw"]["group1/test"]["results"][0]["per_pair"]
+    assert report["ceiling"]["pooled"]["cases"] == sum(len(p["first_rank"]) for p in cases.values())
+    assert report["ceiling"]["hits_outside_beams"] == dict.fromkeys(
+        ["BUTD+VSE++", "BUTD+comp", "BUTD+comp seed 1"], 0
+    )
+    assert {t["target"] for t in report["targets"]} == {"recall", "paired", "seeds", "cider", "seen"}
     table = (tmp_path / "compositional.md").read_text(encoding="utf-8")
-    assert "| butd_g1+comp_g1 | 1 |" in table and (tmp_path / "compositional.json").is_file()
+    assert "| BUTD+comp |" in table and (tmp_path / "compositional.png").is_file()
+    assert reanalyse(tmp_path) == json.loads(json.dumps(report))

@@ -4,7 +4,7 @@ the number of re-ranked beams."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,13 +74,22 @@ def mean_of(values: list[float | None]) -> float | None:
 
 
 def collect(
-    zoo: Path, data: Path, groups: Sequence[int], out: Path, rerank_weight: float = 0.0
+    zoo: Path,
+    data: Path,
+    groups: Sequence[int],
+    out: Path,
+    rerank_weight: float = 0.0,
+    rows: Mapping[str, Sequence[tuple[int, str, str | None]]] | None = None,
+    split_file: Callable[[int, str], Path | None] | None = None,
+    **options: Any,
 ) -> dict[str, Any]:
     """Evaluate each group's runs (every row's captioner and ranker, FULL too) on both sets; write and
     return the raw results. Every re-ranked run (BUTR+RR and the controls) re-ranks 100 beams with
-    ``rerank_weight``."""
+    ``rerank_weight``. Another study's rows: ``rows`` (table row → [(group, captioner, ranker)], instead
+    of the zoo's ``rows_for``); ``split_file(group, set)``: the split file a set is evaluated on (None:
+    the data's own); ``options``: ``evaluate``'s keyword options (``pairs_fn``, ``meteor``)."""
     manifest = load_manifest(zoo)
-    rows = rows_for(manifest, groups)
+    rows = {k: list(v) for k, v in rows.items()} if rows is not None else rows_for(manifest, groups)
     raw: dict[str, Any] = {}
     for g in groups:
         of_group = ((cap, rk) for entries in rows.values() for grp, cap, rk in entries if grp == g)
@@ -90,13 +99,14 @@ def collect(
             raw[key] = evaluate(
                 zoo,
                 data,
-                None,
+                split_file(g, set_name) if split_file else None,
                 "systematicity",
                 g,
                 out / f"systematicity_{g}_{set_name}.json",
                 set_name=set_name,
                 runs=runs,
                 rerank_weight=rerank_weight,
+                **options,
             )
     listed = {k: [list(e) for e in v] for k, v in rows.items()}
     return {"rows": listed, "raw": raw, "selection": selection(manifest, listed)}

@@ -132,11 +132,11 @@ def paired_units(collected: dict[str, Any], a: str, b: str, k: int = 5) -> tuple
     return [x for x, _ in cases.values()], [y for _, y in cases.values()]
 
 
-def paired_tests(collected: dict[str, Any]) -> dict[str, Any]:
-    """``PAIRED``'s comparisons, "a vs b" → ``PairedTest.as_dict`` (difference of mean Recall@5 with its
-    interval, p-value), for the pairs of rows present with stored first ranks."""
+def paired_tests(collected: dict[str, Any], compare: Sequence[tuple[str, str]] = PAIRED) -> dict[str, Any]:
+    """``compare``'s comparisons (default ``PAIRED``), "a vs b" → ``PairedTest.as_dict`` (difference of
+    mean Recall@5 with its interval, p-value), for the pairs of rows present with stored first ranks."""
     out: dict[str, Any] = {}
-    for a, b in PAIRED:
+    for a, b in compare:
         if a not in collected["rows"] or b not in collected["rows"]:
             continue
         units_a, units_b = paired_units(collected, a, b)
