@@ -30,6 +30,7 @@ from service.tritonlocal.repository import write_python_repository
 ROOT = Path(__file__).resolve().parents[2]
 VENV_ENV = "COMPCAP_TRITON_VENV"
 PORT_IN_USE = ("address already in use", "failed to bind", "cannot listen")
+METRICS_GRACE_S = 10.0  # HTTP ready, metrics still closed this long: their port was taken, launch again
 
 
 def default_venv() -> Path:
@@ -213,24 +214,25 @@ class LocalTriton:
         return self._log_file.read_text(encoding="utf-8", errors="replace")[-chars:]
 
     def is_ready(self, timeout_s: float = 1.0) -> bool:
-        """Whether ``/v2/health/ready`` answers 200 now (``timeout_s``: how long its answer may take)."""
-        try:
-            with urllib.request.urlopen(f"{self.http_url}/v2/health/ready", timeout=timeout_s) as response:
-                return int(response.status) == 200
-        except (urllib.error.URLError, OSError):
-            return False
+        """Whether ``/v2/health/ready`` answers 200 now and so does the metrics endpoint, which Triton
+        opens after its HTTP service (``timeout_s``: how long each answer may take)."""
+        http = _answers(f"{self.http_url}/v2/health/ready", timeout_s)
+        return http and _answers(self.metrics_url, timeout_s)
 
     def wait_ready(self, timeout: float = 120.0) -> float:
-        """Seconds until ``/v2/health/ready`` answered 200 (all models loaded). Raises ``TritonError``
-        with the server's log if it exits or is not ready in time."""
+        """Seconds until ``/v2/health/ready`` answered 200 (all models loaded) and the metrics endpoint
+        answers. Raises ``TritonError`` with the server's log if it exits or is not ready in time; a
+        launch on drawn ports whose port another process took (the server exits, or serves HTTP but
+        never its metrics) is tried again on new ports, twice."""
         if self.process is None:
             raise TritonError("not started")
         start = time.monotonic()
         retries = 2
+        ephemeral = all(p == 0 for p in self._requested)  # else the clash is likely a fixed port
+        serving_since: float | None = None  # when HTTP answered ready while the metrics did not
         while True:
             if self.process.poll() is not None:
                 tail = self.log_tail()
-                ephemeral = all(p == 0 for p in self._requested)  # else the clash is likely a fixed port
                 if retries > 0 and ephemeral and any(m in tail.lower() for m in PORT_IN_USE):
                     retries -= 1
                     self._launch()
@@ -238,6 +240,12 @@ class LocalTriton:
                 raise TritonError(f"tritonserver exited with {self.process.returncode}:\n{tail}")
             if self.is_ready():
                 return time.monotonic() - start
+            if _answers(f"{self.http_url}/v2/health/ready", 1.0):
+                serving_since = serving_since or time.monotonic()
+                if retries > 0 and ephemeral and time.monotonic() - serving_since > METRICS_GRACE_S:
+                    retries, serving_since = retries - 1, None
+                    self._relaunch()
+                    continue
             if time.monotonic() - start > timeout:
                 raise TritonError(f"tritonserver not ready after {timeout:.0f} s:\n{self.log_tail()}")
             time.sleep(0.1)
@@ -248,20 +256,30 @@ class LocalTriton:
         regions; idempotent."""
         process, self.process = self.process, None
         if process is not None:
-            with contextlib.suppress(ProcessLookupError):
-                process.terminate()
-            try:
-                process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                _signal_group(process.pid, signal.SIGKILL)
-                process.wait(timeout=timeout)
-            _signal_group(process.pid, signal.SIGKILL)  # stubs that outlived the server
-            for leftover in Path("/dev/shm").glob(f"{self.shm_prefix}*"):
-                with contextlib.suppress(OSError):
-                    leftover.unlink()
+            self._end(process, timeout)
         if self.work is not None and not self._keep_work:
             shutil.rmtree(self.work, ignore_errors=True)
             self.work = None
+
+    def _end(self, process: subprocess.Popen[bytes], timeout: float) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            process.terminate()
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _signal_group(process.pid, signal.SIGKILL)
+            process.wait(timeout=timeout)
+        _signal_group(process.pid, signal.SIGKILL)  # stubs that outlived the server
+        for leftover in Path("/dev/shm").glob(f"{self.shm_prefix}*"):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+
+    def _relaunch(self) -> None:
+        """End the running server (its work folder kept) and launch it again on newly drawn ports."""
+        process, self.process = self.process, None
+        if process is not None:
+            self._end(process, 20.0)
+        self._launch()
 
     def __enter__(self) -> LocalTriton:
         self.start()
@@ -276,6 +294,15 @@ class LocalTriton:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def _answers(url: str, timeout_s: float) -> bool:
+    """Whether ``url`` answers 200 now."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return int(response.status) == 200
+    except (urllib.error.URLError, OSError):
+        return False
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
