@@ -133,9 +133,22 @@ def local_triton(repo: Path) -> Iterator[Any]:
         server.stop()
 
 
+def triton_metrics(server: Any) -> str:
+    """A local Triton's metrics text; a refused connection fails with what the server was doing (its
+    process state and log), so that a metrics port that closes under load can be told apart."""
+    try:
+        return httpx.get(server.metrics_url, timeout=5).text
+    except httpx.ConnectError as exc:
+        state = "running" if server.process is not None and server.process.poll() is None else "exited"
+        raise AssertionError(
+            f"Triton's metrics at {server.metrics_url} refused ({exc}); tritonserver {state}; "
+            f"HTTP ready: {server.is_ready()}; log tail:\n{server.log_tail()}"
+        ) from exc
+
+
 def triton_successes(server: Any, model: str) -> int:
     """Successful inferences of ``model`` on a Triton server (its metrics)."""
-    for line in httpx.get(server.metrics_url, timeout=5).text.splitlines():
+    for line in triton_metrics(server).splitlines():
         if line.startswith("nv_inference_request_success") and f'model="{model}"' in line:
             return int(float(line.rsplit(" ", 1)[1]))
     return 0

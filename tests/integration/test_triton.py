@@ -31,7 +31,7 @@ from service.manifest import Manifest, load_manifest
 from service.metrics import Metrics
 from service.settings import Settings
 from service.tritonlocal.server import LocalTriton, TritonError, TritonInstall
-from tests.integration.conftest import free_port, local_triton
+from tests.integration.conftest import free_port, local_triton, triton_metrics
 
 pytestmark = pytest.mark.integration
 
@@ -179,7 +179,7 @@ def test_models_match_onnxruntime(
 
 def triton_successes(triton: LocalTriton, model: str) -> int:
     """``nv_inference_request_success`` of ``model`` from Triton's own metrics port."""
-    metrics = httpx.get(triton.metrics_url, timeout=5).text
+    metrics = triton_metrics(triton)
     found = re.search(rf'^nv_inference_request_success{{model="{model}",version="1"}} (\d+)', metrics, re.M)
     assert found, f"no nv_inference_request_success for {model} in:\n{metrics[:2000]}"
     return int(found.group(1))
